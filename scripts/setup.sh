@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv and install lmdata into it. Idempotent: reruns are a no-op unless
+# pyproject.toml changed. Extras to install: $1 (e.g. "dev", "dev,bench").
+#
+# torch: a CPU machine gets torch==2.13.0 (a CPU wheel); set LMDATA_TORCH to another pip
+# spec (e.g. "torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124") to bring
+# your own build, or LMDATA_TORCH=skip when the venv already has the torch you want.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+venv="${LMDATA_VENV:-.venv}"
+python="${PYTHON:-python3}"
+
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+py="$venv/bin/python"
+
+stamp="$venv/.lmdata-installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${extras//,/_}"
+if [ -f "$stamp" ]; then exit 0; fi
+
+"$py" -m pip install -q --upgrade pip >/dev/null
+if ! "$py" -c "import torch" 2>/dev/null; then
+  spec="${LMDATA_TORCH:-torch==2.13.0}"
+  if [ "$spec" != "skip" ]; then
+    echo "setup: installing $spec" >&2
+    # shellcheck disable=SC2086
+    "$py" -m pip install -q $spec
+  fi
+fi
+target="."
+[ -n "$extras" ] && target=".[$extras]"
+echo "setup: installing lmdata$([ -n "$extras" ] && echo "[$extras]") into $venv" >&2
+"$py" -m pip install -q -e "$target"
+touch "$stamp"

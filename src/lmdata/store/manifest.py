@@ -1,0 +1,171 @@
+"""The store's manifest: what a store holds, written last and atomically.
+
+A store without ``manifest.json`` is not a store. The manifest is JSON (never pickle);
+every file path in it is relative to its format directory and must resolve inside the
+store (no ``..``, no absolute paths, no symlink escapes) -- ``resolve_inside`` enforces it.
+
+Example (abridged)::
+
+    {"format_version": 1, "lmdata_version": "0.1.0",
+     "tokenizer": {"hash": "3f2a...", "vocab_size": 8192, "dir": "tokenizer"},
+     "dtype": "uint16", "eot_id": 8191, "shard_tokens": 1048576,
+     "splits": {"train": {"n_docs": 61, "n_tokens": 212345,
+         "sources": [{"path": "data/sample.txt", "bytes": 990581, "sha256": "f265..."}],
+         "formats": {"memmap": {"shards": [{"name": "00000", "n_docs": 61,
+             "n_tokens": 212345, "first_doc": 0, "first_token": 0,
+             "files": [{"path": "tokens-00000.bin", "bytes": 424690, "sha256": "..."}]}]}}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmdata.errors import LmdataError
+from lmdata.store.protocol import ShardInfo
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+@dataclass
+class SplitInfo:
+    n_docs: int
+    n_tokens: int
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    formats: dict[str, list[ShardInfo]] = field(default_factory=dict)
+
+
+@dataclass
+class Manifest:
+    tokenizer_hash: str
+    vocab_size: int
+    dtype: str
+    eot_id: int
+    shard_tokens: int
+    splits: dict[str, SplitInfo] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+    lmdata_version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "lmdata_version": self.lmdata_version,
+            "tokenizer": {"hash": self.tokenizer_hash, "vocab_size": self.vocab_size, "dir": "tokenizer"},
+            "dtype": self.dtype,
+            "eot_id": self.eot_id,
+            "shard_tokens": self.shard_tokens,
+            "splits": {
+                name: {
+                    "n_docs": s.n_docs,
+                    "n_tokens": s.n_tokens,
+                    "sources": s.sources,
+                    "formats": {f: {"shards": [sh.to_json() for sh in shards]} for f, shards in s.formats.items()},
+                }
+                for name, s in self.splits.items()
+            },
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str = MANIFEST_NAME) -> "Manifest":
+        try:
+            version = int(obj["format_version"])
+            if version > FORMAT_VERSION:
+                raise LmdataError(
+                    f"{where}: store format version {version} is newer than this lmdata supports "
+                    f"({FORMAT_VERSION}); upgrade lmdata to read it"
+                )
+            splits = {
+                name: SplitInfo(
+                    n_docs=int(s["n_docs"]),
+                    n_tokens=int(s["n_tokens"]),
+                    sources=list(s.get("sources", [])),
+                    formats={
+                        f: [ShardInfo.from_json(sh) for sh in entry["shards"]]
+                        for f, entry in s.get("formats", {}).items()
+                    },
+                )
+                for name, s in obj["splits"].items()
+            }
+            return cls(
+                tokenizer_hash=str(obj["tokenizer"]["hash"]),
+                vocab_size=int(obj["tokenizer"]["vocab_size"]),
+                dtype=str(obj["dtype"]),
+                eot_id=int(obj["eot_id"]),
+                shard_tokens=int(obj["shard_tokens"]),
+                splits=splits,
+                format_version=version,
+                lmdata_version=str(obj.get("lmdata_version", "")),
+                extra=dict(obj.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LmdataError(f"{where}: malformed manifest ({exc!r}); re-run the ingest with --overwrite") from exc
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via tmp + fsync + rename + directory fsync."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(store: Path, manifest: Manifest) -> None:
+    """Write ``<store>/manifest.json`` atomically (the last step of an ingest)."""
+    data = json.dumps(manifest.to_json(), indent=1, sort_keys=False).encode() + b"\n"
+    atomic_write_bytes(Path(store) / MANIFEST_NAME, data)
+
+
+def read_manifest(store: Path) -> Manifest:
+    """Read and validate ``<store>/manifest.json``; a clear error if it is not a store."""
+    path = Path(store) / MANIFEST_NAME
+    if not Path(store).is_dir():
+        raise LmdataError(f"{store}: no such store directory; create one with `lmdata ingest`")
+    if not path.is_file():
+        raise LmdataError(
+            f"{store}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
+            "`lmdata ingest ... --resume`"
+        )
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LmdataError(f"{path}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
+    manifest = Manifest.from_json(obj, where=str(path))
+    for split, info in manifest.splits.items():
+        for fmt, shards in info.formats.items():
+            base = Path(store) / split / fmt
+            for shard in shards:
+                for f in shard.files:
+                    resolve_inside(Path(store), base, f.path)
+    return manifest
+
+
+def resolve_inside(store: Path, base: Path, relpath: str) -> Path:
+    """``base / relpath``, refusing absolute paths, ``..`` and symlinks that leave ``store``."""
+    if os.path.isabs(relpath) or ".." in Path(relpath).parts:
+        raise LmdataError(f"{store}/{MANIFEST_NAME}: path {relpath!r} escapes the store; the manifest is corrupt")
+    full = (base / relpath)
+    root = Path(store).resolve()
+    if full.exists() or full.is_symlink():
+        real = full.resolve()
+        if root != real and root not in real.parents:
+            raise LmdataError(f"{full}: resolves outside the store ({real}); refusing to read it")
+    return full

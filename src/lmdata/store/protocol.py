@@ -1,0 +1,90 @@
+"""The tiny protocol every storage format implements: one writer, one reader.
+
+A format is one module in ``lmdata/store/`` that calls ``register_format(name, Writer,
+Reader)``. Nothing outside ``store/`` knows a format by name.
+
+Writer (one per split per ingest, in the ingest's main process)::
+
+    w = Writer(format_dir, dtype)          # format_dir = <store>/<split>/<format>/
+    w.completed()                          # {index: ShardInfo} already complete on disk (resume)
+    w.write_shard(index, tokens, doc_starts, first_doc)  -> ShardInfo
+        tokens:      1-D array of `dtype`, the shard's documents concatenated, each ending with eot
+        doc_starts:  int64, each document's start offset within the shard, then len(tokens)
+        first_doc:   global document id of the shard's first document
+        The shard is written under a temporary name, fsynced and renamed when complete.
+    w.finish(shards)                       # after the last shard (Lance commits here)
+    w.cleanup_partial()                    # remove temp files / unreferenced files of a crash
+
+Reader (holds paths only; opens files lazily, so it pickles small to worker processes)::
+
+    r = Reader(format_dir, shards, dtype)  # shards: list[ShardInfo] from the manifest
+    r.check()                              # cheap: every file's size against the manifest
+    r.n_tokens                             # tokens in the split
+    r.windows(starts, length) -> np.ndarray[int64] of shape [len(starts), length]
+        the token stream's slices [s, s + length) for each global offset s
+    r.document(doc_id) -> np.ndarray       # one document's tokens (eot included)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass
+class FileInfo:
+    """One file of a shard, relative to the format directory."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class ShardInfo:
+    """A shard as the manifest records it: counts, its place in the stream, its files."""
+
+    name: str
+    n_docs: int
+    n_tokens: int
+    first_doc: int
+    first_token: int
+    files: list[FileInfo] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # format-specific (e.g. Lance fragment id)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ShardInfo":
+        files = [FileInfo(**f) for f in obj.get("files", [])]
+        return cls(
+            name=obj["name"],
+            n_docs=int(obj["n_docs"]),
+            n_tokens=int(obj["n_tokens"]),
+            first_doc=int(obj["first_doc"]),
+            first_token=int(obj["first_token"]),
+            files=files,
+            extra=dict(obj.get("extra", {})),
+        )
+
+
+class FormatWriter(Protocol):
+    def __init__(self, format_dir: Any, dtype: np.dtype) -> None: ...
+    def completed(self) -> dict[int, ShardInfo]: ...
+    def write_shard(
+        self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
+    ) -> ShardInfo: ...
+    def finish(self, shards: list[ShardInfo]) -> None: ...
+    def cleanup_partial(self) -> None: ...
+
+
+class FormatReader(Protocol):
+    n_tokens: int
+
+    def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype) -> None: ...
+    def check(self) -> None: ...
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray: ...
+    def document(self, doc_id: int) -> np.ndarray: ...
