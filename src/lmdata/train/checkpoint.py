@@ -1,0 +1,177 @@
+"""Checkpoints: atomic, keep the last K, everything needed to continue bit-for-bit on CPU.
+
+One file per save, ``<dir>/ckpt-00001200.pt``, written by ``torch.save`` to a temporary
+name, fsynced and renamed (a crash leaves the previous checkpoint intact). Contents, all
+plain containers and tensors so that ``torch.load(weights_only=True)`` reads them without
+running arbitrary pickle code::
+
+    {"version": 1, "step": 1200,
+     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+     "loader": [rank 0's loader state, rank 1's, ...],
+     "rng": {"python": [...], "numpy": [...], "torch": ByteTensor, "cuda": [ByteTensor, ...]},
+     "meta": {"model_config": {...}, "tokenizer_hash": "...", "store": "/abs/path", "split": "train",
+              "split_tokens": 212345, "seq_len": 64, "doc_mask": false, ...}}
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from lmdata.errors import LmdataError
+
+VERSION = 1
+_NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:08d}.pt"
+
+
+def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
+    """Complete checkpoints in ``ckpt_dir``, oldest step first (temporary files are ignored)."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(ckpt_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch (and CUDA) generator states as weights_only-safe values."""
+    version, py_state, gauss = random.getstate()
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(py_state), gauss],
+        "numpy": [name, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, py_state, gauss = state["python"]
+    random.setstate((version, tuple(py_state), gauss))
+    name, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def plain(obj: Any) -> Any:
+    """numpy scalars/arrays -> Python numbers/tensors, recursively (weights_only can load the result)."""
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def save_checkpoint(
+    ckpt_dir: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    *,
+    loader_state: Any = None,
+    meta: dict[str, Any] | None = None,
+    keep: int = 0,
+) -> Path:
+    """Write ``<ckpt_dir>/ckpt-<step>.pt`` atomically; then delete all but the newest ``keep`` (0 = keep all)."""
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "version": VERSION,
+        "step": int(step),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "loader": plain(loader_state),
+        "rng": rng_state(),
+        "meta": plain(meta or {}),
+    }
+    path = ckpt_dir / checkpoint_name(step)
+    tmp = ckpt_dir / f".{path.name}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        torch.save(payload, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(ckpt_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if keep > 0:
+        for old in list_checkpoints(ckpt_dir)[:-keep]:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint's payload (weights_only load); unreadable/truncated -> LmdataError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise LmdataError(f"checkpoint {path}: no such file")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated zip, bad pickle opcode, disallowed global, ...
+        if "Weights only load failed" in str(exc) and "Unsupported global" in str(exc):
+            raise LmdataError(
+                f"checkpoint {path}: holds pickled Python objects, not only tensors and plain values; "
+                "refusing to load it (weights_only) -- it was not written by lmdata"
+            ) from None
+        raise LmdataError(
+            f"checkpoint {path}: unreadable ({type(exc).__name__}); it is truncated or not a checkpoint -- "
+            "delete it to resume from an earlier one"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("version") != VERSION or "model" not in payload:
+        raise LmdataError(f"checkpoint {path}: not an lmdata checkpoint (version {VERSION})")
+    return payload
+
+
+def load_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    restore_rng: bool = True,
+    map_location: str | torch.device = "cpu",
+    check_meta: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Restore ``model``/``optimizer``/RNG from ``path``; returns the payload (step, loader, meta).
+
+    ``check_meta(meta)`` runs before anything is restored, to refuse a checkpoint of
+    another store, tokenizer or model with a clear message.
+    """
+    payload = read_checkpoint(path, map_location)
+    if check_meta is not None:
+        check_meta(payload.get("meta", {}))
+    if model is not None:
+        try:
+            model.load_state_dict(payload["model"])
+        except RuntimeError as exc:
+            raise LmdataError(
+                f"checkpoint {path}: its weights do not fit this model ({str(exc).splitlines()[0][:160]}); "
+                "use the same --model and store as the run that wrote it"
+            ) from None
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    if restore_rng:
+        set_rng_state(payload["rng"])
+    return payload

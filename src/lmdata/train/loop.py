@@ -1,0 +1,405 @@
+"""The training loop: store -> loader -> TransformerLM -> AdamW, with eval, logs, checkpoints.
+
+``train(cfg)`` is what ``lmdata train`` calls. Under ``torchrun`` (``WORLD_SIZE`` > 1) it
+runs DDP (gloo on CPU, nccl on CUDA); each rank reads its own share of every epoch from
+the loader, and rank 0 alone logs and writes. What a step measures, per DESIGN.md's
+stall definition: ``t_wait`` = blocked in ``next(loader)`` + host->device copy, and the
+data-wait fraction of an interval is Σ t_wait / Σ step time.
+
+Resume is exact on CPU: a checkpoint holds the model, AdamW moments, step, every rank's
+loader position and the RNG states, so the losses after ``--resume`` equal those of an
+uninterrupted run bit for bit (tests/train/test_loop.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from lmdata.errors import LmdataError
+from lmdata.model.transformer import TransformerLM, model_config
+from lmdata.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from lmdata.train.config import TrainConfig
+from lmdata.train.loss import cross_entropy
+from lmdata.train.optim import AdamW, clip_gradients
+from lmdata.train.schedule import cosine_lr
+
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class TrainResult:
+    """What a call to ``train`` did (rank-local losses; rank 0's metrics are in the files)."""
+
+    out: Path
+    start_step: int
+    steps: int
+    losses: list[float] = field(default_factory=list)  # one per step run by this call
+    val_loss: float | None = None
+    checkpoint: Path | None = None
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    owns_group: bool = False  # train() created the process group, so it tears it down
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """auto -> cuda, then mps, then cpu; an unavailable device is an error naming --device."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise LmdataError("--device cuda: this torch build sees no CUDA device; use --device cpu")
+        return torch.device("cuda", local_rank)
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise LmdataError("--device mps: MPS is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def init_distributed(device_name: str) -> Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    owns = not dist.is_initialized()
+    if owns:
+        cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    return Dist(rank, world, local, owns)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def forever(loader: Any) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The loader's batches across epochs (each pass over it is one epoch)."""
+    while True:
+        yield from loader
+
+
+def _allreduce_mean(values: list[float], dist: Dist) -> list[float]:
+    if dist.world_size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64)
+    torch.distributed.all_reduce(t)
+    return (t / dist.world_size).tolist()
+
+
+def loss_fn(model: torch.nn.Module, device: torch.device, precision: str) -> Callable[..., torch.Tensor]:
+    """(inputs, targets[, doc positions]) -> mean cross entropy, under bf16 autocast if asked."""
+    def forward(inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+        with ctx:
+            return cross_entropy(model(inputs, positions), targets)
+    return forward
+
+
+def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer, batch: list[torch.Tensor],
+               grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step (forward, backward, global-norm clip, update); returns (loss, grad norm) tensors.
+
+    bench/train.py times exactly this function.
+    """
+    loss = forward(*batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = clip_gradients(params, grad_clip)
+    optimizer.step()
+    return loss, grad_norm
+
+
+class Run:
+    """The state of one training run: store, datasets, model, optimizer, loader, output files."""
+
+    def __init__(self, cfg: TrainConfig, dist: Dist, log: Callable[[str], None]) -> None:
+        from lmdata.data.loader import make_loader
+        from lmdata.store import open_store
+
+        self.cfg, self.dist, self.log = cfg, dist, log
+        self.device = resolve_device(cfg.device, dist.local_rank)
+        self.store = open_store(cfg.store)
+        manifest = self.store.manifest
+        if cfg.split not in manifest.splits:
+            raise LmdataError(f"--split: store {cfg.store} has no split {cfg.split!r}; splits: {', '.join(manifest.splits)}")
+        self.mcfg = model_config(cfg.model, vocab_size=manifest.vocab_size)
+        self.seq_len = cfg.seq_len or self.mcfg["context_length"]
+        if self.seq_len > self.mcfg["context_length"]:
+            raise LmdataError(
+                f"--seq-len {self.seq_len} is longer than model {cfg.model!r}'s context_length "
+                f"{self.mcfg['context_length']}; use --seq-len <= {self.mcfg['context_length']} or a larger preset"
+            )
+        fmt = cfg.format or None
+        doc_kw = dict(doc_info="positions", eot_id=self.store.eot_id) if cfg.doc_mask else {}
+        self.train_ds = self.store.dataset(cfg.split, self.seq_len, format=fmt, **doc_kw)
+        share = len(self.train_ds) // dist.world_size
+        if cfg.batch_size > share:
+            raise LmdataError(
+                f"--batch-size {cfg.batch_size} is larger than a rank's share of split {cfg.split!r} "
+                f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
+            )
+        self.loader = make_loader(
+            self.train_ds, cfg.batch_size, num_workers=cfg.workers, prefetch=cfg.prefetch,
+            pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
+        )
+        self.val_ds, self.val_batch = self._val_dataset(fmt, doc_kw)
+        tokens_per_step = cfg.batch_size * self.seq_len * dist.world_size
+        self.steps = math.ceil(cfg.tokens / tokens_per_step) if cfg.tokens else cfg.steps
+        self.tokens_per_step = tokens_per_step
+
+        seed_everything(cfg.seed)
+        self.model = TransformerLM(**self.mcfg, fast=cfg.fast).to(self.device)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.optimizer = AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+        )
+        self.out = Path(cfg.out)
+        self.ckpt_dir = self.out / "checkpoints"
+        self.meta = {
+            "model": cfg.model, "model_config": self.mcfg, "store": str(Path(cfg.store).resolve()),
+            "tokenizer_hash": manifest.tokenizer_hash, "eot_id": manifest.eot_id, "split": cfg.split,
+            "split_tokens": manifest.splits[cfg.split].n_tokens, "seq_len": self.seq_len,
+            "batch_size": cfg.batch_size, "world_size": dist.world_size, "doc_mask": cfg.doc_mask,
+            "config": asdict(cfg),
+        }
+
+    def _val_dataset(self, fmt: str | None, doc_kw: dict) -> tuple[Any, int]:
+        name, splits = self.cfg.val_split, self.store.manifest.splits
+        if name in ("none", ""):
+            return None, 0
+        if name == "auto":
+            name = "validation"
+            if name not in splits:
+                return None, 0
+        elif name not in splits:
+            raise LmdataError(f"--val-split: store {self.cfg.store} has no split {name!r}; splits: {', '.join(splits)}")
+        ds = self.store.dataset(name, self.seq_len, format=fmt, **doc_kw)
+        batch = min(self.cfg.batch_size, len(ds) // self.dist.world_size)
+        if batch < 1:
+            self.log(f"validation split {name!r} is shorter than one sequence per rank; skipping validation")
+            return None, 0
+        return ds, batch
+
+    def resume(self) -> int:
+        """Load the newest checkpoint in --out when --resume; refuse a mismatched one. Returns the start step."""
+        ckpt = latest_checkpoint(self.ckpt_dir)
+        if ckpt is None:
+            if self.cfg.resume:
+                self.log(f"--resume: no checkpoint in {self.ckpt_dir}; starting from step 0")
+            return 0
+        if not self.cfg.resume:
+            raise LmdataError(
+                f"--out {self.out} already holds checkpoints ({ckpt.name}); pass --resume to continue that run "
+                "or choose another --out"
+            )
+        payload = load_checkpoint(ckpt, self.model, self.optimizer, map_location=self.device,
+                                  check_meta=lambda meta: self._check_meta(ckpt, meta))
+        self.loader.load_state_dict(payload["loader"][self.dist.rank])
+        self.log(f"resumed from {ckpt} at step {payload['step']}")
+        return int(payload["step"])
+
+    def _check_meta(self, ckpt: Path, meta: dict) -> None:
+        mine = self.meta
+        if meta.get("tokenizer_hash") != mine["tokenizer_hash"]:
+            raise LmdataError(
+                f"checkpoint {ckpt} was trained with tokenizer {str(meta.get('tokenizer_hash'))[:12]} "
+                f"(store {meta.get('store')}), but store {self.cfg.store} uses tokenizer {mine['tokenizer_hash'][:12]}; "
+                "resume with the original store or start a new run with another --out"
+            )
+        for key, flag in (("split", "--split"), ("split_tokens", "--store"), ("model_config", "--model"),
+                          ("seq_len", "--seq-len"), ("batch_size", "--batch-size"), ("world_size", "--nproc_per_node")):
+            if meta.get(key) != mine[key]:
+                raise LmdataError(
+                    f"checkpoint {ckpt} has {key}={meta.get(key)!r} but this run has {mine[key]!r}; "
+                    f"resume with the same {flag} (and store) or start a new run with another --out"
+                )
+
+    def save(self, step: int) -> Path | None:
+        """Every rank's loader state goes into rank 0's checkpoint (ranks resume their own share)."""
+        states = [self.loader.state_dict()]
+        if self.dist.world_size > 1:
+            states = [None] * self.dist.world_size
+            torch.distributed.all_gather_object(states, self.loader.state_dict())
+        path = None
+        if self.dist.main:
+            path = save_checkpoint(self.ckpt_dir, self.model, self.optimizer, step,
+                                   loader_state=states, meta=self.meta, keep=self.cfg.keep)
+        if self.dist.world_size > 1:
+            torch.distributed.barrier()
+        return path
+
+    def save_tokenizer(self) -> None:
+        """A copy of the store's tokenizer/ beside the checkpoints: `lmdata sample` works if the store moves."""
+        import shutil
+
+        source, target = self.store.path / "tokenizer", self.ckpt_dir / "tokenizer"
+        if target.is_dir():
+            return
+        if not source.is_dir():
+            self.log(f"warning: {source} is missing; `lmdata sample` will need a tokenizer copied to {target}")
+            return
+        tmp = self.ckpt_dir / f".tokenizer.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        os.replace(tmp, target)
+
+    @torch.no_grad()
+    def evaluate(self, forward: Callable) -> float | None:
+        """Mean loss over the first --eval-batches batches of the validation split (same every time)."""
+        from lmdata.data.loader import make_loader
+
+        if self.val_ds is None:
+            return None
+        loader = make_loader(self.val_ds, self.val_batch, num_workers=0, seed=self.cfg.seed,
+                             rank=self.dist.rank, world_size=self.dist.world_size, sampling="sequential")
+        self.model.eval()
+        losses = []
+        for i, batch in enumerate(loader):
+            if i == self.cfg.eval_batches:
+                break
+            losses.append(forward(*(t.to(self.device) for t in batch)).item())
+        self.model.train()
+        return _allreduce_mean([sum(losses) / len(losses)], self.dist)[0]
+
+
+def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainResult:
+    """Train per ``cfg`` (see TrainConfig); under torchrun, one call per rank."""
+    from tqdm import tqdm
+
+    cfg.check()
+    dist = init_distributed(cfg.device)
+    log = log or print
+    say = log if dist.main else (lambda msg: None)
+    run = Run(cfg, dist, say)
+    start = run.resume()
+    if dist.main:
+        run.out.mkdir(parents=True, exist_ok=True)
+        _truncate_metrics(run.out / METRICS, start)
+        run.save_tokenizer()
+    say(f"model {cfg.model}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
+        f"seq_len {run.seq_len}; {run.steps} steps of {run.tokens_per_step:,} tokens on {run.device} x{dist.world_size}")
+
+    model: torch.nn.Module = run.model
+    if dist.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    if cfg.compile:
+        model = torch.compile(model)
+    forward = loss_fn(model, run.device, cfg.precision)
+
+    result = TrainResult(out=run.out, start_step=start, steps=run.steps)
+    batches = forever(run.loader)
+    bar = tqdm(total=run.steps, initial=start, disable=not (cfg.progress and dist.main), unit="step", dynamic_ncols=True)
+    metrics = open(run.out / METRICS, "a") if dist.main else None
+    say = (lambda msg: bar.write(msg)) if dist.main and cfg.progress else say
+    window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
+    try:
+        for step in range(start, run.steps):
+            lr = cosine_lr(step, cfg.lr, cfg.min_lr, cfg.warmup, run.steps)
+            for group in run.optimizer.param_groups:
+                group["lr"] = lr
+            t0 = time.perf_counter()
+            batch = [t.to(run.device, non_blocking=True) for t in next(batches)]
+            t_wait = time.perf_counter() - t0
+            loss, grad_norm = train_step(forward, run.optimizer, batch, cfg.grad_clip)
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                raise LmdataError(f"step {step + 1}: loss is {loss_value}; lower --lr or use --precision fp32")
+            result.losses.append(loss_value)
+            window["loss"] += loss_value
+            window["wait"] += t_wait
+            window["time"] += time.perf_counter() - t0
+            window["n"] += 1
+            done = step + 1
+            bar.update(1)
+            if done % cfg.log_every == 0 or done == run.steps:
+                loss_mean, = _allreduce_mean([window["loss"] / window["n"]], dist)
+                rec = {"step": done, "split": "train", "loss": loss_mean, "lr": lr, "grad_norm": float(grad_norm),
+                       "tokens_per_s": window["n"] * run.tokens_per_step / window["time"],
+                       "data_wait": window["wait"] / window["time"]}
+                say(f"step {done:>6}  loss {loss_mean:.4f}  lr {lr:.2e}  gnorm {rec['grad_norm']:.3f}  "
+                    f"tok/s {rec['tokens_per_s']:,.0f}  data-wait {rec['data_wait']:.1%}")
+                _write(metrics, rec)
+                bar.set_postfix(loss=f"{loss_mean:.3f}")
+                window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
+            if (cfg.eval_every and done % cfg.eval_every == 0) or done == run.steps:
+                val = run.evaluate(forward)
+                if val is not None:
+                    result.val_loss = val
+                    say(f"step {done:>6}  val loss {val:.4f}")
+                    _write(metrics, {"step": done, "split": "validation", "loss": val})
+            if (cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == run.steps:
+                result.checkpoint = run.save(done)
+    finally:
+        bar.close()
+        if metrics is not None:
+            metrics.close()
+    if dist.main and run.steps > start:
+        plot_losses(run.out / METRICS, run.out / "loss.png")
+    if dist.owns_group:
+        torch.distributed.destroy_process_group()
+    return result
+
+
+def _write(fh: Any, rec: dict) -> None:
+    if fh is not None:
+        fh.write(json.dumps(rec) + "\n")
+        fh.flush()
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """On resume, drop records past the checkpoint's step (they will be logged again)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def plot_losses(metrics_path: Path, png_path: Path) -> None:
+    """Train and validation loss by step, from metrics.jsonl (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for split, style in (("train", "-"), ("validation", "o-")):
+        pts = [(r["step"], r["loss"]) for r in records if r["split"] == split]
+        if pts:
+            ax.plot(*zip(*pts), style, label=split)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)

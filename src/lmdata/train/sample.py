@@ -1,0 +1,102 @@
+"""Text from a checkpoint: temperature and nucleus (top-p) sampling, stopping at end-of-text.
+
+The tokenizer comes from the store recorded in the checkpoint when it is still there and
+has the same hash, else from the copy ``lmdata train`` keeps beside the checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmdata.errors import LmdataError
+from lmdata.model.transformer import TransformerLM
+from lmdata.train.checkpoint import latest_checkpoint, read_checkpoint
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the newest one in a run folder (``--out``) or its checkpoints/."""
+    path = Path(path)
+    if path.is_dir():
+        found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
+        if found is None:
+            raise LmdataError(f"{path}: no checkpoints (ckpt-*.pt) here or in {path / 'checkpoints'}")
+        return found
+    return path
+
+
+def load_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
+    """The store's tokenizer if the store still matches, else the copy beside the checkpoint."""
+    from lmdata.store import open_store
+    from lmdata.tokenizer import Tokenizer
+
+    try:
+        return open_store(meta["store"], tokenizer_hash=meta["tokenizer_hash"]).tokenizer()
+    except (LmdataError, KeyError, OSError):
+        copy = ckpt.parent / "tokenizer"
+        if not copy.is_dir():
+            raise LmdataError(
+                f"checkpoint {ckpt}: its store {meta.get('store')} is gone or changed and there is no "
+                f"tokenizer copy in {copy}; restore the store or copy its tokenizer/ directory there"
+            ) from None
+        return Tokenizer.load(copy)
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero all but the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(descending=True)
+    keep = sorted_p.cumsum(-1) - sorted_p < top_p  # the most likely token is always kept
+    filtered = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+    return filtered / filtered.sum()
+
+
+@torch.no_grad()
+def generate(
+    model: TransformerLM, prompt: list[int], max_tokens: int, *, eot_id: int | None,
+    temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+) -> list[int]:
+    """Continue ``prompt`` by up to ``max_tokens`` ids (temperature 0 = greedy); stops after eot."""
+    device = next(model.parameters()).device
+    ids = torch.tensor(prompt, dtype=torch.long, device=device)
+    out: list[int] = []
+    for _ in range(max_tokens):
+        logits = model(ids[-model.context_length:][None])[0, -1].float()  # [V]
+        if temperature <= 0:
+            nxt = int(logits.argmax())
+        else:
+            probs = top_p_filter(torch.softmax(logits / temperature, dim=-1), top_p)
+            nxt = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+        out.append(nxt)
+        if nxt == eot_id:
+            break
+        ids = torch.cat([ids, torch.tensor([nxt], device=device)])
+    return out
+
+
+def sample(
+    checkpoint: str | Path, prompt: str, *, max_tokens: int = 200, temperature: float = 1.0,
+    top_p: float = 1.0, seed: int = 0, device: str = "cpu",
+) -> str:
+    """The prompt's continuation as text (the end-of-text token itself is not decoded)."""
+    if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
+        raise LmdataError(f"need --max-tokens >= 1, --temperature >= 0, 0 < --top-p <= 1 "
+                          f"(got {max_tokens}, {temperature}, {top_p})")
+    ckpt = find_checkpoint(checkpoint)
+    payload = read_checkpoint(ckpt)
+    meta = payload["meta"]
+    model = TransformerLM(**meta["model_config"])
+    model.load_state_dict(payload["model"])
+    model.to(device).eval()
+    tok = load_tokenizer(ckpt, meta)
+    ids = tok.encode(prompt)
+    if not ids:
+        ids = [meta["eot_id"]]  # an empty prompt starts a new document
+    gen = torch.Generator().manual_seed(seed)
+    new = generate(model, ids, max_tokens, eot_id=meta["eot_id"], temperature=temperature, top_p=top_p, generator=gen)
+    if new and new[-1] == meta["eot_id"]:
+        new = new[:-1]
+    return tok.decode(new)
