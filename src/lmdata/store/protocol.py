@@ -7,10 +7,11 @@ Writer (one per split per ingest, in the ingest's main process)::
 
     w = Writer(format_dir, dtype)          # format_dir = <store>/<split>/<format>/
     w.completed()                          # {index: ShardInfo} already complete on disk (resume)
-    w.write_shard(index, tokens, doc_starts, first_doc)  -> ShardInfo
+    w.write_shard(index, tokens, doc_starts, first_doc, first_token)  -> ShardInfo
         tokens:      1-D array of `dtype`, the shard's documents concatenated, each ending with eot
         doc_starts:  int64, each document's start offset within the shard, then len(tokens)
         first_doc:   global document id of the shard's first document
+        first_token: global offset of the shard's first token
         The shard is written under a temporary name, fsynced and renamed when complete.
     w.finish(shards)                       # after the last shard (Lance commits here)
     w.cleanup_partial()                    # remove temp files / unreferenced files of a crash
@@ -23,6 +24,17 @@ Reader (holds paths only; opens files lazily, so it pickles small to worker proc
     r.windows(starts, length) -> np.ndarray[int64] of shape [len(starts), length]
         the token stream's slices [s, s + length) for each global offset s
     r.document(doc_id) -> np.ndarray       # one document's tokens (eot included)
+
+Conventions of the built-in formats (compatible extensions of the above):
+
+- Readers may take extra keyword-only options after ``dtype`` (Parquet: ``cache_bytes``);
+  ``Store.reader(split, format, **options)`` passes them through.
+- ``windows`` raises ``IndexError`` for a window outside ``[0, n_tokens)``; ``document``
+  raises ``LmdataError`` for a doc id that does not exist.
+- A writer marks a shard complete with ``<format_dir>/_shards/NNNNN.json`` (the ShardInfo,
+  written after the shard's files are durable); ``completed()`` returns those whose files
+  are all present with the recorded size (``lmdata.store.files``).
+- Temporary files are named ``.NAME.tmp-PID``; ``cleanup_partial`` removes them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,27 @@
+"""Token stores: one module per format behind one tiny protocol, a registry, and ``Store``.
+
+``open_store(path)`` is the way in; ``register_format`` adds a format. Names resolve on
+first use, so importing this package imports neither pyarrow nor lance.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "open_store": "lmdata.store.store",
+    "Store": "lmdata.store.store",
+    "register_format": "lmdata.store.registry",
+    "get_format": "lmdata.store.registry",
+    "available_formats": "lmdata.store.registry",
+    "verify_store": "lmdata.store.verify",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'lmdata.store' has no attribute {name!r}")

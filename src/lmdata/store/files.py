@@ -1,0 +1,125 @@
+"""Crash-safe shard files: temporary names, fsync, rename, and completion records.
+
+Every writer produces a shard's files under a temporary name (``.NAME.tmp-PID``),
+fsyncs them, renames them into place and fsyncs the directory; only then does it write
+the shard's completion record ``<format_dir>/_shards/NNNNN.json`` (the ``ShardInfo``
+as JSON, atomically). ``completed`` trusts a record only if every file it lists is on
+disk with the recorded size, so a resumed ingest reuses exactly the shards that were
+finished. ``remove_temporaries`` deletes what an interrupted write left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lmdata.store.manifest import atomic_write_bytes, fsync_dir
+from lmdata.store.protocol import ShardInfo
+
+RECORD_DIR = "_shards"
+_TMP_MARK = ".tmp-"
+
+
+def temp_path(path: Path) -> Path:
+    """The temporary name ``path`` is written under (hidden, tagged with our pid)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file written by a library that does not fsync (pyarrow, numpy, lance)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Run ``write(tmp)`` then fsync and rename ``tmp`` to ``path`` (directory fsync is the caller's)."""
+    tmp = temp_path(path)
+    try:
+        write(tmp)
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def record_path(format_dir: Path, index: int) -> Path:
+    return Path(format_dir) / RECORD_DIR / f"{index:05d}.json"
+
+
+def write_record(format_dir: Path, index: int, shard: ShardInfo) -> None:
+    """Mark shard ``index`` complete (after its files are durable)."""
+    path = record_path(format_dir, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fsync_dir(Path(format_dir))
+    atomic_write_bytes(path, json.dumps(shard.to_json(), sort_keys=True).encode())
+
+
+def read_record(format_dir: Path, index: int) -> ShardInfo | None:
+    """Shard ``index``'s completion record if it exists, is readable and its files have the recorded sizes."""
+    try:
+        shard = ShardInfo.from_json(json.loads(record_path(format_dir, index).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record, or one we cannot read: a shard to redo
+    if all(_has_size(Path(format_dir) / f.path, f.bytes) for f in shard.files):
+        return shard
+    return None
+
+
+def completed(format_dir: Path) -> dict[int, ShardInfo]:
+    """Shards whose completion record exists and whose files all have the recorded size."""
+    record_dir = Path(format_dir) / RECORD_DIR
+    if not record_dir.is_dir():
+        return {}
+    found = {int(rec.stem): read_record(format_dir, int(rec.stem)) for rec in sorted(record_dir.glob("[0-9]*.json"))}
+    return {i: shard for i, shard in found.items() if shard is not None}
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` to exactly ``path`` (given a name, np.save would append ".npy" to a temp name)."""
+    with open(path, "wb") as fh:
+        np.save(fh, array, allow_pickle=False)
+
+
+def prune(format_dir: Path, shards: list[ShardInfo]) -> None:
+    """Delete completion records, and their files, of shards that are not in ``shards``.
+
+    A resumed ingest that ends with fewer shards than the interrupted one (its input
+    changed) would otherwise leave the extra shards' files behind.
+    """
+    keep_names = {s.name for s in shards}
+    keep_files = {f.path for s in shards for f in s.files}
+    for index, shard in completed(format_dir).items():
+        if shard.name in keep_names:
+            continue
+        for f in shard.files:
+            if f.path not in keep_files and ".." not in Path(f.path).parts:
+                (Path(format_dir) / f.path).unlink(missing_ok=True)
+        record_path(format_dir, index).unlink(missing_ok=True)
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size and ".." not in Path(path).parts
+    except FileNotFoundError:
+        return False
+
+
+def remove_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.*.tmp-*`` files under ``directory`` (an interrupted write's leftovers)."""
+    removed = []
+    if not Path(directory).is_dir():
+        return removed
+    for path in Path(directory).rglob(f".*{_TMP_MARK}*"):
+        if path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed

@@ -1,0 +1,149 @@
+"""The memmap format: raw token arrays, read by the OS page cache with zero decoding.
+
+On disk, per split (``<store>/<split>/memmap/``)::
+
+    tokens-00000.bin   the shard's tokens, raw little-endian uint16 or uint32, no header
+                       (the manifest holds dtype and count; size = n_tokens * itemsize)
+    docs-00000.npy     int64 [n_docs + 1]: each document's start within the shard, then
+                       the shard's length (NumPy .npy, so it is self-describing)
+    _shards/00000.json completion record of the shard (see ``files.py``)
+
+The reader maps each shard lazily (once per process: a memmap is never pickled, and a
+forked child maps its own) and copies each window with one contiguous slice; the rare
+window that straddles a shard boundary is copied piece by piece.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.store import files
+from lmdata.store.checksum import check_sizes, file_info, shard_file_path
+from lmdata.store.protocol import ShardInfo
+from lmdata.store.windows import Segments, shard_bounds
+
+
+def _names(index: int) -> tuple[str, str]:
+    return f"tokens-{index:05d}.bin", f"docs-{index:05d}.npy"
+
+
+class MemmapWriter:
+    """Writes one raw token file and one doc-offset file per shard."""
+
+    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
+        self.format_dir = Path(format_dir)
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.format_dir.mkdir(parents=True, exist_ok=True)
+
+    def completed(self) -> dict[int, ShardInfo]:
+        return files.completed(self.format_dir)
+
+    def write_shard(
+        self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
+    ) -> ShardInfo:
+        tok_name, doc_name = _names(index)
+        tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
+        doc_starts = np.asarray(doc_starts, dtype=np.int64)
+        assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
+        files.write_atomic(self.format_dir / tok_name, tokens.tofile)
+        files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts))
+        shard = ShardInfo(
+            name=f"{index:05d}",
+            n_docs=len(doc_starts) - 1,
+            n_tokens=len(tokens),
+            first_doc=first_doc,
+            first_token=first_token,
+            files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name)],
+        )
+        files.write_record(self.format_dir, index, shard)
+        return shard
+
+    def finish(self, shards: list[ShardInfo]) -> None:
+        """Nothing to commit (every shard is durable once written); drop shards not in ``shards``."""
+        files.prune(self.format_dir, shards)
+
+    def cleanup_partial(self) -> None:
+        files.remove_temporaries(self.format_dir)
+
+
+class MemmapReader:
+    """Windows and documents from the raw shards; holds paths only until first use."""
+
+    def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype) -> None:
+        self.format_dir = Path(format_dir)
+        self.shards = list(shards)
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.segments = Segments(shard_bounds(self.shards))
+        self.n_tokens = self.segments.n_tokens
+        self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
+        self._pid = -1
+        self._maps: dict[int, np.ndarray] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_maps"], state["_pid"] = {}, -1  # maps are per process
+        return state
+
+    def check(self) -> None:
+        check_sizes(self.format_dir, self.shards)
+
+    def _tokens(self, i: int) -> np.ndarray:
+        if self._pid != os.getpid():
+            self._maps, self._pid = {}, os.getpid()
+        mm = self._maps.get(i)
+        if mm is None:
+            shard = self.shards[i]
+            path = shard_file_path(self.format_dir, shard, shard.files[0])
+            size = os.stat(path).st_size
+            if size != shard.n_tokens * self.dtype.itemsize:
+                raise LmdataError(
+                    f"{path}: shard {shard.name} has {size} bytes, expected {shard.n_tokens} tokens of "
+                    f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
+                )
+            if shard.n_tokens == 0:
+                mm = np.zeros(0, dtype=self.dtype)
+            else:
+                mm = np.memmap(path, dtype=self.dtype, mode="r", shape=(shard.n_tokens,))
+            self._maps[i] = mm
+        return mm
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """int64 [len(starts), length]: the stream's slices ``[s, s + length)``."""
+        # One contiguous slice per window beats a fancy index here: ~0.1 ms less per batch
+        # of 32 x 1,025 (no index array, no per-shard grouping).
+        seg = self.segments
+        starts = seg.check_windows(starts, length)
+        out = np.empty((len(starts), length), dtype=np.int64)
+        first, last = seg.locate(starts), seg.locate(starts + length - 1)
+        local = starts - seg.bounds[first]
+        for j, (i, i_last, lo) in enumerate(zip(first.tolist(), last.tolist(), local.tolist())):
+            if i == i_last:
+                out[j] = self._tokens(i)[lo : lo + length]
+            else:  # straddles a shard boundary: copy it piece by piece
+                s0 = int(starts[j])
+                for k in range(i, i_last + 1):
+                    base = int(seg.bounds[k])
+                    a, b = max(s0, base), min(s0 + length, int(seg.bounds[k + 1]))
+                    out[j, a - s0 : b - s0] = self._tokens(k)[a - base : b - base]
+        return out
+
+    def document(self, doc_id: int) -> np.ndarray:
+        """One document's tokens (its end-of-text included)."""
+        if not 0 <= doc_id < self._doc_bounds[-1]:
+            raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
+        i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
+        shard = self.shards[i]
+        starts = np.load(shard_file_path(self.format_dir, shard, shard.files[1]), mmap_mode="r")
+        k = doc_id - int(self._doc_bounds[i])
+        return np.array(self._tokens(i)[starts[k] : starts[k + 1]])
+
+    def doc_starts(self, i: int) -> np.ndarray:
+        """Shard ``i``'s document starts (within the shard), then its length."""
+        shard = self.shards[i]
+        return np.load(shard_file_path(self.format_dir, shard, shard.files[1]))
+

@@ -1,0 +1,154 @@
+"""A store opened for reading: manifest checked, readers and datasets by split and format.
+
+    store = open_store("runs/sample-store")
+    store.splits                       # ['train', 'validation']
+    store.formats("train")             # ['memmap', 'parquet', 'lance'] (as written)
+    ds = store.dataset("train", seq_len=1024)          # TokenDataset over the default format
+    store.document("train", 3)         # the 4th document's ids, end-of-text included
+    store.tokenizer().decode(store.document("train", 3))
+
+``open_store`` is cheap: it parses the manifest and compares every shard file's size
+with it (a ``stat`` per file); the full checksum pass is ``verify_store``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.store.checksum import check_sizes
+from lmdata.store.manifest import Manifest, read_manifest
+from lmdata.store.registry import get_format
+
+# The default reader when a split holds several formats: fastest random reads first.
+DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
+
+
+class Store:
+    """A validated store: paths and the manifest; readers are made on demand."""
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r}, splits={self.splits})"
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest.splits)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.manifest.dtype)
+
+    @property
+    def eot_id(self) -> int:
+        return self.manifest.eot_id
+
+    def n_tokens(self, split: str) -> int:
+        return self._split(split).n_tokens
+
+    def formats(self, split: str) -> list[str]:
+        """The formats ``split`` was written in, in the manifest's order."""
+        return list(self._split(split).formats)
+
+    def default_format(self, split: str) -> str:
+        present = self.formats(split)
+        for name in DEFAULT_FORMAT_ORDER:
+            if name in present:
+                return name
+        if not present:
+            raise LmdataError(f"{self.path}: split {split!r} holds no format; re-run the ingest")
+        return present[0]
+
+    def format_dir(self, split: str, fmt: str) -> Path:
+        return self.path / split / fmt
+
+    def reader(self, split: str, format: str | None = None, **kwargs: Any) -> Any:
+        """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet)."""
+        fmt = format or self.default_format(split)
+        shards = self._split(split).formats.get(fmt)
+        if shards is None:
+            raise LmdataError(
+                f"{self.path}: split {split!r} has no format {fmt!r}; formats there: {', '.join(self.formats(split))}"
+            )
+        return get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
+
+    def dataset(
+        self, split: str, seq_len: int, format: str | None = None, *, reader_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``TokenDataset`` of ``split`` with windows of ``seq_len + 1`` ids.
+
+        ``reader_options`` go to the format's reader (e.g. Parquet's ``cache_bytes``), the
+        other keyword arguments to ``TokenDataset``.
+        """
+        from lmdata.data.dataset import TokenDataset
+
+        kwargs.setdefault("eot_id", self.eot_id)
+        return TokenDataset(self.reader(split, format, **(reader_options or {})), seq_len, **kwargs)
+
+    def document(self, split: str, doc_id: int, format: str | None = None) -> np.ndarray:
+        """Document ``doc_id`` of ``split`` (its end-of-text id included)."""
+        n_docs = self._split(split).n_docs
+        if not 0 <= doc_id < n_docs:
+            raise LmdataError(f"--doc {doc_id}: split {split!r} has documents 0..{n_docs - 1}")
+        return self.reader(split, format).document(doc_id)
+
+    def tokenizer(self) -> Any:
+        """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
+        from lmdata.tokenizer import Tokenizer
+
+        tok = Tokenizer.load(self.path / "tokenizer")
+        found = _tokenizer_hash(tok)
+        if found is not None and found != self.manifest.tokenizer_hash:
+            raise LmdataError(
+                f"{self.path / 'tokenizer'}: tokenizer hash {found[:12]} does not match the manifest's "
+                f"{self.manifest.tokenizer_hash[:12]}; the store's tokenizer directory was changed (re-ingest)"
+            )
+        return tok
+
+    def _split(self, split: str) -> Any:
+        info = self.manifest.splits.get(split)
+        if info is None:
+            raise LmdataError(f"{self.path}: no split {split!r}; splits: {', '.join(self.splits) or '(none)'}")
+        return info
+
+
+def _tokenizer_hash(tok: Any) -> str | None:
+    for attr in ("hash", "content_hash"):
+        value = getattr(tok, attr, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
+    """Open a store: parse and validate its manifest, stat every shard file against it.
+
+    ``tokenizer_hash``: refuse the store unless its tokenizer has this hash (a training
+    job pins the tokenizer its model was built for).
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
+        raise LmdataError(
+            f"{path}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "
+            f"{tokenizer_hash[:12]}; use the matching store or re-ingest with that tokenizer"
+        )
+    for split, info in manifest.splits.items():
+        for fmt, shards in info.formats.items():
+            n_tok, n_docs = sum(s.n_tokens for s in shards), sum(s.n_docs for s in shards)
+            if (n_tok, n_docs) != (info.n_tokens, info.n_docs):
+                raise LmdataError(
+                    f"{path}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
+                    f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
+                )
+            check_sizes(path / split / fmt, shards)
+    return Store(path, manifest)

@@ -1,0 +1,176 @@
+"""``lmdata verify``: the full pass over a store that ``open_store`` is too cheap to do.
+
+Checks, per split and format, in this order (each problem names the shard):
+
+1. counts: shards tile the split (first_doc/first_token contiguous) and sum to the
+   split's documents and tokens;
+2. files: every shard file has the manifest's size and sha256;
+3. content, read through the format's own reader in chunks: each shard holds exactly
+   ``n_docs`` end-of-text ids and ends with one (only the ingest writes eot ids, so this
+   is the document count), and every format of a split holds the identical token stream
+   (each chunk compared with the first format that passed 1-2).
+
+``verify_store`` returns a ``VerifyReport``; ``report.raise_if_bad()`` raises an
+``LmdataError`` naming the first bad shard (the CLI's exit status).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.store.checksum import sha256_file, shard_file_path
+from lmdata.store.manifest import Manifest, read_manifest
+from lmdata.store.protocol import ShardInfo
+
+CHUNK_TOKENS = 1 << 22  # tokens compared per read (32 MiB as int64)
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify_store`` checked and every problem it found (the first is the one to fix)."""
+
+    store: Path
+    problems: list[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    tokens: dict[str, int] = field(default_factory=dict)  # split -> tokens compared across formats
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def raise_if_bad(self) -> None:
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more problems)" if len(self.problems) > 1 else ""
+            raise LmdataError(f"{self.store}: {self.problems[0]}{more}; re-ingest with --overwrite")
+
+
+def verify_store(path: str | Path) -> VerifyReport:
+    """Check every checksum, count and token of the store at ``path``."""
+    path = Path(path)
+    manifest = read_manifest(path)  # an unreadable manifest is an error, not a report
+    report = VerifyReport(path)
+    for split, info in manifest.splits.items():
+        readable = []
+        for fmt, shards in info.formats.items():
+            where = f"split {split!r} format {fmt!r}"
+            before = len(report.problems)
+            report.problems += _count_problems(where, shards, info.n_docs, info.n_tokens)
+            report.problems += _file_problems(report, path / split / fmt, where, shards)
+            if len(report.problems) == before:
+                readable.append(fmt)
+        report.problems += _stream_problems(report, path, manifest, split, readable)
+    return report
+
+
+def _count_problems(where: str, shards: list[ShardInfo], n_docs: int, n_tokens: int) -> list[str]:
+    problems, doc, tok = [], 0, 0
+    for s in shards:
+        if (s.first_doc, s.first_token) != (doc, tok):
+            problems.append(f"{where} shard {s.name}: starts at doc {s.first_doc}/token {s.first_token}, "
+                            f"expected {doc}/{tok}")
+        doc, tok = s.first_doc + s.n_docs, s.first_token + s.n_tokens
+    if (doc, tok) != (n_docs, n_tokens):
+        problems.append(f"{where}: shards hold {doc} docs/{tok} tokens, the split says {n_docs}/{n_tokens}")
+    return problems
+
+
+def _file_problems(report: VerifyReport, format_dir: Path, where: str, shards: list[ShardInfo]) -> list[str]:
+    problems = []
+    for s in shards:
+        for f in s.files:
+            full = shard_file_path(format_dir, s, f)
+            if not full.is_file():
+                problems.append(f"{where} shard {s.name}: {full} is missing")
+                continue
+            size = full.stat().st_size
+            report.files += 1
+            report.bytes += size
+            if size != f.bytes:
+                problems.append(f"{where} shard {s.name}: {full} has {size} bytes, the manifest says {f.bytes}")
+            elif sha256_file(full) != f.sha256:
+                problems.append(f"{where} shard {s.name}: {full} fails its sha256 checksum (the file is corrupt)")
+    return problems
+
+
+def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
+    """Per-shard eot counts, and chunk-by-chunk equality of every readable format's stream."""
+    from lmdata.store.store import Store
+
+    if not formats:
+        return []
+    store = Store(path, manifest)
+    info = manifest.splits[split]
+    problems: list[str] = []
+    readers: dict[str, Any] = {}
+    for fmt in formats:
+        try:
+            readers[fmt] = store.reader(split, fmt)
+        except LmdataError as exc:
+            problems.append(f"split {split!r} format {fmt!r}: {exc}")
+    ref = next(iter(readers), None)
+    if ref is None:
+        return problems
+    eot = _EotCount(info.formats[ref], manifest.eot_id)
+    compared = 0
+    for start in range(0, info.n_tokens, CHUNK_TOKENS):
+        n = min(CHUNK_TOKENS, info.n_tokens - start)
+        chunks = {}
+        for fmt, reader in list(readers.items()):
+            try:
+                chunks[fmt] = reader.windows(np.array([start]), n)[0]
+            except LmdataError as exc:
+                problems.append(f"split {split!r} format {fmt!r}: {exc}")
+                del readers[fmt]
+        if ref not in chunks:
+            break
+        for fmt, chunk in chunks.items():
+            bad = np.flatnonzero(chunk != chunks[ref])
+            if len(bad):
+                offset = start + int(bad[0])
+                shard = _shard_at(info.formats[fmt], offset)
+                problems.append(f"split {split!r} format {fmt!r} shard {shard.name}: token {offset} is "
+                                f"{chunk[bad[0]]}, format {ref!r} has {chunks[ref][bad[0]]}")
+                del readers[fmt]
+        eot.add(start, chunks[ref])
+        compared = start + n
+    report.tokens[split] = compared
+    if compared == info.n_tokens:
+        problems += [f"split {split!r} format {ref!r} {p}" for p in eot.problems()]
+    return problems
+
+
+class _EotCount:
+    """Counts end-of-text ids per shard over the stream's chunks; each shard must end with one."""
+
+    def __init__(self, shards: list[ShardInfo], eot: int) -> None:
+        self.shards, self.eot = shards, eot
+        self.bounds = np.array([s.first_token for s in shards] + [sum(s.n_tokens for s in shards)], dtype=np.int64)
+        self.counts = np.zeros(len(shards), dtype=np.int64)
+        self.last = np.full(len(shards), -1, dtype=np.int64)
+
+    def add(self, start: int, chunk: np.ndarray) -> None:
+        pos = start + np.flatnonzero(chunk == self.eot)
+        shard_of = np.searchsorted(self.bounds, pos, side="right") - 1
+        self.counts += np.bincount(shard_of, minlength=len(self.shards))
+        ends = self.bounds[1:] - 1
+        inside = (ends >= start) & (ends < start + len(chunk))
+        self.last[inside] = chunk[ends[inside] - start]
+
+    def problems(self) -> list[str]:
+        out = []
+        for s, count, last in zip(self.shards, self.counts, self.last):
+            if count != s.n_docs or (s.n_tokens and last != self.eot):
+                out.append(f"shard {s.name}: {count} end-of-text ids (last token {last}), the manifest says "
+                           f"{s.n_docs} documents, each ending with {self.eot}")
+        return out
+
+
+def _shard_at(shards: list[ShardInfo], offset: int) -> ShardInfo:
+    starts = [s.first_token for s in shards]
+    return shards[max(0, int(np.searchsorted(starts, offset, side="right")) - 1)]

@@ -1,0 +1,90 @@
+"""Synthetic stores written with the real writers: random documents ending in eot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmdata.store.manifest import Manifest, SplitInfo, write_manifest
+from lmdata.store.registry import get_format
+
+VOCAB = {np.dtype(np.uint16): 50257, np.dtype(np.uint32): 100_000}
+
+
+@dataclass
+class Synthetic:
+    path: Path
+    stream: np.ndarray  # the split's tokens, concatenated
+    doc_starts: np.ndarray  # global document starts, then len(stream)
+    eot: int
+
+
+def random_docs(rng: np.random.Generator, n_tokens: int, eot: int, max_len: int = 3000) -> list[np.ndarray]:
+    docs, total = [], 0
+    while total < n_tokens:
+        n = int(rng.integers(1, max_len))
+        doc = rng.integers(0, eot, size=n).astype(np.int64)
+        doc[-1] = eot
+        docs.append(doc)
+        total += n
+    return docs
+
+
+def write_split(store: Path, split: str, fmt: str, docs: list[np.ndarray], dtype: np.dtype, shard_tokens: int):
+    """Cut ``docs`` into shards at document boundaries and write them with ``fmt``'s writer."""
+    writer = get_format(fmt).writer(store / split / fmt, dtype)
+    shards, cur, first_doc, first_token = [], [], 0, 0
+
+    def flush() -> None:
+        nonlocal cur, first_doc, first_token
+        tokens = np.concatenate(cur).astype(dtype)
+        starts = np.concatenate([[0], np.cumsum([len(d) for d in cur])])
+        shards.append(writer.write_shard(len(shards), tokens, starts, first_doc, first_token))
+        first_doc += len(cur)
+        first_token += len(tokens)
+        cur = []
+
+    for doc in docs:
+        cur.append(doc)
+        if sum(len(d) for d in cur) >= shard_tokens:
+            flush()
+    if cur:
+        flush()
+    writer.finish(shards)
+    return shards
+
+
+def build_store(
+    path: Path, formats: list[str], dtype=np.uint16, n_tokens: int = 40_000, shard_tokens: int = 12_000, seed: int = 0
+) -> Synthetic:
+    dtype = np.dtype(dtype)
+    eot = VOCAB[dtype] - 1
+    docs = random_docs(np.random.default_rng(seed), n_tokens, eot)
+    stream = np.concatenate(docs)
+    info = SplitInfo(n_docs=len(docs), n_tokens=len(stream))
+    for fmt in formats:
+        info.formats[fmt] = write_split(path, "train", fmt, docs, dtype, shard_tokens)
+    manifest = Manifest(
+        tokenizer_hash="0" * 64, vocab_size=VOCAB[dtype], dtype=dtype.name, eot_id=eot,
+        shard_tokens=shard_tokens, splits={"train": info},
+    )
+    write_manifest(path, manifest)
+    starts = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    return Synthetic(path, stream, starts, eot)
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    def make(formats, **kw) -> Synthetic:
+        return build_store(tmp_path / "store", list(formats), **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def store_builder():
+    """``build_store`` for module-scoped fixtures (test modules here are not a package)."""
+    return build_store

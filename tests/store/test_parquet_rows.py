@@ -1,0 +1,43 @@
+"""Row layout shared by Parquet and Lance, and the Parquet reader's cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmdata.store import open_store
+from lmdata.store.parquet import PIECE_TOKENS, ROW_GROUP_ROWS, pieces
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 3 * PIECE_TOKENS), min_size=1, max_size=30))
+def test_pieces_cover_each_document_in_bounded_rows(lengths):
+    doc_starts = np.concatenate([[0], np.cumsum(lengths)])
+    row_starts, doc_of_row = pieces(doc_starts)
+    sizes = np.diff(row_starts)
+    assert row_starts[0] == 0 and row_starts[-1] == doc_starts[-1]
+    assert np.all((sizes > 0) & (sizes <= PIECE_TOKENS))
+    assert np.array_equal(np.bincount(doc_of_row, weights=sizes, minlength=len(lengths)), lengths)
+    assert np.all(np.diff(doc_of_row) >= 0)
+    assert set(doc_starts[:-1]) <= set(row_starts)  # a row never spans two documents
+
+
+def test_parquet_file_layout_and_a_tiny_cache(make_store):
+    syn = make_store(["parquet"])
+    store = open_store(syn.path)
+    shard = store.manifest.splits["train"].formats["parquet"][0]
+    pf = pq.ParquetFile(syn.path / "train" / "parquet" / shard.files[0].path)
+    assert pf.schema_arrow.names == ["doc_id", "token_offset", "tokens"]
+    assert pf.metadata.row_group(0).num_rows == ROW_GROUP_ROWS
+    table = pf.read()
+    doc_of_token = np.searchsorted(syn.doc_starts, np.arange(len(syn.stream)), side="right") - 1
+    for doc_id, offset, tokens in zip(*(table.column(c).to_pylist() for c in ("doc_id", "token_offset", "tokens"))):
+        assert tokens == syn.stream[offset : offset + len(tokens)].tolist()
+        assert set(doc_of_token[offset : offset + len(tokens)]) == {doc_id}
+    reader = store.reader("train", "parquet", cache_bytes=1)  # every group evicted at once
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, len(syn.stream) - 1025, size=64)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    assert len(reader._cache) == 1

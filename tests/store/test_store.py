@@ -1,0 +1,158 @@
+"""open_store / Store and the format registry: the ways in, and the errors at the boundary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store import open_store, register_format
+from lmdata.store.manifest import FORMAT_VERSION
+from lmdata.store.registry import available_formats, get_format, unregister_format
+
+
+def test_store_api(make_store):
+    syn = make_store(["parquet", "memmap"])
+    store = open_store(syn.path)
+    assert store.splits == ["train"]
+    assert store.formats("train") == ["parquet", "memmap"]
+    assert store.default_format("train") == "memmap"
+    assert store.n_tokens("train") == len(syn.stream)
+    assert store.dtype == np.uint16 and store.eot_id == syn.eot
+    np.testing.assert_array_equal(store.document("train", 1), syn.stream[syn.doc_starts[1] : syn.doc_starts[2]])
+
+
+def test_dataset_windows_are_the_contract(make_store):
+    pytest.importorskip("lmdata.data.dataset")
+    syn = make_store(["memmap", "parquet"])
+    store = open_store(syn.path)
+    for fmt in ("memmap", "parquet"):
+        ds = store.dataset("train", 64, format=fmt)
+        assert len(ds) == (len(syn.stream) - 1) // 64
+        np.testing.assert_array_equal(np.asarray(ds[3]), syn.stream[3 * 64 : 4 * 64 + 1])
+    ds = store.dataset("train", 64, format="parquet", reader_options={"cache_bytes": 1})
+    assert ds.reader.cache_bytes == 1
+
+
+def test_unknown_split_and_format_list_the_valid_ones(make_store):
+    syn = make_store(["memmap"])
+    store = open_store(syn.path)
+    with pytest.raises(LmdataError, match="no split 'valid'; splits: train"):
+        store.reader("valid")
+    with pytest.raises(LmdataError, match="formats there: memmap"):
+        store.reader("train", "parquet")
+    with pytest.raises(LmdataError, match="unknown format 'zarr'; valid formats: memmap, lance, parquet"):
+        get_format("zarr")
+
+
+def _edit_manifest(path, edit):
+    manifest = json.loads((path / "manifest.json").read_text())
+    edit(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_newer_manifest_version_is_refused(make_store):
+    syn = make_store(["memmap"])
+    _edit_manifest(syn.path, lambda m: m.update(format_version=FORMAT_VERSION + 1))
+    with pytest.raises(LmdataError, match="newer than this lmdata supports"):
+        open_store(syn.path)
+
+
+@pytest.mark.parametrize("bad", ["../../../etc/passwd", "/etc/passwd", "a/../../x.bin"])
+def test_manifest_paths_outside_the_store_are_refused(make_store, bad):
+    syn = make_store(["memmap"])
+
+    def edit(m):
+        m["splits"]["train"]["formats"]["memmap"]["shards"][0]["files"][0]["path"] = bad
+
+    _edit_manifest(syn.path, edit)
+    with pytest.raises(LmdataError, match="escapes the store"):
+        open_store(syn.path)
+
+
+def test_symlink_out_of_the_store_is_refused(make_store, tmp_path):
+    syn = make_store(["memmap"])
+    victim = syn.path / "train" / "memmap" / "tokens-00000.bin"
+    outside = tmp_path / "outside.bin"
+    victim.rename(outside)
+    victim.symlink_to(outside)
+    with pytest.raises(LmdataError, match="outside the store"):
+        open_store(syn.path)
+
+
+def test_tokenizer_hash_is_checked(make_store):
+    syn = make_store(["memmap"])
+    open_store(syn.path, tokenizer_hash="0" * 64)
+    with pytest.raises(LmdataError, match="tokenizer"):
+        open_store(syn.path, tokenizer_hash="f" * 64)
+
+
+def test_manifest_counts_must_add_up(make_store):
+    syn = make_store(["memmap"])
+    _edit_manifest(syn.path, lambda m: m["splits"]["train"].update(n_tokens=1))
+    with pytest.raises(LmdataError, match="manifest is corrupt"):
+        open_store(syn.path)
+
+
+def test_a_format_registered_at_run_time_is_used(make_store):
+    from lmdata.store.memmap import MemmapReader, MemmapWriter
+
+    class Upper(MemmapReader):
+        pass
+
+    register_format("memmap2", MemmapWriter, Upper)
+    try:
+        assert "memmap2" in available_formats()
+        syn = make_store(["memmap2"])
+        r = open_store(syn.path).reader("train")
+        assert isinstance(r, Upper)
+        np.testing.assert_array_equal(r.windows(np.array([5]), 9)[0], syn.stream[5:14])
+    finally:
+        unregister_format("memmap2")
+    with pytest.raises(LmdataError, match="directory name"):
+        register_format("../x", MemmapWriter, Upper)
+
+
+def test_importing_the_store_package_stays_light():
+    code = (
+        "import sys, lmdata.store as s; s.register_format; s.get_format('memmap');"
+        "print(','.join(m for m in ('pyarrow', 'lance', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_plugin_formats_load_from_entry_points(tmp_path):
+    """A third-party distribution declaring an ``lmdata.formats`` entry point (installed on sys.path)."""
+    (tmp_path / "toyfmt.py").write_text(
+        "from lmdata.store.memmap import MemmapReader, MemmapWriter\nFORMAT = (MemmapWriter, MemmapReader)\n"
+    )
+    dist = tmp_path / "toyfmt-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyfmt\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lmdata.formats]\ntoy = toyfmt:FORMAT\n")
+    code = (
+        "from lmdata.store.registry import available_formats, get_format;"
+        "print(available_formats()[-1], get_format('toy').reader.__name__)"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["toy", "MemmapReader"]
+
+
+def test_tokenizer_is_loaded_and_its_hash_checked(make_store):
+    from lmdata.tokenizer import Tokenizer
+
+    syn = make_store(["memmap"])
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], ["<|endoftext|>"])
+    digest = tok.save(syn.path / "tokenizer")
+    _edit_manifest(syn.path, lambda m: m["tokenizer"].update(hash=digest))
+    assert open_store(syn.path).tokenizer().decode([104, 105]) == "hi"
+    _edit_manifest(syn.path, lambda m: m["tokenizer"].update(hash="sha256:" + "0" * 64))
+    with pytest.raises(LmdataError, match="does not match the manifest"):
+        open_store(syn.path).tokenizer()

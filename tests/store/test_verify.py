@@ -1,0 +1,81 @@
+"""verify_store: passes on a sound store, names the first bad shard otherwise."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store import verify_store
+from lmdata.store.checksum import sha256_file
+from lmdata.store.registry import available_formats
+
+FORMATS = available_formats()
+
+
+def test_sound_store_verifies(make_store):
+    syn = make_store(FORMATS)
+    report = verify_store(syn.path)
+    assert report.ok, report.problems
+    assert report.tokens["train"] == len(syn.stream)
+    assert report.files >= 3 * 4
+    report.raise_if_bad()
+
+
+def _shard_file(syn, fmt, index):
+    manifest = json.loads((syn.path / "manifest.json").read_text())
+    shard = manifest["splits"]["train"]["formats"][fmt]["shards"][index]
+    return manifest, shard, syn.path / "train" / fmt / shard["files"][0]["path"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bit_flip_is_named(make_store, fmt):
+    syn = make_store(FORMATS)
+    _, shard, victim = _shard_file(syn, fmt, 2)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(bytes(data))
+    report = verify_store(syn.path)
+    assert not report.ok
+    assert f"format '{fmt}' shard {shard['name']}" in report.problems[0]
+    assert "sha256" in report.problems[0]
+    with pytest.raises(LmdataError, match=f"shard {shard['name']}"):
+        report.raise_if_bad()
+
+
+def test_truncated_file_is_named(make_store):
+    syn = make_store(["memmap"])
+    _, shard, victim = _shard_file(syn, "memmap", 1)
+    victim.write_bytes(victim.read_bytes()[:-2])
+    report = verify_store(syn.path)
+    assert "shard 00001" in report.problems[0] and "bytes" in report.problems[0]
+
+
+def test_streams_that_differ_across_formats_are_named(make_store):
+    """A token changed in one format, its checksum "fixed" in the manifest: the stream check finds it."""
+    syn = make_store(["memmap", "parquet"])
+    manifest, shard, victim = _shard_file(syn, "memmap", 1)
+    tokens = np.fromfile(victim, dtype=np.uint16)
+    tokens[10] = (tokens[10] + 1) % 1000
+    tokens.tofile(victim)
+    shard["files"][0]["sha256"] = sha256_file(victim)
+    (syn.path / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify_store(syn.path).problems
+    assert len(problems) == 1
+    assert "format 'parquet'" in problems[0] or "format 'memmap'" in problems[0]
+    assert "shard 00001" in problems[0] and f"token {shard['first_token'] + 10}" in problems[0]
+
+
+def test_missing_end_of_text_is_named(make_store):
+    """A shard whose last document lost its eot (consistently in its only format)."""
+    syn = make_store(["memmap"])
+    manifest, shard, victim = _shard_file(syn, "memmap", 0)
+    tokens = np.fromfile(victim, dtype=np.uint16)
+    tokens[-1] = 7
+    tokens.tofile(victim)
+    shard["files"][0]["sha256"] = sha256_file(victim)
+    (syn.path / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify_store(syn.path).problems
+    assert problems and "shard 00000" in problems[0] and "end-of-text" in problems[0]
