@@ -18,6 +18,15 @@ from lmdata.errors import LmdataError
 # command name -> "module:attribute" of the click command, and its one-line help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("lmdata.tokenizer.cli:tokenizer", "Train a BPE tokenizer; encode/decode text."),
+    "ingest": ("lmdata.ingest_cli:ingest_command", "Tokenize raw text into a store (memmap, Parquet, Lance)."),
+    "inspect": ("lmdata.ingest_cli:inspect_command", "Documents, tokens, shards, bytes and lengths of a store."),
+    "sql": ("lmdata.ingest_cli:sql_command", "DuckDB SQL over a store's docs and tokens views."),
+    "show": ("lmdata.ingest_cli:show_command", "Decode one document of a store back to text."),
+    "verify": ("lmdata.ingest_cli:verify_command", "Check a store's checksums, counts and cross-format identity."),
+    "bench": ("lmdata.bench.cli:bench", "Measure GPU stall time per storage format and worker count."),
+    "plan": ("lmdata.bench.cli:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
+    "train": ("lmdata.train.cli:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
+    "sample": ("lmdata.train.cli:sample", "Generate text from a training checkpoint."),
 }
 
 

@@ -1,0 +1,170 @@
+"""The ingest's output directory: lock, refuse-or-resume, tokenizer copy, ingest plan.
+
+An ingest owns ``<store>`` while it holds ``fcntl.flock`` on ``<store>/.lock`` (released
+by the kernel when the process dies, so a SIGKILLed ingest never leaves a stale lock).
+Before any shard it writes ``<store>/ingest-plan.json``: everything that decides the
+bytes of the store (tokenizer hash, dtype, shard size, formats, each split's sources
+with their sha256 and how they are cut). ``--resume`` continues only a store whose plan
+is identical, which is what makes a resumed store equal to an uninterrupted one.
+
+States of ``<store>`` and what each flag does::
+
+    missing / empty            -> start
+    manifest.json present      -> refused; --overwrite replaces, --resume re-checks and finishes
+    ingest-plan.json, no manifest (an interrupted ingest)
+                               -> refused; --resume continues, --overwrite starts over
+    anything else              -> refused even with --overwrite (not ours to delete)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Any
+
+from lmdata.errors import LmdataError
+from lmdata.sources import describe, expand
+from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir
+
+LOCK_NAME = ".lock"
+PLAN_NAME = "ingest-plan.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+def open_output(out: Path) -> Path:
+    """Create ``out`` (and parents) or explain why it cannot be written."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise LmdataError(f"output directory {out} is not writable ({exc.strerror}); choose another --out") from None
+    return out
+
+
+def lock(out: Path) -> IO[bytes]:
+    """Hold the store's lock for this process; a second ingest into ``out`` is refused."""
+    fh = open(Path(out) / LOCK_NAME, "ab")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise LmdataError(
+            f"{out}: another ingest is writing this store right now (lock {out / LOCK_NAME} is held); "
+            "wait for it to finish or choose another --out"
+        ) from None
+    return fh
+
+
+def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse or clear an existing store according to the flags (see the module docstring)."""
+    if resume and overwrite:
+        raise LmdataError("--resume and --overwrite exclude each other; pick one")
+    entries = [p for p in Path(out).iterdir() if p.name != LOCK_NAME]
+    if not entries:
+        return
+    names = {p.name for p in entries}
+    ours = MANIFEST_NAME in names or PLAN_NAME in names
+    if not ours:
+        raise LmdataError(
+            f"{out} is not empty and holds no lmdata store; refusing to write or delete there; choose another --out"
+        )
+    if overwrite:
+        for p in entries:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        fsync_dir(Path(out))
+        return
+    if resume:
+        return
+    if MANIFEST_NAME in names:
+        raise LmdataError(f"{out} already holds a store; pass --overwrite to replace it")
+    raise LmdataError(
+        f"{out} holds the partial output of an interrupted ingest; pass --resume to continue it "
+        "or --overwrite to start over"
+    )
+
+
+def read_tokenizer_files(tokenizer_dir: Path) -> dict[str, bytes]:
+    """The tokenizer directory's files, read before ``prepare`` may clear the store (it can live there)."""
+    return {p.name: p.read_bytes() for p in sorted(Path(tokenizer_dir).iterdir()) if p.is_file()}
+
+
+def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], tokenizer_hash: str, load: Any) -> Path:
+    """Write the tokenizer into ``<store>/tokenizer`` or, if there, check it is the same one."""
+    dest = Path(out) / TOKENIZER_DIR
+    if dest.exists():
+        have = load(dest).hash
+        if have != tokenizer_hash:
+            raise LmdataError(
+                f"tokenizer {tokenizer_dir} (hash {tokenizer_hash[:19]}) does not match the store being resumed "
+                f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
+            )
+        return dest
+    tmp = Path(out) / f".{TOKENIZER_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, data in files.items():
+        with open(tmp / name, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    fsync_dir(tmp)
+    os.replace(tmp, dest)
+    fsync_dir(Path(out))
+    return dest
+
+
+def make_plan(splits: dict[str, Any], tokenizer_hash: str, dtype: str, shard_tokens: int,
+              formats: list[str]) -> dict[str, Any]:
+    """The plan: everything that decides the store's bytes (``splits``: name -> ``SplitSource``)."""
+    return {
+        "tokenizer_hash": tokenizer_hash, "dtype": dtype, "shard_tokens": shard_tokens, "formats": formats,
+        "splits": {
+            name: {
+                "sources": [describe(p) for p in expand(s.spec.paths)],
+                "kind": s.spec.kind, "separator": s.spec.separator, "text_field": s.spec.text_field,
+                "errors": s.spec.errors, "documents": [s.start, s.stop],
+            }
+            for name, s in splits.items()
+        },
+    }
+
+
+def check_plan(out: Path, plan: dict[str, Any]) -> None:
+    """Write the plan, or check that a resumed store was started with exactly this plan."""
+    path = Path(out) / PLAN_NAME
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            raise LmdataError(f"{path}: unreadable ingest plan; start over with --overwrite") from None
+        if old != plan:
+            key = _first_difference(old, plan)
+            raise LmdataError(
+                f"{out} was started with different settings ({key} differs); rerun with the original "
+                "inputs and options, or start over with --overwrite"
+            )
+        return
+    atomic_write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
+
+
+def _first_difference(a: Any, b: Any, where: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{where}[{i}]")
+    return f"{where or 'plan'}: {_short(a)} vs {_short(b)}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

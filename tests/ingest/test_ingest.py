@@ -1,0 +1,301 @@
+"""The ingest job end to end on the shipped sample: round trip, determinism, resume, refusals."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmdata.errors import LmdataError
+from lmdata.ingest import _ShardCutter, ingest
+from lmdata.sources import SourceSpec, iter_documents
+from lmdata.store import open_store, verify_store
+
+from ingest_common import FORMATS, HOLDOUT, REPO, SAMPLE, SAMPLE_SHARD_TOKENS, fingerprint
+
+
+def _sample(**kw):
+    return {"train": SourceSpec((str(SAMPLE),), **kw)}
+
+
+def test_round_trip_every_document_of_every_format(sample_store):
+    docs = [d.text for d in iter_documents(SourceSpec((str(SAMPLE),)))]
+    expected = {"train": docs[:-HOLDOUT], "validation": docs[-HOLDOUT:]}
+    store = open_store(sample_store)
+    tok = store.tokenizer()
+    assert store.splits == ["train", "validation"]
+    for split, texts in expected.items():
+        assert store.manifest.splits[split].n_docs == len(texts)
+        assert store.formats(split) == FORMATS
+        for fmt in FORMATS:
+            for i, text in enumerate(texts):
+                ids = store.document(split, i, fmt)
+                assert ids[-1] == store.eot_id and store.eot_id not in ids[:-1].tolist()
+                assert tok.decode(ids[:-1].tolist()) == text, (split, fmt, i)
+
+
+def test_manifest_and_store_layout(sample_store, tokenizer):
+    m = json.loads((sample_store / "manifest.json").read_text())
+    assert m["tokenizer"]["hash"] == tokenizer.hash and m["dtype"] == "uint16" and m["eot_id"] == tokenizer.eot_id
+    assert (sample_store / "tokenizer" / "tokenizer.json").is_file()
+    train = m["splits"]["train"]
+    assert train["sources"][0]["sha256"] and train["sources"][0]["bytes"] == SAMPLE.stat().st_size
+    shards = train["formats"]["memmap"]["shards"]
+    assert len(shards) > 5
+    assert all(s["n_tokens"] <= SAMPLE_SHARD_TOKENS or s["n_docs"] == 1 for s in shards)
+    assert (sample_store / "train" / "memmap" / "tokens-00000.bin").is_file()
+    assert (sample_store / "train" / "parquet" / "shard-00000.parquet").is_file()
+    assert verify_store(sample_store).ok
+
+
+def test_same_store_whatever_the_worker_count(sample_store, tokenizer_dir, tmp_path):
+    ingest(_sample(), tokenizer_dir, tmp_path / "w2", formats=FORMATS, shard_tokens=SAMPLE_SHARD_TOKENS,
+           workers=2, holdout=("train", "validation", HOLDOUT), progress=False, log=None)
+    assert fingerprint(tmp_path / "w2") == fingerprint(sample_store)
+    assert verify_store(tmp_path / "w2").ok
+
+
+def test_literal_endoftext_in_jsonl_is_plain_text(tmp_path, tokenizer_dir, tokenizer):
+    path = tmp_path / "d.jsonl"
+    docs = ["before <|endoftext|> after", "<|endoftext|>", "plain"]
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    res = ingest({"train": SourceSpec((str(path),))}, tokenizer_dir, tmp_path / "s", formats=["memmap"],
+                 workers=1, progress=False, log=None)
+    assert res.manifest.splits["train"].n_docs == 3
+    store = open_store(tmp_path / "s")
+    for i, text in enumerate(docs):
+        ids = store.document("train", i).tolist()
+        assert ids.count(tokenizer.eot_id) == 1 and ids[-1] == tokenizer.eot_id
+        assert tokenizer.decode(ids[:-1]) == text
+
+
+def test_uint32_when_the_vocab_does_not_fit_uint16(tmp_path):
+    from lmdata.tokenizer import Tokenizer
+
+    vocab = {i: bytes([i]) for i in range(256)} | {70_000: b"<|endoftext|>"}
+    Tokenizer(vocab, [], ["<|endoftext|>"]).save(tmp_path / "tok")
+    (tmp_path / "in.txt").write_text("ab\n<|endoftext|>\ncd\n")
+    ingest({"train": SourceSpec((str(tmp_path / "in.txt"),))}, tmp_path / "tok", tmp_path / "s",
+           formats=FORMATS, workers=1, progress=False, log=None)
+    store = open_store(tmp_path / "s")
+    assert store.manifest.dtype == "uint32"
+    for fmt in FORMATS:
+        assert store.document("train", 1, fmt).tolist() == [99, 100, 70_000]
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=40), shard_tokens=st.integers(1, 120))
+def test_shards_cut_at_document_boundaries(tmp_path_factory, lengths, shard_tokens):
+    from lmdata.store.memmap import MemmapWriter
+
+    writer = MemmapWriter(tmp_path_factory.mktemp("cut"), np.dtype("uint16"))
+    cutter = _ShardCutter({"memmap": writer}, {"memmap": {}}, shard_tokens, 0, 0, 0)
+    tokens = np.arange(sum(lengths), dtype=np.uint16)
+    cutter.add(tokens, np.array(lengths, dtype=np.int64))
+    cutter.flush()
+    shards = cutter.written["memmap"]
+    assert sum(s.n_docs for s in shards) == len(lengths) and sum(s.n_tokens for s in shards) == len(tokens)
+    for a, b in zip(shards, shards[1:]):
+        assert b.first_doc == a.first_doc + a.n_docs and b.first_token == a.first_token + a.n_tokens
+        assert a.n_tokens + lengths[b.first_doc] > shard_tokens  # closed only when the next doc would not fit
+    assert all(s.n_tokens <= shard_tokens or s.n_docs == 1 for s in shards)
+
+
+# ---------------------------------------------------------------------------- kill and resume
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lmdata", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir):
+    args = ["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--shard-tokens", "20000",
+            "--no-progress"]
+    out = tmp_path / "killed"
+    proc = _cli(*args, "--out", str(out), "--workers", "1")
+    records = out / "train" / "lance" / "_shards"
+    deadline = time.monotonic() + 60
+    while len(list(records.glob("*.json"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # while it runs, a second ingest into the same store is refused by the lock
+    with pytest.raises(LmdataError, match="another ingest is writing this store"):
+        ingest(_sample(), tokenizer_dir, out, formats=["memmap"], workers=1, progress=False, log=None)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the ingest finished before it could be killed"
+    assert not (out / "manifest.json").exists()
+
+    refused = _cli(*args, "--out", str(out), "--workers", "1")
+    assert refused.wait() == 1 and "--resume" in refused.stderr.read()
+    resumed = _cli(*args, "--out", str(out), "--resume", "--workers", "2")  # worker count may differ
+    _, err = resumed.communicate()
+    assert resumed.returncode == 0, err
+    whole = _cli(*args, "--out", str(tmp_path / "whole"), "--workers", "1")
+    _, err = whole.communicate()
+    assert whole.returncode == 0, err
+    assert fingerprint(out) == fingerprint(tmp_path / "whole")
+    assert verify_store(out).ok
+    leftovers = [p for p in out.rglob(".*") if p.name != ".lock"]
+    assert not leftovers, leftovers
+    # the interrupted run's uncommitted Lance fragments are gone: only referenced data files remain
+    lance_dir = out / "train" / "lance"
+    referenced = {f["path"] for s in json.loads((out / "manifest.json").read_text())["splits"]["train"]["formats"]
+                  ["lance"]["shards"] for f in s["files"] if f["path"].startswith("data/")}
+    assert {str(p.relative_to(lance_dir)) for p in (lance_dir / "data").iterdir()} == referenced
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def test_existing_store_needs_a_flag(tmp_path, tokenizer_dir):
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    ingest(_sample(), tokenizer_dir, tmp_path / "s", **kw)
+    with pytest.raises(LmdataError, match="already holds a store; pass --overwrite"):
+        ingest(_sample(), tokenizer_dir, tmp_path / "s", **kw)
+    ingest(_sample(), tokenizer_dir, tmp_path / "s", overwrite=True, **kw)
+    ingest(_sample(), tokenizer_dir, tmp_path / "s", resume=True, **kw)  # complete: resume is a no-op re-check
+    ingest(_sample(), tmp_path / "s" / "tokenizer", tmp_path / "s", overwrite=True, **kw)  # its own tokenizer
+    with pytest.raises(LmdataError, match="shard_tokens"):
+        ingest(_sample(), tokenizer_dir, tmp_path / "s", resume=True, **kw | {"shard_tokens": 777})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("x")
+    with pytest.raises(LmdataError, match="holds no lmdata store; refusing"):
+        ingest(_sample(), tokenizer_dir, tmp_path / "other", overwrite=True, **kw)
+    assert (tmp_path / "other" / "precious.txt").exists()
+
+
+def test_resume_with_another_tokenizer_is_refused(tmp_path, tokenizer_dir):
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(str(SAMPLE), 300, ["<|endoftext|>"], workers=1)
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(tmp_path / "tok2")
+    ingest(_sample(), tokenizer_dir, tmp_path / "s", formats=["memmap"], workers=1, progress=False, log=None)
+    with pytest.raises(LmdataError, match=r"tok2 .* does not match the store being resumed"):
+        ingest(_sample(), tmp_path / "tok2", tmp_path / "s", formats=["memmap"], resume=True, workers=1,
+               progress=False, log=None)
+
+
+def test_bad_inputs_fail_before_touching_the_output(tmp_path, tokenizer_dir):
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    out = tmp_path / "s"
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "seps.txt").write_text("<|endoftext|>\n<|endoftext|>\n")
+    cases = [
+        ({"train": SourceSpec((str(tmp_path / "missing.txt"),))}, "missing.txt: no such file"),
+        ({"train": SourceSpec((str(tmp_path / "*.nothing"),))}, "matches no files"),
+        ({"train": SourceSpec((str(tmp_path / "empty.txt"),))}, "holds no documents"),
+        ({"train": SourceSpec((str(tmp_path / "seps.txt"),))}, "holds no documents"),
+        (_sample(), "unknown format 'zarr'; valid formats: memmap"),
+    ]
+    for splits, message in cases:
+        with pytest.raises(LmdataError, match=message):
+            ingest(splits, tokenizer_dir, out, **(kw | ({"formats": ["zarr"]} if "zarr" in message else {})))
+        assert not out.exists()
+    with pytest.raises(LmdataError, match="tokenizer .*nope: no such directory"):
+        ingest(_sample(), tmp_path / "nope", out, **kw)
+
+
+def test_invalid_utf8_mid_input(tmp_path, tokenizer_dir):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\n<|endoftext|>\nbro\xc3ken\n")
+    with pytest.raises(LmdataError, match=r"bad.txt: invalid UTF-8 at byte 22"):
+        ingest({"train": SourceSpec((str(path),))}, tokenizer_dir, tmp_path / "s", workers=1, progress=False,
+               log=None, formats=["memmap"])
+    lines: list[str] = []
+    res = ingest({"train": SourceSpec((str(path),), errors="replace")}, tokenizer_dir, tmp_path / "s2",
+                 workers=1, progress=False, log=lines.append, formats=["memmap"])
+    assert res.splits["train"].replaced == 1 and "1 invalid UTF-8 sequences replaced" in lines[0]
+    assert open_store(tmp_path / "s2").manifest.extra["splits"]["train"]["replaced"] == 1
+
+
+def test_unwritable_output(tmp_path, tokenizer_dir):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LmdataError, match="output directory .* is not writable.*--out"):
+        ingest(_sample(), tokenizer_dir, tmp_path / "file" / "store", formats=["memmap"], workers=1,
+               progress=False, log=None)
+    if os.geteuid() != 0:  # root ignores permission bits
+        (tmp_path / "ro").mkdir(mode=0o500)
+        with pytest.raises(LmdataError, match="not writable"):
+            ingest(_sample(), tokenizer_dir, tmp_path / "ro" / "s", formats=["memmap"], workers=1,
+                   progress=False, log=None)
+
+
+def test_lock_is_released_when_the_holder_dies(tmp_path, tokenizer_dir):
+    out = tmp_path / "s"
+    out.mkdir()
+    with open(out / ".lock", "ab") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(LmdataError, match="another ingest"):
+            ingest(_sample(), tokenizer_dir, out, formats=["memmap"], workers=1, progress=False, log=None)
+    ingest(_sample(), tokenizer_dir, out, formats=["memmap"], workers=1, progress=False, log=None)
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # train_bpe forks; lance was imported by other tests
+def test_pipeline_trains_its_tokenizer_when_missing(tmp_path):
+    from click.testing import CliRunner
+
+    from lmdata.cli import cli
+
+    toml = tmp_path / "p.toml"
+    toml.write_text(f"""
+[tokenizer]
+dir = "{tmp_path / 'tok'}"
+train_files = ["{SAMPLE}"]
+vocab_size = 300
+[ingest]
+out = "{tmp_path / 'store'}"
+formats = ["memmap"]
+workers = 1
+[ingest.splits.train]
+sources = ["{SAMPLE}"]
+[ingest.holdout]
+documents = 2
+[train]
+owned_by = "someone else"
+""")
+    result = CliRunner().invoke(cli, ["ingest", str(toml), "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    store = open_store(tmp_path / "store")
+    assert store.manifest.vocab_size == 300 and store.manifest.splits["validation"].n_docs == 2
+
+
+def test_cli_splits_by_flag(tmp_path, tokenizer_dir):
+    from click.testing import CliRunner
+
+    from lmdata.cli import cli
+
+    (tmp_path / "a.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    (tmp_path / "b.txt.gz").write_bytes(__import__("gzip").compress(b"three\n<|endoftext|>\nfour\n"))
+    args = ["ingest", "--split", f"train={tmp_path / 'a.jsonl'}", "--split", f"dev={tmp_path / '*.gz'}",
+            "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "s"), "--format", "memmap,parquet",
+            "--workers", "1", "--no-progress"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "train: 2 documents" in result.output and "dev: 2 documents" in result.output
+    assert show_all(tmp_path / "s", "dev") == ["three", "four"]
+    with pytest.raises(LmdataError, match="--split 'dev': expected NAME=PATH"):
+        CliRunner().invoke(cli, ["ingest", "--split", "dev", "--tokenizer", "x", "--out", "y"], catch_exceptions=False)
+
+
+def show_all(store, split):
+    from lmdata.inspect import show
+
+    return [show(store, split, i) for i in range(open_store(store).manifest.splits[split].n_docs)]
+
+
+def test_ingest_modules_import_light():
+    code = ("import sys, lmdata.ingest, lmdata.sources, lmdata.config, lmdata.inspect, lmdata.ingest_cli, "
+            "lmdata.ingest_output; print(','.join(m for m in ('pyarrow', 'lance', 'duckdb', 'polars', 'torch', "
+            "'tqdm', 'zstandard') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,190 @@
+"""Documents out of text, lines, JSON Lines and Parquet files, plain, .gz and .zst."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmdata.errors import LmdataError
+from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
+
+DOCS = ["first doc\nwith two lines", "second <|endoftext|> inline is text", "third\n\n"]
+
+
+def _compress(path: Path, comp: str) -> Path:
+    data = path.read_bytes()
+    if comp == "":
+        return path
+    out = path.with_name(path.name + comp)
+    if comp == ".gz":
+        out.write_bytes(gzip.compress(data))
+    else:
+        import zstandard
+
+        out.write_bytes(zstandard.ZstdCompressor().compress(data))
+    path.unlink()
+    return out
+
+
+def _write(tmp_path: Path, kind: str, docs: list[str]) -> Path:
+    if kind == "text":
+        path = tmp_path / "in.txt"
+        path.write_text("".join(d + "\n<|endoftext|>\n" for d in docs))
+    elif kind == "lines":
+        path = tmp_path / "in.lines"
+        path.write_text("".join(d + "\n" for d in docs))
+    elif kind == "jsonl":
+        path = tmp_path / "in.jsonl"
+        path.write_text("".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(docs)))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "in.parquet"
+        pq.write_table(pa.table({"text": docs, "n": list(range(len(docs)))}), path, row_group_size=2)
+    return path
+
+
+def _read(spec: SourceSpec, stats: SourceStats | None = None) -> list[str]:
+    return [d.text for d in iter_documents(spec, stats)]
+
+
+@pytest.mark.parametrize("comp", ["", ".gz", ".zst"])
+@pytest.mark.parametrize("kind", ["text", "jsonl", "parquet"])
+def test_every_kind_and_compression_round_trips(tmp_path, kind, comp):
+    path = _compress(_write(tmp_path, kind, DOCS), comp)
+    assert _read(SourceSpec((str(path),))) == DOCS  # kind "auto" by extension
+
+
+@pytest.mark.parametrize("comp", ["", ".gz", ".zst"])
+def test_one_document_per_line(tmp_path, comp):
+    docs = ["a line", "another line", "<|endoftext|> is text here"]
+    path = _compress(_write(tmp_path, "lines", docs), comp)
+    assert _read(SourceSpec((str(path),), kind="lines")) == docs
+
+
+def test_text_documents_are_exactly_the_bytes_between_separators(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("<|endoftext|>\na\n\n<|endoftext|>\n<|endoftext|>\nb\r\n<|endoftext|>\r\nlast without separator\n")
+    assert _read(SourceSpec((str(path),))) == ["a\n", "b", "last without separator"]
+    path.write_text("x\n###\ny\n")
+    assert _read(SourceSpec((str(path),), kind="text", separator="###")) == ["x", "y"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_characters="\r", blacklist_categories=["Cs"]), min_size=1), max_size=8))
+def test_text_round_trip_property(tmp_path_factory, docs):
+    docs = [d for d in docs if "<|endoftext|>" not in d.split("\n")]
+    path = tmp_path_factory.mktemp("prop") / "p.txt"
+    path.write_bytes("".join(d + "\n<|endoftext|>\n" for d in docs).encode("utf-8"))
+    assert _read(SourceSpec((str(path),))) == docs
+
+
+def test_globs_sorted_and_errors(tmp_path):
+    for name in ["b.txt", "a.txt", "c.md"]:
+        (tmp_path / name).write_text(name)
+    assert [p.name for p in expand([str(tmp_path / "*.txt")])] == ["a.txt", "b.txt"]
+    assert _read(SourceSpec((str(tmp_path / "*.txt"),))) == ["a.txt", "b.txt"]
+    with pytest.raises(LmdataError, match=r"glob .*\*\.json.* matches no files"):
+        expand([str(tmp_path / "*.json")])
+    with pytest.raises(LmdataError, match="nope.txt: no such file"):
+        expand([str(tmp_path / "nope.txt")])
+    with pytest.raises(LmdataError, match="is a directory"):
+        expand([str(tmp_path)])
+
+
+@pytest.mark.parametrize("comp", ["", ".gz"])
+def test_invalid_utf8_names_file_and_byte_offset(tmp_path, comp):
+    raw = tmp_path / "bad.txt"
+    raw.write_bytes(b"good doc\n<|endoftext|>\nok \xff bad\n")
+    path = _compress(raw, comp)
+    with pytest.raises(LmdataError, match=rf"{path.name}: invalid UTF-8 at byte 26; .*--errors replace"):
+        _read(SourceSpec((str(path),)))
+    stats = SourceStats()
+    assert _read(SourceSpec((str(path),), errors="replace"), stats) == ["good doc", "ok \ufffd bad"]
+    assert stats.replaced == 1
+
+
+def test_replace_counts_every_bad_sequence(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"text": "a\xff\xfeb\xc3"}\n')
+    stats = SourceStats()
+    assert _read(SourceSpec((str(path),), errors="replace"), stats) == ["a\ufffd\ufffdb\ufffd"]
+    assert stats.replaced == 3
+
+
+def test_jsonl_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "one"}\n\n{"text": "two"\n')
+    with pytest.raises(LmdataError, match=r"d.jsonl:3: not valid JSON"):
+        _read(SourceSpec((str(path),)))
+    path.write_text('{"text": "one"}\n{"body": "two"}\n')
+    with pytest.raises(LmdataError, match=r"d.jsonl:2: no field 'text'.*--text-field"):
+        _read(SourceSpec((str(path),)))
+    path.write_text('{"body": "one"}\n{"body": "two", "text": 1}\n')
+    assert _read(SourceSpec((str(path),), text_field="body")) == ["one", "two"]
+    path.write_text('{"text": 5}\n')
+    with pytest.raises(LmdataError, match=r"d.jsonl:1: field 'text' is int"):
+        _read(SourceSpec((str(path),)))
+
+
+def test_parquet_missing_column_and_binary_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"body": pa.array([b"x", b"\xffy", None], pa.binary())}), path)
+    with pytest.raises(LmdataError, match=r"b.parquet: no column 'text' \(columns: body\)"):
+        _read(SourceSpec((str(path),)))
+    with pytest.raises(LmdataError, match=r"b.parquet row 1: invalid UTF-8 at byte 0"):
+        _read(SourceSpec((str(path),), text_field="body"))
+    stats = SourceStats()
+    assert _read(SourceSpec((str(path),), text_field="body", errors="replace"), stats) == ["x", "\ufffdy"]
+    assert stats.replaced == 1
+
+
+def test_bad_spec_values():
+    with pytest.raises(LmdataError, match="kind 'csv'"):
+        SourceSpec(("x",), kind="csv")
+    with pytest.raises(LmdataError, match="--errors 'ignore'"):
+        SourceSpec(("x",), errors="ignore")
+    with pytest.raises(LmdataError, match="no input given"):
+        SourceSpec(())
+
+
+@pytest.mark.parametrize("comp", [".gz", ".zst"])
+def test_corrupt_compressed_input_is_named(tmp_path, comp):
+    path = _compress(_write(tmp_path, "text", DOCS * 200), comp)
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(LmdataError, match=rf"input .*{path.name}: corrupt"):
+        _read(SourceSpec((str(path),)))
+
+
+def test_multi_frame_zstd(tmp_path):
+    import zstandard
+
+    c = zstandard.ZstdCompressor()
+    path = tmp_path / "m.txt.zst"
+    path.write_bytes(c.compress(b"a\n<|endoftext|>\nb") + c.compress(b"c\n<|endoftext|>\n") + c.compress(b""))
+    assert _read(SourceSpec((str(path),))) == ["a", "bc"]
+    (tmp_path / "empty.txt.zst").write_bytes(b"")
+    assert _read(SourceSpec((str(tmp_path / "empty.txt.zst"),))) == []
+
+
+def test_garbage_zstd_is_named(tmp_path):
+    path = tmp_path / "g.txt.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\xff" * 64)
+    with pytest.raises(LmdataError, match=r"g.txt.zst: corrupt"):
+        _read(SourceSpec((str(path),)))
+
+
+def test_broken_parquet_is_named(tmp_path):
+    path = _write(tmp_path, "parquet", DOCS)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(LmdataError, match=r"in.parquet: not a readable Parquet file"):
+        _read(SourceSpec((str(path),)))
