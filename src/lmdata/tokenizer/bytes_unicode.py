@@ -1,0 +1,104 @@
+"""GPT-2 file formats: the byte<->unicode table, ``vocab.json`` and ``merges.txt``.
+
+GPT-2 shows every byte as a printable unicode character so that vocab and merges are
+plain text: printable Latin-1 bytes stand for themselves, the other 68 bytes map to
+U+0100 onwards, e.g. ``b" "`` -> ``"Ġ"`` and ``b"\\n"`` -> ``"Ċ"``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from lmdata.errors import LmdataError
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table: byte value -> printable character, e.g. ``32 -> "Ġ"``."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+@lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    """Inverse of ``bytes_to_unicode``: ``"Ġ" -> 32``."""
+    return {ch: b for b, ch in bytes_to_unicode().items()}
+
+
+def token_to_str(token: bytes) -> str:
+    """Show a token's bytes in GPT-2 form: ``b" the" -> "Ġthe"``."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def str_to_token(text: str, where: str) -> bytes:
+    """Inverse of ``token_to_str``; ``where`` names the file for the error message."""
+    table = unicode_to_bytes()
+    try:
+        return bytes(table[ch] for ch in text)
+    except KeyError as exc:
+        raise LmdataError(f"{where}: {text!r} is not in GPT-2 byte-to-unicode form") from exc
+
+
+def vocab_json(vocab: dict[int, bytes]) -> str:
+    """The text of ``vocab.json``: GPT-2 token string -> id, in id order."""
+    data = {token_to_str(tok): i for i, tok in sorted(vocab.items())}
+    return json.dumps(data, ensure_ascii=False, indent=0) + "\n"
+
+
+def read_vocab(path: Path) -> dict[int, bytes]:
+    """Read ``vocab.json`` written by us or by GPT-2/HF: id -> bytes."""
+    return parse_vocab(_read_text(path), str(path))
+
+
+def parse_vocab(text: str, where: str) -> dict[int, bytes]:
+    """Parse the text of a ``vocab.json``; ``where`` names the file in errors."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise LmdataError(f"{where}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
+        raise LmdataError(f"{where}: expected a JSON object mapping token strings to integer ids")
+    return {i: str_to_token(s, where) for s, i in data.items()}
+
+
+def merges_txt(merges: list[tuple[bytes, bytes]]) -> str:
+    """The text of ``merges.txt``: a version header, then one ``a b`` pair per line in rank order."""
+    lines = ["#version: 0.2"] + [f"{token_to_str(a)} {token_to_str(b)}" for a, b in merges]
+    return "\n".join(lines) + "\n"
+
+
+def read_merges(path: Path) -> list[tuple[bytes, bytes]]:
+    """Read ``merges.txt`` (GPT-2 form; a ``#version`` first line is skipped)."""
+    return parse_merges(_read_text(path), str(path))
+
+
+def parse_merges(text: str, where: str) -> list[tuple[bytes, bytes]]:
+    """Parse the text of a ``merges.txt``; ``where`` names the file in errors."""
+    merges = []
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line or (lineno == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise LmdataError(f"{where}:{lineno}: expected two space-separated tokens, got {line!r}")
+        merges.append((str_to_token(parts[0], where), str_to_token(parts[1], where)))
+    return merges
+
+
+def _read_text(path: Path) -> str:
+    """A UTF-8 file's text, or an error naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmdataError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise LmdataError(f"{path}: cannot read ({exc})") from None

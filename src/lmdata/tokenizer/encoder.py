@@ -1,0 +1,328 @@
+"""``Tokenizer``: encode text to ids and back with a trained (or GPT-2) vocab and merges.
+
+Speed comes from caching: text is cut into chunks (see ``pretokenize``), and a
+chunk seen before costs one dict lookup, so the regex and BPE run only on new chunks.
+Inside the token loop a token id is a character, ``chr(id)``: a merge is a C-speed
+``str.replace`` of a two-character pair.  Pre-tokens longer than ``_LONG`` use a heap
+over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator
+from itertools import chain, islice, repeat
+from operator import add
+from pathlib import Path
+
+from lmdata.errors import LmdataError
+from lmdata.tokenizer import bytes_unicode, saved
+from lmdata.tokenizer.pretokenize import (
+    PRETOKEN_RE, find_chunk_boundary, safe_cut, special_splitter, split_pieces,
+)
+from lmdata.tokenizer.train import check_special_tokens
+
+EOT = "<|endoftext|>"
+_LONG = 64  # pre-tokens longer than this use the heap BPE
+_MAX_CACHED_CHUNK = 128  # longer chunks are encoded every time, never cached
+_CACHE_ENTRIES = 1 << 19  # a cache this full is cleared (a few hundred MB at most)
+
+
+class Tokenizer:
+    """Byte-level BPE with GPT-2 pre-tokenization; special tokens are never merged."""
+
+    _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
+
+    def __init__(
+        self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None
+    ) -> None:
+        self.vocab = dict(vocab)
+        self.merges = list(merges)
+        self.special_tokens = check_special_tokens(special_tokens)
+        ids = {tok: i for i, tok in self.vocab.items()}
+        for tok in self.special_tokens:  # a special token missing from the vocab is appended
+            raw = tok.encode("utf-8")
+            if raw not in ids:
+                ids[raw] = max(self.vocab, default=-1) + 1
+                self.vocab[ids[raw]] = raw
+        self.special_ids = {tok: ids[tok.encode("utf-8")] for tok in self.special_tokens}
+        if max(self.vocab, default=0) > 0x10FFFF or min(self.vocab, default=0) < 0:
+            raise LmdataError("vocab ids must lie in 0..1114111")
+        missing = [b for b in range(256) if bytes([b]) not in ids]
+        if missing:
+            raise LmdataError(f"vocab lacks the single byte {bytes([missing[0]])!r}; a byte-level vocab needs all 256")
+        # bytes -> id chars: identity for our own vocabs, a permutation for GPT-2's
+        table = {b: ids[bytes([b])] for b in range(256)}
+        self._byte_table = None if all(b == i for b, i in table.items()) else str.maketrans(table)
+        self._ranks, self._merged, self._by_rank = _merge_tables(self.merges, ids)
+        self._splitter = special_splitter(self.special_tokens)
+        self._hash: str | None = None
+        self._clear_caches()
+
+    # -- construction and files ------------------------------------------------------
+
+    @classmethod
+    def from_files(
+        cls, vocab_path: str | Path, merges_path: str | Path, special_tokens: list[str] | None = None
+    ) -> "Tokenizer":
+        """Load GPT-2 style ``vocab.json`` and ``merges.txt`` (e.g. GPT-2's own)."""
+        vocab = bytes_unicode.read_vocab(Path(vocab_path))
+        return cls(vocab, bytes_unicode.read_merges(Path(merges_path)), special_tokens)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        """Load a directory written by ``save``, checking its files against the recorded hash."""
+        vocab_text, merges_text, specials, digest = saved.read_dir(Path(path))
+        tok = cls(
+            bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
+            bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
+            specials,
+        )
+        tok._hash = digest
+        return tok
+
+    def save(self, path: str | Path) -> str:
+        """Write ``vocab.json``, ``merges.txt`` and ``tokenizer.json`` atomically; returns the hash."""
+        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size)
+
+    def _texts(self) -> tuple[str, str]:
+        return bytes_unicode.vocab_json(self.vocab), bytes_unicode.merges_txt(self.merges)
+
+    @property
+    def hash(self) -> str:
+        """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
+        if self._hash is None:
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens)[0]
+        return self._hash
+
+    @property
+    def vocab_size(self) -> int:
+        """One more than the largest id (special tokens included): every id is below it."""
+        return max(self.vocab) + 1
+
+    @property
+    def eot_id(self) -> int | None:
+        """Id of ``<|endoftext|>`` if it is one of the special tokens, else None."""
+        return self.special_ids.get(EOT)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()  # ship to worker processes without the caches
+        state["_chunk_cache"], state["_head_cache"], state["_word_cache"] = {}, {}, {}
+        return state
+
+    def _clear_caches(self) -> None:
+        self._chunk_cache: dict[str, tuple[int, ...]] = {}  # piece p -> ids of " " + p
+        self._head_cache: dict[str, tuple[int, ...]] = {}  # first chunk of a text -> ids
+        self._word_cache: dict[str, tuple[int, ...]] = {}  # pre-token -> ids
+
+    # -- encoding --------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``; occurrences of the special tokens become their ids."""
+        ids: list[int] = []
+        if self._splitter is None or not any(tok in text for tok in self.special_tokens):
+            self._encode_into(text, ids)
+            return ids
+        for i, part in enumerate(self._splitter.split(text)):
+            if i % 2:
+                ids.append(self.special_ids[part])
+            elif part:
+                self._encode_into(part, ids)
+        return ids
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Ids of ``text`` with special-token strings treated as plain text."""
+        ids: list[int] = []
+        self._encode_into(text, ids)
+        return ids
+
+    def _encode_into(self, text: str, ids: list[int]) -> None:
+        """Append the ids of ``text`` (no special tokens) to ``ids``, a slice of ~1 MB at a time.
+
+        Slices end at chunk boundaries, so they encode independently; slicing bounds the
+        temporary lists (a 23 MB text split at once holds ~4M piece strings, ~250 MB).
+        """
+        start = 0
+        while len(text) - start > self._slice_chars:
+            boundary = find_chunk_boundary(text, start + self._slice_chars)
+            if boundary is None:
+                break
+            self._encode_slice(text[start : boundary.start()], ids)
+            start = boundary.start()
+        self._encode_slice(text[start:] if start else text, ids)
+
+    def _encode_slice(self, text: str, ids: list[int]) -> None:
+        """Append the ids of ``text`` to ``ids``: one dict lookup per chunk seen before."""
+        pieces = split_pieces(text)
+        ids.extend(self._encode_head(pieces[0]))
+        if len(pieces) == 1:
+            return
+        cache = self._chunk_cache
+        found = list(map(cache.get, islice(pieces, 1, None)))
+        try:
+            i = found.index(None)  # misses are found at C speed, then filled one by one
+        except ValueError:
+            i = -1
+        while i >= 0:
+            piece = pieces[i + 1]
+            got = cache.get(piece)
+            if got is None:
+                got = self._encode_chunk(" " + piece)
+                if len(piece) < _MAX_CACHED_CHUNK:
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[piece] = got
+            found[i] = got
+            try:
+                i = found.index(None, i + 1)
+            except ValueError:
+                i = -1
+        ids.extend(chain.from_iterable(found))
+
+    def _encode_head(self, head: str) -> tuple[int, ...]:
+        got = self._head_cache.get(head)
+        if got is None:
+            got = self._encode_chunk(head)
+            if len(head) < _MAX_CACHED_CHUNK:
+                if len(self._head_cache) >= _CACHE_ENTRIES:
+                    self._head_cache.clear()
+                self._head_cache[head] = got
+        return got
+
+    def _encode_chunk(self, chunk: str) -> tuple[int, ...]:
+        """Run the regex and BPE over one chunk (a cache miss)."""
+        cache = self._word_cache
+        words = PRETOKEN_RE.findall(chunk)
+        out: tuple[int, ...] = ()
+        for word in words:
+            got = cache.get(word)
+            if got is None:
+                got = self._bpe(word)
+                if len(word) < _MAX_CACHED_CHUNK:
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[word] = got
+            out = got if len(words) == 1 else out + got
+        return out
+
+    def _bpe(self, word: str) -> tuple[int, ...]:
+        """BPE of one pre-token: repeatedly merge the lowest-ranked adjacent pair."""
+        s = word.encode("utf-8").decode("latin-1")
+        if self._byte_table is not None:
+            s = s.translate(self._byte_table)
+        if len(s) > _LONG:
+            return _bpe_heap(s, self._ranks, self._merged)
+        rank_of, by_rank, unknown = self._ranks.get, self._by_rank, len(self._by_rank)
+        none = repeat(unknown)
+        while len(s) > 1:  # all C-level loops: pairs are s[i] + s[i+1], unknown ones rank last
+            best = min(map(rank_of, map(add, s, s[1:]), none))
+            if best == unknown:
+                break
+            pair, merged = by_rank[best]
+            s = s.replace(pair, merged)
+        return tuple(map(ord, s))
+
+    def encode_iterable(self, texts: Iterable[str], *, min_buffer: int = 1 << 16) -> Iterator[int]:
+        """Lazily encode a stream of strings (e.g. a file's lines) as one text, in bounded memory.
+
+        Pieces are gathered to ``min_buffer`` characters, then encoded up to a safe cut
+        (never inside a pre-token or a possible special token), so the ids equal
+        ``encode("".join(texts))``.
+        """
+        buffer, next_try = "", min_buffer
+        for text in texts:
+            buffer += text
+            if len(buffer) < next_try:
+                continue
+            cut = safe_cut(buffer, self.special_tokens)
+            if cut:
+                yield from self.encode(buffer[:cut])
+                buffer = buffer[cut:]
+            next_try = max(min_buffer, 2 * len(buffer))  # no cut found: wait for twice as much
+        if buffer:
+            yield from self.encode(buffer)
+
+    def encode_batch(
+        self, texts: list[str], num_workers: int | None = None, *, pool_min_chars: int = 8 << 20
+    ) -> list[list[int]]:
+        """``[encode(t) for t in texts]``; batches of ``pool_min_chars`` or more characters are
+        spread over ``num_workers`` processes (default: all cores)."""
+        workers = num_workers or os.cpu_count() or 1
+        if (workers == 1 or len(texts) < 2 or multiprocessing.current_process().daemon
+                or sum(map(len, texts)) < pool_min_chars):
+            return [self.encode(t) for t in texts]  # small, or inside a pool worker: no pool
+        size = -(-len(texts) // (4 * workers))
+        parts = [texts[i : i + size] for i in range(0, len(texts), size)]
+        with multiprocessing.get_context().Pool(workers) as pool:
+            return [ids for part in pool.map(self._encode_list, parts) for ids in part]
+
+    def _encode_list(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    # -- decoding --------------------------------------------------------------------
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The raw bytes of ``ids``."""
+        ids = list(ids)
+        try:
+            return b"".join(map(self.vocab.__getitem__, ids))
+        except (KeyError, TypeError):
+            bad = next(i for i in ids if not isinstance(i, int) or i not in self.vocab)
+            raise LmdataError(f"unknown token id {bad!r}: this tokenizer's ids are 0..{max(self.vocab)}") from None
+
+
+def _merge_tables(
+    merges: list[tuple[bytes, bytes]], ids: dict[bytes, int]
+) -> tuple[dict[str, int], dict[str, str], list[tuple[str, str]]]:
+    """Merges as id-char pairs: pair -> rank, pair -> merged id char, rank -> (pair, merged)."""
+    ranks: dict[str, int] = {}
+    merged: dict[str, str] = {}
+    by_rank: list[tuple[str, str]] = []
+    for rank, (a, b) in enumerate(merges):
+        if a + b not in ids or a not in ids or b not in ids:
+            raise LmdataError(f"merge {rank} ({a!r}, {b!r}): its tokens are not all in the vocab")
+        pair = chr(ids[a]) + chr(ids[b])
+        if pair not in ranks:  # a repeated merge keeps its first rank
+            ranks[pair] = rank
+            merged[pair] = chr(ids[a + b])
+        by_rank.append((pair, merged[pair]))
+    return ranks, merged, by_rank
+
+
+def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str]) -> tuple[int, ...]:
+    """BPE over a linked list with a heap of (rank, position): O(n log n) for long pre-tokens.
+
+    Merges the lowest rank first, leftmost first among equals -- the same result as
+    repeated ``str.replace`` of the best pair.  A heap entry is one int, ``rank << 32 |
+    position``, to keep a 1 MB pre-token within ~100 MB.
+    """
+    sym: list[str | None] = list(s)
+    n = len(sym)
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
+    heap = [ranks[s[i : i + 2]] << 32 | i for i in range(n - 1) if s[i : i + 2] in ranks]
+    heapq.heapify(heap)
+    mask = (1 << 32) - 1
+    while heap:
+        entry = heapq.heappop(heap)
+        rank, i = entry >> 32, entry & mask
+        j = nxt[i]
+        if sym[i] is None or j >= n or ranks.get(sym[i] + sym[j]) != rank:
+            continue  # stale: i was merged away or its right neighbour changed
+        sym[i] = merged[sym[i] + sym[j]]
+        sym[j] = None
+        nxt[i] = k = nxt[j]
+        if k < n:
+            prv[k] = i
+        p = prv[i]
+        if p >= 0 and (r := ranks.get(sym[p] + sym[i])) is not None:
+            heapq.heappush(heap, r << 32 | p)
+        if k < n and (r := ranks.get(sym[i] + sym[k])) is not None:
+            heapq.heappush(heap, r << 32 | i)
+    return tuple(ord(c) for c in sym if c is not None)

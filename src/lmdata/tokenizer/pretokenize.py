@@ -1,0 +1,177 @@
+"""Pre-tokenization: special-token splitting, the GPT-2 regex, and "chunks".
+
+Chunks are what make training and encoding fast.  With the GPT-2 pattern a pre-token
+boundary always falls just before a space that is followed by a non-whitespace
+character, and the pre-tokens after that point do not depend on the text before it (the
+pattern has no lookbehind and ``(?!\\S)`` sees a space or the end of text alike).  So text
+can be cut there into chunks -- in prose nearly one per word, e.g. ``" the"``,
+``" end.\\n"`` -- and each *distinct* chunk needs the regex only once.
+``tests/tokenizer/test_pretokenize.py`` checks this property over random text.
+
+The same holds at a position where a non-whitespace character is followed by whitespace;
+streaming uses that as a fallback cut for text without spaces.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import regex
+
+from lmdata.errors import LmdataError
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+PRETOKEN_RE = regex.compile(GPT2_PATTERN)
+
+# Splits *consuming* the space, so every piece after the first stands for " " + piece.
+# `re`'s \S is "not str.isspace()", a subset of `regex`'s \S (isspace also counts
+# U+001C..U+001F), so every cut it makes is a true chunk boundary.
+_CHUNK_SPLIT = re.compile(r" (?=\S)")
+split_pieces = _CHUNK_SPLIT.split
+find_chunk_boundary = _CHUNK_SPLIT.search  # (text, pos) -> match whose start() is the next cut
+
+
+def pretokens(text: str) -> list[str]:
+    """GPT-2 pre-tokens of text holding no special tokens: ``"a b" -> ["a", " b"]``."""
+    return PRETOKEN_RE.findall(text)
+
+
+def special_splitter(special_tokens: list[str]) -> re.Pattern | None:
+    """A pattern whose ``split`` keeps specials as separate items; longest wins on overlap."""
+    if not special_tokens:
+        return None
+    ordered = sorted(special_tokens, key=len, reverse=True)
+    return re.compile("(" + "|".join(re.escape(tok) for tok in ordered) + ")")
+
+
+def safe_cut(text: str, special_tokens: list[str]) -> int:
+    """The last position where ``text`` can be cut without changing its tokens, or 0.
+
+    Unknown text may follow, so the cut stays clear of the end by the longest special
+    token's length and never falls inside any special-token occurrence.
+    """
+    max_len = max((len(t) for t in special_tokens), default=1)
+    limit = len(text) - max_len
+    for find in (_last_space_cut, _last_newline_cut):
+        pos = find(text, limit + 1)
+        while pos > 0:
+            # a space cut needs its next character in the same segment: "  <|endoftext|>"
+            # pre-tokenizes as one "  ", so no cut before the special token's "<"
+            bad_space = find is _last_space_cut and any(text.startswith(t, pos + 1) for t in special_tokens)
+            if not bad_space and not _inside_special(text, pos, special_tokens):
+                return pos
+            pos = find(text, pos)
+    return 0
+
+
+def _last_space_cut(text: str, before: int) -> int:
+    """Largest i < ``before`` with text[i] == " " and text[i+1] non-whitespace, or -1."""
+    i = text.rfind(" ", 0, before)
+    while i > 0 and (i + 1 >= len(text) or text[i + 1].isspace()):
+        i = text.rfind(" ", 0, i)
+    return i
+
+
+def _last_newline_cut(text: str, before: int) -> int:
+    """Largest i < ``before`` with text[i] == "\\n" and text[i-1] non-whitespace, or -1."""
+    i = text.rfind("\n", 0, before)
+    while i > 0 and text[i - 1].isspace():
+        i = text.rfind("\n", 0, i)
+    return i
+
+
+def _inside_special(text: str, pos: int, special_tokens: list[str]) -> bool:
+    """Whether any occurrence of a special token starts before ``pos`` and ends after it."""
+    return any(text.find(t, max(0, pos - len(t) + 1), pos + len(t) - 1) != -1 for t in special_tokens)
+
+
+def count_pretokens(text: str, special_tokens: list[str]) -> Counter:
+    """Pre-token frequencies of ``text``, skipping special tokens; the regex runs once per distinct chunk."""
+    splitter = special_splitter(special_tokens)
+    segments = splitter.split(text)[::2] if splitter else [text]
+    spaced: Counter = Counter()  # piece -> count, standing for the chunk " " + piece
+    heads: Counter = Counter()  # first chunk of each segment, as is
+    for segment in segments:
+        pieces = split_pieces(segment)
+        spaced.update(pieces)  # C speed; the head is moved out below
+        spaced[pieces[0]] -= 1
+        heads[pieces[0]] += 1
+    counts: Counter = Counter()
+    for chunk, n in heads.items():
+        for tok in PRETOKEN_RE.findall(chunk):
+            counts[tok] += n
+    for piece, n in spaced.items():
+        if n <= 0:
+            continue
+        for tok in PRETOKEN_RE.findall(" " + piece):
+            counts[tok] += n
+    return counts
+
+
+@dataclass
+class ReadStats:
+    """What reading the input found: bytes read and invalid bytes replaced."""
+
+    bytes: int = 0
+    replacements: int = 0
+
+
+def iter_text_blocks(
+    path: Path, special_tokens: list[str], stats: ReadStats, errors: str = "strict", block_bytes: int = 4 << 20
+) -> Iterator[str]:
+    """Yield the decoded text of ``path`` in blocks cut only where tokenization is unaffected."""
+    if errors not in ("strict", "replace"):
+        raise LmdataError(f"--errors must be 'strict' or 'replace', not {errors!r}")
+    path = Path(path)
+    handler = "strict" if errors == "strict" else _counting_handler(stats)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=handler)
+    carry, offset = "", 0
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError as exc:
+        raise LmdataError(f"{path}: is a directory; give a text file") from exc
+    except FileNotFoundError as exc:
+        raise LmdataError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise LmdataError(f"{path}: cannot read ({exc.strerror})") from exc
+    with f:
+        while True:
+            try:
+                raw = f.read(block_bytes)
+            except OSError as exc:
+                raise LmdataError(f"{path}: cannot read ({exc.strerror})") from exc
+            pending = len(decoder.getstate()[0])
+            try:
+                text = carry + decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as exc:
+                at = offset - pending + exc.start
+                raise LmdataError(
+                    f"{path}: invalid UTF-8 at byte offset {at}; fix the file or pass --errors replace"
+                ) from None
+            offset += len(raw)
+            stats.bytes += len(raw)
+            if not raw:
+                if text:
+                    yield text
+                return
+            cut = safe_cut(text, special_tokens)
+            if cut:
+                yield text[:cut]
+            carry = text[cut:]
+
+
+def _counting_handler(stats: ReadStats) -> str:
+    """Register (once per stats object) a decode error handler that replaces and counts."""
+
+    def handler(exc: UnicodeDecodeError) -> tuple[str, int]:
+        stats.replacements += 1
+        return "\ufffd", exc.end
+
+    name = f"lmdata-count-{id(stats)}"
+    codecs.register_error(name, handler)
+    return name

@@ -1,0 +1,278 @@
+"""Byte-level BPE training: count pre-tokens in parallel, then merge incrementally.
+
+Counting streams each input in blocks cut where tokenization is unaffected
+(``pretokenize.iter_text_blocks``) and counts each block's pre-tokens in a process pool;
+the regex runs once per distinct chunk of a block.  Merging represents every distinct
+pre-token as a ``str`` whose characters are token ids (``chr(id)``), so a merge is one
+C-speed ``str.replace`` per word that holds the pair; an index pair -> word ids limits
+the work to those words, and a heap with lazy re-insertion finds the best pair.  Counts
+of existing pairs only ever fall (every new pair contains the newest token), so a
+stale heap entry is simply re-pushed with its current count when it surfaces.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from lmdata.errors import LmdataError
+from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks
+
+DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+
+
+@dataclass
+class TrainStats:
+    """The closing summary of a training run."""
+
+    bytes: int = 0
+    replacements: int = 0
+    distinct_pretokens: int = 0
+    merges: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line for the CLI, e.g. ``22.9 MB, 91,823 distinct pre-tokens, 9,743 merges, 7.1 s``."""
+        text = (
+            f"{self.bytes / 1e6:.1f} MB, {self.distinct_pretokens:,} distinct pre-tokens, "
+            f"{self.merges:,} merges, {self.seconds:.1f} s"
+        )
+        return text + (f", {self.replacements:,} invalid UTF-8 sequences replaced" if self.replacements else "")
+
+
+def check_special_tokens(special_tokens: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Reject empty and duplicate special tokens (they would make ids ambiguous)."""
+    tokens = list(special_tokens or [])
+    for tok in tokens:
+        if not isinstance(tok, str) or not tok:
+            raise LmdataError(f"--special-token must be a non-empty string, got {tok!r}")
+    dupes = sorted({t for t in tokens if tokens.count(t) > 1})
+    if dupes:
+        raise LmdataError(f"--special-token {dupes[0]!r} is given more than once; give each once")
+    return tokens
+
+
+def check_inputs(input_paths: str | Path | list) -> list[Path]:
+    """Fail early, naming the file, on a missing, unreadable, empty or directory input."""
+    paths = [Path(p) for p in ([input_paths] if isinstance(input_paths, (str, Path)) else input_paths)]
+    if not paths:
+        raise LmdataError("no INPUT given; name at least one text file")
+    for path in paths:
+        if path.is_dir():
+            raise LmdataError(f"{path}: is a directory; give a text file")
+        try:
+            with open(path, "rb") as f:
+                empty = not f.read(1)
+        except FileNotFoundError:
+            raise LmdataError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise LmdataError(f"{path}: cannot read ({exc.strerror})") from None
+        if empty:
+            raise LmdataError(f"{path}: is empty; give a file with text to train on")
+    return paths
+
+
+def train_bpe(
+    input_path: str | Path | list,
+    vocab_size: int,
+    special_tokens: list[str] | tuple[str, ...] | None = DEFAULT_SPECIAL_TOKENS,
+    **opts,
+) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train byte-level BPE on one or more UTF-8 files; see ``train_bpe_stats`` for ``opts``."""
+    vocab, merges, _ = train_bpe_stats(input_path, vocab_size, special_tokens, **opts)
+    return vocab, merges
+
+
+def train_bpe_stats(
+    input_path: str | Path | list,
+    vocab_size: int,
+    special_tokens: list[str] | tuple[str, ...] | None = DEFAULT_SPECIAL_TOKENS,
+    *,
+    workers: int | None = None,
+    errors: str = "strict",
+    progress: bool = False,
+    block_bytes: int = 4 << 20,
+) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], TrainStats]:
+    """Train and also return the run's ``TrainStats``.
+
+    ``workers`` processes count pre-tokens (default: all cores; the result never
+    depends on it); ``errors="replace"`` turns invalid UTF-8 into U+FFFD and counts it.
+    """
+    start = time.perf_counter()
+    specials = check_special_tokens(special_tokens)
+    if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
+        raise LmdataError(
+            f"--vocab-size {vocab_size} is too small: it must be at least 256 bytes + "
+            f"{len(specials)} special tokens = {256 + len(specials)}"
+        )
+    if workers is not None and workers < 1:
+        raise LmdataError(f"--workers must be at least 1, got {workers}")
+    paths = check_inputs(input_path)
+    stats = TrainStats()
+    counts = count_files(paths, specials, workers or os.cpu_count() or 1, errors, stats, progress, block_bytes)
+    stats.distinct_pretokens = len(counts)
+    merge_ids = merge_pairs(counts, vocab_size - 256 - len(specials), progress)
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for a, b in merge_ids:
+        merges.append((vocab[a], vocab[b]))
+        vocab[len(vocab)] = vocab[a] + vocab[b]
+    for tok in specials:
+        vocab[len(vocab)] = tok.encode("utf-8")
+    stats.merges = len(merges)
+    stats.seconds = time.perf_counter() - start
+    return vocab, merges, stats
+
+
+def count_files(
+    paths: list[Path], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
+    block_bytes: int = 4 << 20,
+) -> Counter:
+    """Pre-token frequencies over all files; the same for any ``workers``."""
+    from tqdm import tqdm
+
+    read = ReadStats()
+    total = sum(p.stat().st_size for p in paths)
+    workers = max(1, min(workers, -(-total // block_bytes)))  # a pool only pays off for several blocks
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=not progress)
+    blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes))
+    count = partial(count_pretokens, special_tokens=specials)
+    counts: Counter = Counter()
+    seen = 0
+
+    def advance() -> None:
+        nonlocal seen
+        bar.update(read.bytes - seen)
+        seen = read.bytes
+
+    if workers == 1:
+        for block in blocks:
+            counts.update(count(block))
+            advance()
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context().Pool(workers) as pool:
+            pending: deque = deque()
+            for block in blocks:  # at most 2 blocks per worker in flight: bounded memory
+                pending.append(pool.apply_async(count, (block,)))
+                if len(pending) >= 2 * workers:
+                    counts.update(pending.popleft().get())
+                advance()
+            while pending:
+                counts.update(pending.popleft().get())
+    advance()
+    bar.close()
+    stats.bytes, stats.replacements = read.bytes, read.replacements
+    return counts
+
+
+def _inverse_key(token: bytes) -> str:
+    """A string that sorts in the *reverse* order of ``token``: a heap min is the greatest token.
+
+    Byte b maps to chr(255 - b); chr(256) ends it so that a prefix sorts after its extensions.
+    """
+    return "".join(chr(255 - b) for b in token) + chr(256)
+
+
+def merge_pairs(counts: Counter, num_merges: int, progress: bool = False) -> list[tuple[int, int]]:
+    """The BPE merges as (id_a, id_b) pairs; new ids are 256, 257, ... in merge order."""
+    from tqdm import tqdm
+
+    words: list[str] = []
+    freqs: list[int] = []
+    for tok, n in counts.items():
+        w = tok.encode("utf-8").decode("latin-1")  # one char per byte: chr(byte) == token id
+        if len(w) > 1:
+            words.append(w)
+            freqs.append(n)
+    pair_counts: dict[str, int] = defaultdict(int)
+    where: dict[str, set[int]] = defaultdict(set)
+    for wid, w in enumerate(words):
+        f = freqs[wid]
+        for i in range(len(w) - 1):
+            p = w[i : i + 2]
+            pair_counts[p] += f
+            where[p].add(wid)
+    inv = [_inverse_key(bytes([i])) for i in range(256)]
+    heap = [(-n, inv[ord(p[0])], inv[ord(p[1])], p) for p, n in pair_counts.items()]
+    heapq.heapify(heap)
+    merges: list[tuple[int, int]] = []
+    tokens = [bytes([i]) for i in range(256)]
+    for _ in tqdm(range(num_merges), desc="merge", unit="merge", disable=not progress):
+        best = _pop_best(heap, pair_counts, inv)
+        if best is None:
+            break
+        a, b = ord(best[0]), ord(best[1])
+        new = len(tokens)
+        tokens.append(tokens[a] + tokens[b])
+        inv.append(_inverse_key(tokens[new]))
+        merges.append((a, b))
+        gained = _apply_merge(best, chr(new), words, freqs, pair_counts, where)
+        for p in gained:
+            heapq.heappush(heap, (-pair_counts[p], inv[ord(p[0])], inv[ord(p[1])], p))
+    return merges
+
+
+def _pop_best(heap: list, pair_counts: dict[str, int], inv: list[str]) -> str | None:
+    """Pop the most frequent pair (ties: greatest bytes); stale entries are re-pushed."""
+    while heap:
+        neg, _, _, p = heap[0]
+        n = pair_counts.get(p, 0)
+        if n == -neg:
+            heapq.heappop(heap)
+            return p if n > 0 else None
+        if n > 0:
+            heapq.heapreplace(heap, (-n, inv[ord(p[0])], inv[ord(p[1])], p))
+        else:
+            heapq.heappop(heap)
+    return None
+
+
+def _apply_merge(
+    pair: str, new: str, words: list[str], freqs: list[int], pair_counts: dict[str, int], where: dict[str, set[int]]
+) -> set[str]:
+    """Merge ``pair`` -> ``new`` in every word holding it, updating counts only around each merge.
+
+    Returns the pairs it created (they all contain ``new``).
+    """
+    a, b = pair
+    ba = b + a
+    gained: set[str] = set()
+    for wid in where.pop(pair):
+        w = words[wid]
+        if pair not in w:
+            continue  # stale index entry: an earlier merge consumed the pair here
+        nw = w.replace(pair, new)
+        words[wid] = nw
+        f = freqs[wid]
+        last = len(nw) - 1
+        j = nw.find(new)
+        while j != -1:
+            pair_counts[pair] -= f
+            if j > 0:
+                x = nw[j - 1]
+                if x == new:  # "abab" -> "cc": the (b, a) between them is gone; (c, c) counted below
+                    pair_counts[ba] -= f
+                else:
+                    pair_counts[x + a] -= f
+                    p = x + new
+                    pair_counts[p] += f
+                    where[p].add(wid)
+                    gained.add(p)
+            if j < last:
+                y = nw[j + 1]
+                p = new + y
+                pair_counts[p] += f
+                where[p].add(wid)
+                gained.add(p)
+                if y != new:
+                    pair_counts[b + y] -= f
+            j = nw.find(new, j + 1)
+    del pair_counts[pair]
+    return gained

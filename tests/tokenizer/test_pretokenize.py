@@ -1,0 +1,59 @@
+"""The chunk property that training and encoding rely on, and streaming cuts."""
+
+from collections import Counter
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from lmdata.tokenizer.pretokenize import (
+    ReadStats, count_pretokens, iter_text_blocks, pretokens, safe_cut, split_pieces,
+)
+
+from .reference import PATTERN, split_special
+from .strategies import SPECIALS, texts
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_chunks_pretokenize_like_the_whole_text(text):
+    pieces = split_pieces(text)
+    chunks = pieces[:1] + [" " + p for p in pieces[1:]]
+    assert "".join(chunks) == text
+    assert [t for c in chunks for t in PATTERN.findall(c)] == PATTERN.findall(text)
+
+
+def _reference_counts(text, specials):
+    return Counter(t for is_special, part in split_special(text, specials) if not is_special
+                   for t in PATTERN.findall(part))
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_count_pretokens_equals_plain_regex_path(text):
+    assert count_pretokens(text, SPECIALS) == _reference_counts(text, SPECIALS)
+    assert count_pretokens(text, []) == Counter(pretokens(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts | texts.map(lambda t: t.replace(" ", "")), st.integers(0, 80))
+@example("  <|endoftext|>", 80)  # the space before a special token ends its segment: no cut there
+def test_safe_cut_does_not_change_tokens(text, end):
+    """A cut found in a prefix leaves both sides' tokens unchanged, whatever follows."""
+    prefix = text[:end]
+    cut = safe_cut(prefix, SPECIALS)
+    if cut:
+        assert _split_tokens(text[:cut]) + _split_tokens(text[cut:]) == _split_tokens(text)
+
+
+def _split_tokens(text):
+    return [(s, t) for s, part in split_special(text, SPECIALS) for t in ([part] if s else PATTERN.findall(part))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts, st.integers(1, 40))
+def test_blocks_rejoin_to_the_file(tmp_path_factory, text, block_bytes):
+    path = tmp_path_factory.mktemp("blocks") / "t.txt"
+    path.write_bytes(text.encode("utf-8"))
+    blocks = list(iter_text_blocks(path, SPECIALS, ReadStats(), block_bytes=block_bytes))
+    assert "".join(blocks) == text
+    assert sum((count_pretokens(b, SPECIALS) for b in blocks), Counter()) == _reference_counts(text, SPECIALS)

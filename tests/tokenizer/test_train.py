@@ -1,0 +1,79 @@
+"""The fast trainer makes exactly the reference's merges."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmdata.tokenizer import train_bpe
+
+from . import reference
+from .strategies import SPECIALS, texts
+
+EOT = "<|endoftext|>"
+
+
+def _train_both(tmp_path, text, vocab_size, specials, **opts):
+    path = tmp_path / "in.txt"
+    path.write_bytes(text.encode("utf-8"))
+    fast = train_bpe(path, vocab_size, specials, workers=1, **opts)
+    return fast, reference.train(text, vocab_size, specials)
+
+
+def test_hand_worked_example(tmp_path):
+    # pre-tokens "aaab", " aab": (a,a)=3 wins -> 256; then (aa,a) (a,b) ( ,aa) (aa,b) all 1:
+    # the greatest is (b"aa", b"b") -> 257; then (aa,a) ( ,aab) -> (b"aa", b"a") -> 258; EOT 259.
+    (tmp_path / "in.txt").write_text("aaab aab" + EOT)
+    vocab, merges = train_bpe(tmp_path / "in.txt", 260, [EOT], workers=1)
+    assert merges == [(b"a", b"a"), (b"aa", b"b"), (b"aa", b"a")]
+    assert vocab[256] == b"aa" and vocab[257] == b"aab" and vocab[258] == b"aaa" and vocab[259] == EOT.encode()
+    assert len(vocab) == 260
+
+
+@pytest.mark.parametrize("text", [
+    "ab ab ab ba ba ba",  # a tie between (a,b) and (b,a): the greater pair wins
+    "aaaa aaa aa a aaaaaaaaa",  # overlapping repeats
+    "日本語 日本 über Übermut 😀😀 naïve",  # multi-byte UTF-8
+    f"{EOT}edge{EOT} in{EOT}side {EOT}{EOT}",  # special tokens at the edges and inside
+    "a  b   c \n\n  d\t\te \r\n f    ",  # whitespace runs
+    "line one\nline two\n\nline three\n",  # newlines
+    "1 22 333 4444 2024-01-01 3.14159",  # digits
+    "don't I'll we're they've she'd I'm it's DON'T",  # contractions
+])
+def test_fixed_cases_match_reference(tmp_path, text):
+    fast, ref = _train_both(tmp_path, text * 3, 300, [EOT])
+    assert fast == ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, st.integers(256 + 2, 330), st.sampled_from([16, 64, 1 << 20]))
+def test_random_text_matches_reference(tmp_path_factory, text, vocab_size, block_bytes):
+    """Identical merges and vocab, whatever the block size used to stream the input."""
+    if not text.strip():
+        text += "x"
+    tmp = tmp_path_factory.mktemp("train")
+    fast, ref = _train_both(tmp, text, vocab_size, SPECIALS, block_bytes=block_bytes)
+    assert fast == ref
+
+
+def test_worker_count_does_not_change_the_result(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text(("The cat sat on the mat. " * 50 + EOT + "\nA dog's life, isn't it?\n") * 200)
+    one = train_bpe(path, 400, [EOT], workers=1, block_bytes=4096)
+    two = train_bpe(path, 400, [EOT], workers=2, block_bytes=4096)
+    assert one == two
+
+
+def test_several_inputs_count_as_separate_streams(tmp_path):
+    (tmp_path / "a.txt").write_text("hello wor")
+    (tmp_path / "b.txt").write_text("ld hello")
+    vocab, merges = train_bpe([tmp_path / "a.txt", tmp_path / "b.txt"], 270, [EOT], workers=1)
+    ref = reference.train("hello wor" + EOT + "ld hello", 270, [EOT])
+    assert (vocab, merges) == ref
+
+
+def test_sample_matches_reference_on_a_slice(tmp_path):
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "data" / "sample.txt").read_text(encoding="utf-8")[:20000]
+    fast, ref = _train_both(tmp_path, text, 320, [EOT])
+    assert fast == ref
