@@ -1,0 +1,162 @@
+"""Show a bench result: a terminal (or Markdown) table, the JSON file, two PNG plots.
+
+Output files are written under temporary names and renamed, so a crashed bench never
+leaves a half-written ``bench.json`` that looks valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+COLUMNS = [
+    # header, key, format
+    ("cache", "cache", "{}"),
+    ("cached", "resident_before", "{}"),
+    ("format", "format", "{}"),
+    ("workers", "workers", "{}"),
+    ("stall", "stall_fraction", "{:.1%}"),
+    ("stall A/B", "stall_ab", "{:.1%}"),
+    ("wait p50 ms", "wait_ms_p50", "{:.2f}"),
+    ("p95", "wait_ms_p95", "{:.2f}"),
+    ("p99", "wait_ms_p99", "{:.2f}"),
+    ("max", "wait_ms_max", "{:.1f}"),
+    ("1st batch ms", "first_batch_ms", "{:.0f}"),
+    ("loader tok/s", "loader_tokens_per_s", "{:,.0f}"),
+    ("headroom", "headroom", "x{:.2f}"),
+    ("keeps up", "keeps_up", "{}"),
+    ("workers RSS MB", "workers_rss_mb", "{:.0f}"),
+    ("USS MB", "workers_uss_mb", "{:.0f}"),
+]
+
+
+def _cells(run: dict[str, Any]) -> list[str]:
+    mem = run.get("memory", {})
+    row = {**run, "workers_rss_mb": mem.get("workers_rss_mb", 0.0), "workers_uss_mb": mem.get("workers_uss_mb", 0.0),
+           "keeps_up": "yes" if run["keeps_up"] else "NO",
+           "resident_before": "?" if run.get("resident_before") is None else f"{run['resident_before']:.0%}"}
+    return [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+
+
+def header_lines(result: dict[str, Any]) -> list[str]:
+    """What was measured and against what rate, in two or three lines."""
+    c = result["config"]
+    compute = (f"simulated {c['step_ms']:.3g} ms/step" if c["compute"] == "simulated"
+               else f"model {c['model']} on {c['device']}")
+    lines = [f"store {c['store']} split {c['split']}: batch {c['batch_size']} x seq_len {c['seq_len']}, "
+             f"{c['steps_run']} steps, compute {compute}, prefetch {c['prefetch']}; "
+             f"{result['machine']['cpus']} CPUs, load avg {result['machine']['loadavg_1m_at_start']:.1f} at start"]
+    rate = f"{result['consume_tokens_per_s']:,.0f} tokens/s"
+    if p := result.get("plan"):
+        model = (f"{p['preset']} ({p['params']:,} params, {p['flops_per_token']:.3g} FLOPs/token) on {p['gpu']} "
+                 f"at {p['mfu']:.0%} MFU needs {p['tokens_per_s_needed']:,.0f} tokens/s")
+        lines.append(model if result["consume_source"] == "plan" else model + "; the measured step consumes " + rate)
+    else:
+        lines.append(f"the measured compute step consumes {rate} (median over cells)")
+    return lines
+
+
+def table(result: dict[str, Any], markdown: bool = False) -> str:
+    """The result as an aligned text table, or a Markdown table."""
+    heads = [h for h, _, _ in COLUMNS]
+    rows = [_cells(r) for r in result["runs"]]
+    if markdown:
+        out = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
+        return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    _atomic_write(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
+
+
+def plot_stall(result: dict[str, Any], path: Path) -> None:
+    """Bars: stall fraction per format, grouped by worker count; one panel per cache state."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = result["runs"]
+    modes = list(dict.fromkeys(r["cache"] for r in runs))
+    formats = list(dict.fromkeys(r["format"] for r in runs))
+    workers = list(dict.fromkeys(r["workers"] for r in runs))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False, sharey=True)
+    width = 0.8 / len(formats)
+    for ax, mode in zip(axes[0], modes):
+        for i, fmt in enumerate(formats):
+            vals = [next((r["stall_fraction"] for r in runs if (r["cache"], r["format"], r["workers"]) ==
+                          (mode, fmt, w)), np.nan) * 100 for w in workers]
+            ax.bar(np.arange(len(workers)) + (i - (len(formats) - 1) / 2) * width, vals, width, label=fmt)
+        ax.set_xticks(np.arange(len(workers)), [str(w) for w in workers])
+        ax.set_xlabel("loader workers")
+        ax.set_title(f"{mode} page cache")
+        ax.grid(axis="y", alpha=0.3)
+    top = max(r["stall_fraction"] for r in runs) * 100
+    axes[0][0].set_ylim(0, top * 1.3 + 1)  # room for the legend above the bars
+    axes[0][0].set_ylabel("stall fraction (%)")
+    axes[0][0].legend(loc="upper center", ncol=len(formats), fontsize=8)
+    fig.suptitle("\n".join(header_lines(result)[:1]), fontsize=8)
+    fig.tight_layout()
+    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+
+
+def plot_waits(result: dict[str, Any], path: Path) -> None:
+    """Wait-time distribution: the empirical CDF of per-step wait per format and worker count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = result["runs"]
+    modes = list(dict.fromkeys(r["cache"] for r in runs))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False, sharey=True)
+    formats = list(dict.fromkeys(r["format"] for r in runs))
+    workers = list(dict.fromkeys(r["workers"] for r in runs))
+    styles = ["-", "--", ":", "-."]
+    for ax, mode in zip(axes[0], modes):
+        for r in (r for r in runs if r["cache"] == mode):
+            w = np.sort(np.maximum(np.asarray(r["wait_ms"], dtype=float), 1e-3))
+            ax.step(w, np.arange(1, w.size + 1) / w.size, where="post", label=f"{r['format']} w={r['workers']}",
+                    color=f"C{formats.index(r['format'])}", linestyle=styles[workers.index(r["workers"]) % 4])
+        ax.set_xscale("log")
+        ax.set_xlabel("wait per step (ms, log)")
+        ax.set_title(f"{mode} page cache")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("fraction of steps")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+
+
+def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
+    """bench.json, stall.png, waits.png and table.txt under ``out``; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "bench.json", "table": out / "table.txt",
+             "stall_png": out / "stall.png", "waits_png": out / "waits.png"}
+    text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n"
+    _atomic_write(paths["table"], lambda p: p.write_text(text))
+    plot_stall(result, paths["stall_png"])
+    plot_waits(result, paths["waits_png"])
+    write_json(result, paths["json"])  # last: its presence means the run finished
+    return paths

@@ -1,0 +1,226 @@
+"""The measurement loop: how long a training step waits on the loader, and how long it computes.
+
+One step is ``next(loader)`` + host->device copy (``t_wait``: the accelerator has nothing to
+do) followed by the step's compute (``t_compute``). Stall fraction is
+``sum(t_wait) / sum(t_wait + t_compute)`` (DESIGN.md, "Stall time"). The first step is not
+counted: it pays for worker start-up and is reported on its own as time to first batch.
+
+Compute is one of
+- a real model step (forward, loss, backward, AdamW) timed with CUDA events on a GPU, or
+  with the wall clock on a CPU;
+- a simulated device step of fixed duration (``time.sleep``: it releases the GIL, as a GPU
+  kernel launch-and-wait does), for machines without a GPU.
+
+The same loop also runs over a fixed in-memory batch (the synthetic path, nanoGPT's A/B):
+``1 - step_time(synthetic) / step_time(real)`` is a second, independent stall estimate.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+Batch = tuple[Any, Any]
+StepFn = Callable[[Any, Any], float]  # (inputs, targets) on device -> compute seconds
+MoveFn = Callable[[Any, Any], Batch]  # host batch -> device batch (blocking)
+
+
+@dataclass
+class LoopTimes:
+    """Per-step times of one run of the measurement loop (first step excluded)."""
+
+    wait_s: list[float]
+    compute_s: list[float]
+    first_batch_s: float
+    wall_s: float
+    memory: dict[str, float] = field(default_factory=dict)
+
+
+def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn | None = None) -> LoopTimes:
+    """Run ``steps`` training steps over ``batches``, timing the wait and the compute of each.
+
+    ``steps`` counts every step, the first (start-up) one included; it is reported apart.
+    Memory of the loader's processes is sampled while the iterator is still alive.
+    """
+    move = move or (lambda x, y: (x, y))
+    it = iter(batches)
+    t_start = time.perf_counter()
+    waits: list[float] = []
+    computes: list[float] = []
+    first = 0.0
+    t_measured = t_start
+    for i in range(steps):
+        t0 = time.perf_counter()
+        x, y = move(*next(it))
+        t1 = time.perf_counter()
+        c = step(x, y)
+        if i == 0:
+            first = t1 - t_start
+            t_measured = time.perf_counter()
+        else:
+            waits.append(t1 - t0)
+            computes.append(c)
+    wall = time.perf_counter() - t_measured
+    memory = process_memory()
+    del it
+    return LoopTimes(waits, computes, first, wall, memory)
+
+
+def time_loader(batches: Iterable[Batch], steps: int) -> tuple[float, float, dict[str, float]]:
+    """Loader alone, no compute: (time to first batch s, batches/s after the first, memory)."""
+    it: Iterator[Batch] = iter(batches)
+    t0 = time.perf_counter()
+    next(it)
+    t1 = time.perf_counter()
+    for _ in range(steps - 1):
+        next(it)
+    t2 = time.perf_counter()
+    memory = process_memory()
+    del it
+    rate = (steps - 1) / (t2 - t1) if steps > 1 and t2 > t1 else 1.0 / max(t1 - t0, 1e-9)
+    return t1 - t0, rate, memory
+
+
+def summarize(wait_s: list[float], compute_s: list[float]) -> dict[str, float]:
+    """Stall fraction and the wait-time distribution (milliseconds) of one run."""
+    w = np.asarray(wait_s, dtype=np.float64)
+    c = np.asarray(compute_s, dtype=np.float64)
+    total = float(w.sum() + c.sum())
+    out = {"stall_fraction": float(w.sum()) / total if total > 0 else 0.0, "steps": int(w.size)}
+    if w.size:
+        ms = w * 1e3
+        p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+        out.update(wait_ms_mean=float(ms.mean()), wait_ms_p50=float(p50), wait_ms_p95=float(p95),
+                   wait_ms_p99=float(p99), wait_ms_max=float(ms.max()),
+                   compute_ms_mean=float(c.mean() * 1e3), step_ms_mean=float((ms + c * 1e3).mean()))
+    return out
+
+
+# --- compute steps -------------------------------------------------------------------------------
+
+
+def simulated_step(step_ms: float) -> StepFn:
+    """A device step of fixed duration that releases the GIL (the host just waits, as on a GPU)."""
+    seconds = step_ms / 1e3
+
+    def step(x: Any, y: Any) -> float:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        return time.perf_counter() - t0
+
+    return step
+
+
+def model_step(model_kw: dict[str, Any], device: str, lr: float = 1e-3, grad_clip: float = 1.0) -> StepFn:
+    """A real training step of ``TransformerLM(**model_kw)``, the one ``lmdata train`` takes.
+
+    Forward, ``cross_entropy``, backward, ``clip_gradients``, ``AdamW.step`` -- the same
+    modules as ``lmdata.train.loop``. On CUDA: bf16 autocast and the fused attention path
+    (what a GPU run would use), and the compute is timed with CUDA events.
+    """
+    import torch
+
+    from lmdata.model import TransformerLM
+    from lmdata.train.loss import cross_entropy
+    from lmdata.train.optim import AdamW, clip_gradients
+
+    torch.manual_seed(0)
+    cuda = torch.device(device).type == "cuda"
+    model = TransformerLM(**model_kw, fast=cuda).to(device)
+    opt = AdamW(model.parameters(), lr=lr)
+
+    def run(x: Any, y: Any) -> None:
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=cuda):
+            loss = cross_entropy(model(x), y)  # logits [B, L, V], targets [B, L]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradients(model.parameters(), grad_clip)
+        opt.step()
+
+    def step(x: Any, y: Any) -> float:
+        if not cuda:
+            t0 = time.perf_counter()
+            run(x, y)
+            return time.perf_counter() - t0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run(x, y)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return step
+
+
+def device_move(device: str) -> MoveFn:
+    """Host->device copy that finishes before returning, so it is charged to ``t_wait``."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return lambda x, y: (x, y)
+
+    def move(x: Any, y: Any) -> Batch:
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        torch.cuda.current_stream(dev).synchronize()
+        return x, y
+
+    return move
+
+
+# --- memory of the loader's processes --------------------------------------------------------------
+
+
+def process_memory() -> dict[str, float]:
+    """RSS (MiB) of this process and, summed, of its child processes (the loader's workers).
+
+    RSS counts pages shared with the parent after fork, so the worker sum overstates what
+    workers add; USS (pages only that process holds) is given too where psutil can read it.
+    """
+    try:
+        import psutil
+    except ImportError:
+        return _proc_memory()
+    me = psutil.Process()
+    kids = me.children(recursive=True)
+    out = {"main_rss_mb": me.memory_info().rss / 2**20, "workers": float(len(kids)),
+           "workers_rss_mb": 0.0, "workers_uss_mb": 0.0}
+    for k in kids:
+        try:
+            info = k.memory_full_info()
+            out["workers_rss_mb"] += info.rss / 2**20
+            out["workers_uss_mb"] += info.uss / 2**20
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def _proc_memory() -> dict[str, float]:
+    """``process_memory`` from /proc when psutil is not installed (Linux; RSS only)."""
+
+    def rss(pid: int) -> float:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    def children(pid: int) -> list[int]:
+        kids: list[int] = []
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                kids += [int(p) for p in task.read_text().split()]
+            except OSError:
+                continue
+        return kids + [g for k in kids for g in children(k)]
+
+    kids = children(os.getpid())
+    return {"main_rss_mb": rss(os.getpid()), "workers": float(len(kids)),
+            "workers_rss_mb": sum(rss(k) for k in kids)}
