@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the shipped sample, end to end, from a fresh machine.
-# Rerunning reuses what is already done.
+# The main job on the shipped sample, end to end, from a fresh machine: set up .venv, then
+# `lmdata run pipelines/sample.toml` -- train a tokenizer, ingest into memmap, Parquet and
+# Lance, verify, train the `tiny` model with evaluation and checkpoints, sample a text,
+# bench every format. Rerunning reuses what is already done; extra arguments go to
+# `lmdata run` (e.g. `bash scripts/demo.sh --fresh`, `--steps 50`, `--skip-bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-out="${LMDATA_DEMO_OUT:-runs/sample}"
-mkdir -p "$out"
-lm=.venv/bin/lmdata
-if [ ! -f "$out/tokenizer/tokenizer.json" ]; then
-  $lm tokenizer train data/sample.txt --vocab-size 4096 --special-token '<|endoftext|>' --out "$out/tokenizer"
-fi
-$lm tokenizer encode "$out/tokenizer" < data/sample.txt > "$out/sample.ids"
-echo "demo: encoded data/sample.txt ($(wc -c < data/sample.txt) bytes) into $(wc -w < "$out/sample.ids") tokens -> $out/sample.ids"
+exec .venv/bin/lmdata run pipelines/sample.toml "$@"

@@ -1,4 +1,8 @@
-"""Encoding matches the reference, round-trips, streams, and survives files and GPT-2 vocabs."""
+"""Encoding matches the reference, round-trips, streams, and survives files and GPT-2 vocabs.
+
+Encoder tests run on both backends: the C accelerator ("c", skipped where it was not built)
+and the pure-Python path ("python"), each checked against ``reference``.
+"""
 
 import random
 from pathlib import Path
@@ -8,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.tokenizer import Tokenizer, train_bpe
+from lmdata.tokenizer import encoder as encoder_module
 from lmdata.tokenizer.bytes_unicode import bytes_to_unicode, merges_txt, vocab_json
 
 from . import reference
@@ -17,19 +22,34 @@ EOT = "<|endoftext|>"
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.txt"
 
 
+def with_backend(tok: Tokenizer, backend: str) -> Tokenizer:
+    """``tok`` itself on "c" (skipped where the extension was not built); without it on "python"."""
+    if backend == "c" and not tok.accelerated:
+        pytest.skip("the C accelerator lmdata.tokenizer._fastbpe is not built here")
+    if backend == "python":
+        tok._fast = None
+    return tok
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A 600-id tokenizer trained on a slice of the shipped sample plus the test pieces."""
+def trained_files(tmp_path_factory):
+    """Vocab and merges of a 600-id tokenizer trained on a slice of the sample plus the test pieces."""
     path = tmp_path_factory.mktemp("tok") / "in.txt"
     text = SAMPLE.read_text(encoding="utf-8")[:200_000] + "".join(PIECES) * 20
     path.write_text(text, encoding="utf-8")
-    vocab, merges = train_bpe(path, 600, SPECIALS, workers=1)
-    return Tokenizer(vocab, merges, SPECIALS)
+    return train_bpe(path, 600, SPECIALS, workers=1)
 
 
-def test_hand_worked_example():
+@pytest.fixture(scope="module", params=["c", "python"])
+def trained(trained_files, request):
+    """That tokenizer on each backend."""
+    return with_backend(Tokenizer(*trained_files, SPECIALS), request.param)
+
+
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_hand_worked_example(backend):
     vocab = {i: bytes([i]) for i in range(256)} | {256: b"aa", 257: b"aab", 258: b"aaa", 259: EOT.encode()}
-    tok = Tokenizer(vocab, [(b"a", b"a"), (b"aa", b"b"), (b"aa", b"a")], [EOT])
+    tok = with_backend(Tokenizer(vocab, [(b"a", b"a"), (b"aa", b"b"), (b"aa", b"a")], [EOT]), backend)
     # "aaab" -> aa a b -> aaa b ; " aab" -> " " aa b -> " " aab ; then the special token
     assert tok.encode("aaab aab" + EOT) == [258, 98, 32, 257, 259]
     assert tok.encode_ordinary(EOT) == list(EOT.encode())
@@ -56,6 +76,7 @@ def test_random_text_matches_reference_and_round_trips(trained, text):
     assert trained.decode(trained.encode_ordinary(text)) == text
     assert trained.encode(text) == ids  # second time from the caches
     sliced = Tokenizer(trained.vocab, trained.merges, SPECIALS)
+    sliced._fast = trained._fast and sliced._fast
     sliced._slice_chars = 3  # long texts are encoded in slices cut at chunk boundaries
     assert sliced.encode(text) == ids
 
@@ -86,6 +107,47 @@ def test_long_run_of_one_character(trained):
     assert trained.encode("ab" * 500) == reference.encode("ab" * 500, trained.vocab, trained.merges, SPECIALS)
 
 
+def test_one_megabyte_pretoken_encodes_alike_on_both_backends(trained_files):
+    """The pathological case: 1 MB of one letter, no spaces, is one pre-token (heap BPE)."""
+    fast = with_backend(Tokenizer(*trained_files, SPECIALS), "c")
+    pure = with_backend(Tokenizer(*trained_files, SPECIALS), "python")
+    for text in ("e" * 1_000_000, "the" * 333_333):
+        ids = fast.encode(text)
+        assert ids == pure.encode(text)
+        assert fast.decode(ids) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=127), max_size=60) | st.text(max_size=60))
+def test_backends_agree_on_ascii_and_any_text(trained_files, text):
+    """The C path pre-tokenizes ASCII chunks itself (\x1c-\x1f, \x0b: not \\s for `regex`)."""
+    fast = with_backend(Tokenizer(*trained_files, SPECIALS), "c")
+    pure = with_backend(Tokenizer(*trained_files, SPECIALS), "python")
+    assert fast.encode_ordinary(text) == pure.encode_ordinary(text)
+    assert fast.encode(text) == pure.encode(text)
+    word = text.encode("utf-8")
+    assert fast._fast.bpe(word) == list(pure._bpe(text))
+
+
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_merge_whose_result_pair_ranks_first_waits_a_step(backend):
+    """(aa, a) ranks before (a, a): all "aa" pairs merge first, as the reference's one pass."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"aaa", 257: b"aa"}
+    tok = with_backend(Tokenizer(vocab, [(b"aa", b"a"), (b"a", b"a")]), backend)
+    for n in range(1, 9):
+        text = "a" * n
+        assert tok.encode(text) == reference.encode(text, tok.vocab, tok.merges, [])
+    long = "a" * 301  # the heap path
+    assert tok.encode(long) == reference.encode(long, tok.vocab, tok.merges, [])
+
+
+def test_pure_python_env_var(trained_files, monkeypatch):
+    monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
+    assert not Tokenizer(*trained_files, SPECIALS).accelerated
+    monkeypatch.setenv("LMDATA_PURE_PYTHON", "0")
+    assert Tokenizer(*trained_files, SPECIALS).accelerated == (encoder_module._fastbpe is not None)
+
+
 def test_encode_batch_equals_encode(trained):
     texts = ["hello world", "", EOT, "über " * 10]
     assert trained.encode_batch(texts) == [trained.encode(t) for t in texts]
@@ -108,7 +170,8 @@ def test_save_load_keeps_ids_and_hash(trained, tmp_path):
     assert trained.save(tmp_path / "tok") == digest  # saving again replaces it in place
 
 
-def test_from_files_with_a_gpt2_style_vocab(trained, tmp_path):
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_from_files_with_a_gpt2_style_vocab(trained, tmp_path, backend):
     """GPT-2 numbers bytes in byte-to-unicode order, not by value; the ids follow the files."""
     order = list(bytes_to_unicode())  # printable bytes first, like GPT-2's vocab.json
     vocab = {i: bytes([b]) for i, b in enumerate(order)}
@@ -116,15 +179,16 @@ def test_from_files_with_a_gpt2_style_vocab(trained, tmp_path):
         vocab[len(vocab)] = a + b
     (tmp_path / "vocab.json").write_text(vocab_json(vocab), encoding="utf-8")
     (tmp_path / "merges.txt").write_text(merges_txt(trained.merges), encoding="utf-8")
-    gpt2 = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT])
+    gpt2 = with_backend(Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT]), backend)
     assert gpt2.eot_id == len(vocab)  # appended: it was missing from the vocab
     text = "Hello, world! Ünïcödé 123" + EOT + " the end\n"
     assert gpt2.encode(text) == reference.encode(text, gpt2.vocab, gpt2.merges, [EOT])
     assert gpt2.decode(gpt2.encode(text)) == text
 
 
-def test_overlapping_special_tokens_longest_wins():
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_overlapping_special_tokens_longest_wins(backend):
     vocab = {i: bytes([i]) for i in range(256)}
-    tok = Tokenizer(vocab, [], ["<|a|>", "<|a|><|a|>", "|>"])
+    tok = with_backend(Tokenizer(vocab, [], ["<|a|>", "<|a|><|a|>", "|>"]), backend)
     ids = tok.encode("x<|a|><|a|>y<|a|>|>")
     assert ids == [ord("x"), tok.special_ids["<|a|><|a|>"], ord("y"), tok.special_ids["<|a|>"], tok.special_ids["|>"]]

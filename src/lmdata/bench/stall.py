@@ -119,28 +119,25 @@ def simulated_step(step_ms: float) -> StepFn:
 def model_step(model_kw: dict[str, Any], device: str, lr: float = 1e-3, grad_clip: float = 1.0) -> StepFn:
     """A real training step of ``TransformerLM(**model_kw)``, the one ``lmdata train`` takes.
 
-    Forward, ``cross_entropy``, backward, ``clip_gradients``, ``AdamW.step`` -- the same
-    modules as ``lmdata.train.loop``. On CUDA: bf16 autocast and the fused attention path
+    ``lmdata.train.loop.train_step`` itself (forward, ``cross_entropy``, backward,
+    ``clip_gradients``, ``AdamW.step``), so bench never copies the train loop. On CUDA: bf16 autocast and the fused attention path
     (what a GPU run would use), and the compute is timed with CUDA events.
     """
     import torch
 
     from lmdata.model import TransformerLM
-    from lmdata.train.loss import cross_entropy
-    from lmdata.train.optim import AdamW, clip_gradients
+    from lmdata.train.loop import loss_fn, train_step
+    from lmdata.train.optim import AdamW
 
     torch.manual_seed(0)
-    cuda = torch.device(device).type == "cuda"
-    model = TransformerLM(**model_kw, fast=cuda).to(device)
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    model = TransformerLM(**model_kw, fast=cuda).to(dev)
     opt = AdamW(model.parameters(), lr=lr)
+    forward = loss_fn(model, dev, "bf16" if cuda else "fp32")
 
     def run(x: Any, y: Any) -> None:
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=cuda):
-            loss = cross_entropy(model(x), y)  # logits [B, L, V], targets [B, L]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(model.parameters(), grad_clip)
-        opt.step()
+        train_step(forward, opt, [x, y], grad_clip)
 
     def step(x: Any, y: Any) -> float:
         if not cuda:

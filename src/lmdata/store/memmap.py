@@ -9,8 +9,10 @@ On disk, per split (``<store>/<split>/memmap/``)::
     _shards/00000.json completion record of the shard (see ``files.py``)
 
 The reader maps each shard lazily (once per process: a memmap is never pickled, and a
-forked child maps its own) and copies each window with one contiguous slice; the rare
-window that straddles a shard boundary is copied piece by piece.
+forked child maps its own), after checking the shard against the manifest the first time
+the process touches it (``verify``: sha256 or size, see ``checksum.verify_shard``), and
+copies each window with one contiguous slice; the rare window that straddles a shard
+boundary is copied piece by piece.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.store import files
-from lmdata.store.checksum import check_sizes, file_info, shard_file_path
+from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
+    shard_file_path, verify_shard
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments, shard_bounds
 
@@ -50,8 +53,11 @@ class MemmapWriter:
         tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
         doc_starts = np.asarray(doc_starts, dtype=np.int64)
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
-        files.write_atomic(self.format_dir / tok_name, tokens.tofile)
-        files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts))
+        files.forget(self.format_dir, index)
+        replaced = [
+            files.write_atomic(self.format_dir / tok_name, tokens.tofile),
+            files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts)),
+        ]
         shard = ShardInfo(
             name=f"{index:05d}",
             n_docs=len(doc_starts) - 1,
@@ -60,12 +66,13 @@ class MemmapWriter:
             first_token=first_token,
             files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name)],
         )
-        files.write_record(self.format_dir, index, shard)
+        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
         return shard
 
     def finish(self, shards: list[ShardInfo]) -> None:
-        """Nothing to commit (every shard is durable once written); drop shards not in ``shards``."""
+        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
         files.prune(self.format_dir, shards)
+        files.sync_dirs(self.format_dir, self.format_dir / files.RECORD_DIR)
 
     def cleanup_partial(self) -> None:
         files.remove_temporaries(self.format_dir)
@@ -74,10 +81,13 @@ class MemmapWriter:
 class MemmapReader:
     """Windows and documents from the raw shards; holds paths only until first use."""
 
-    def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype) -> None:
+    def __init__(
+        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY
+    ) -> None:
         self.format_dir = Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.verify = check_verify_mode(verify)
         self.segments = Segments(shard_bounds(self.shards))
         self.n_tokens = self.segments.n_tokens
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
@@ -99,6 +109,7 @@ class MemmapReader:
         if mm is None:
             shard = self.shards[i]
             path = shard_file_path(self.format_dir, shard, shard.files[0])
+            verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
             size = os.stat(path).st_size
             if size != shard.n_tokens * self.dtype.itemsize:
                 raise LmdataError(
@@ -118,6 +129,13 @@ class MemmapReader:
         # of 32 x 1,025 (no index array, no per-shard grouping).
         seg = self.segments
         starts = seg.check_windows(starts, length)
+        try:
+            return self._windows(starts, length)
+        except LmdataError as exc:
+            raise at_offsets(exc, starts, length) from exc
+
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        seg = self.segments
         out = np.empty((len(starts), length), dtype=np.int64)
         first, last = seg.locate(starts), seg.locate(starts + length - 1)
         local = starts - seg.bounds[first]
@@ -137,13 +155,20 @@ class MemmapReader:
         if not 0 <= doc_id < self._doc_bounds[-1]:
             raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
-        shard = self.shards[i]
-        starts = np.load(shard_file_path(self.format_dir, shard, shard.files[1]), mmap_mode="r")
+        starts = self.doc_starts(i)
         k = doc_id - int(self._doc_bounds[i])
         return np.array(self._tokens(i)[starts[k] : starts[k + 1]])
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length."""
         shard = self.shards[i]
-        return np.load(shard_file_path(self.format_dir, shard, shard.files[1]))
+        verify_shard(self.format_dir, shard, self.verify, shard.files[1:2])
+        path = shard_file_path(self.format_dir, shard, shard.files[1])
+        try:
+            starts = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise LmdataError(f"{path}: shard {shard.name} document index is unreadable ({exc}); run `lmdata verify`") from exc
+        if starts.shape != (shard.n_docs + 1,) or (len(starts) and starts[-1] != shard.n_tokens):
+            raise LmdataError(f"{path}: shard {shard.name} document index does not match the manifest; run `lmdata verify`")
+        return starts
 

@@ -15,7 +15,11 @@ shard (the footer is parsed to read the file anyway), so the manifest stays smal
 
 Reader: one ``read_row_group`` per touched row group not in a small per-process LRU of
 decoded groups, flattened to NumPy (zero-copy from Arrow); each window is copied from
-its pieces (``windows.plan``).
+its pieces (``windows.plan``). Integrity: a shard is checked against the manifest the
+first time a process opens it (``verify``: sha256 or size, see ``checksum.verify_shard``),
+and pages carry CRC32 checksums (written, and verified on every read), so even with
+``verify="size"`` a flipped bit in a data page is an error; any decode error is an
+``LmdataError`` naming the shard file.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.store import files
-from lmdata.store.checksum import check_sizes, file_info, shard_file_path
+from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
+    read_error, shard_file_path, verify_shard
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, plan, shard_bounds
 
@@ -128,22 +133,24 @@ class ParquetWriter:
         def write(path: Path) -> None:
             pq.write_table(
                 table, path, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                use_dictionary=False, write_statistics=["doc_id", "token_offset"],
+                use_dictionary=False, write_statistics=["doc_id", "token_offset"], write_page_checksum=True,
             )
 
-        files.write_atomic(self.format_dir / name, write)
+        files.forget(self.format_dir, index)
+        replaced = files.write_atomic(self.format_dir / name, write)
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, name)], extra=extra,
         )
-        files.write_record(self.format_dir, index, shard)
+        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
     def finish(self, shards: list[ShardInfo]) -> None:
-        """Nothing to commit (every shard is durable once written); drop shards not in ``shards``."""
+        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
         files.prune(self.format_dir, shards)
+        files.sync_dirs(self.format_dir, self.format_dir / files.RECORD_DIR)
 
     def cleanup_partial(self) -> None:
         files.remove_temporaries(self.format_dir)
@@ -153,8 +160,10 @@ class ParquetReader:
     """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
 
     def __init__(
-        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
+        verify: str = DEFAULT_VERIFY,
     ) -> None:
+        self.verify = check_verify_mode(verify)
         self.format_dir = Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype)
@@ -191,10 +200,10 @@ class ParquetReader:
         pf = self._files.get(i)
         if pf is None:
             shard = self.shards[i]
-            check_sizes(self.format_dir, [shard])  # a short file is an error, never fewer tokens
+            verify_shard(self.format_dir, shard, self.verify)  # a short or corrupt file is an error, never fewer tokens
             path = shard_file_path(self.format_dir, shard, shard.files[0])
             try:
-                pf = pq.ParquetFile(path)
+                pf = pq.ParquetFile(path, page_checksum_verification=True)
             except Exception as exc:  # pyarrow raises several types for a damaged footer
                 raise LmdataError(f"{path}: shard {shard.name} is not a readable Parquet file ({exc})") from exc
             if i not in self._index:
@@ -219,7 +228,10 @@ class ParquetReader:
         # use_threads=False: a 32 KiB group is too small for Arrow's thread pool, whose hand-off
         # cost more than the decode here (~2x per read on this box), and loader workers are
         # processes already.
-        arr = flat_tokens(pf.read_row_group(g, columns=["tokens"], use_threads=False).column(0), self.dtype)
+        try:
+            arr = flat_tokens(pf.read_row_group(g, columns=["tokens"], use_threads=False).column(0), self.dtype)
+        except Exception as exc:  # pyarrow's bare OSError ("ZSTD decompression failed", a CRC mismatch)
+            raise read_error(self.format_dir / self.shards[i].files[0].path, self.shards[i], exc) from exc
         bounds = self._index[i][0]
         if len(arr) != bounds[g + 1] - bounds[g]:
             raise LmdataError(
@@ -237,8 +249,11 @@ class ParquetReader:
         self._here()
         starts = check_windows(starts, length, self.n_tokens)
         out = np.empty((len(starts), length), dtype=np.int64)
-        for p in plan(starts, length, self._shard_bounds, self._bounds):
-            out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]
+        try:
+            for p in plan(starts, length, self._shard_bounds, self._bounds):
+                out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]
+        except LmdataError as exc:
+            raise at_offsets(exc, starts, length) from exc
         return out
 
     def document(self, doc_id: int) -> np.ndarray:
@@ -251,7 +266,10 @@ class ParquetReader:
         rg_docs = self._index[i][1]
         lo = max(0, bisect_left(rg_docs, doc_id) - 1)
         hi = bisect_right(rg_docs, doc_id)
-        table = pf.read_row_groups(list(range(lo, hi)), columns=["doc_id", "tokens"], use_threads=False)
+        try:
+            table = pf.read_row_groups(list(range(lo, hi)), columns=["doc_id", "tokens"], use_threads=False)
+        except Exception as exc:
+            raise read_error(self.format_dir / self.shards[i].files[0].path, self.shards[i], exc) from exc
         mask = table.column("doc_id").to_numpy() == doc_id
         return flat_tokens(table.filter(mask).column("tokens"), self.dtype).copy()
 

@@ -68,8 +68,14 @@ class Store:
     def format_dir(self, split: str, fmt: str) -> Path:
         return self.path / split / fmt
 
-    def reader(self, split: str, format: str | None = None, **kwargs: Any) -> Any:
-        """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet)."""
+    def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> Any:
+        """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet).
+
+        ``verify``: how a built-in reader checks a shard the first time a process touches
+        it, ``"first-use"`` (sha256, the default) or ``"size"`` (see ``checksum.py``).
+        """
+        if verify is not None:
+            kwargs["verify"] = verify
         fmt = format or self.default_format(split)
         shards = self._split(split).formats.get(fmt)
         if shards is None:
@@ -80,17 +86,17 @@ class Store:
 
     def dataset(
         self, split: str, seq_len: int, format: str | None = None, *, reader_options: dict[str, Any] | None = None,
-        **kwargs: Any,
+        verify: str | None = None, **kwargs: Any,
     ) -> Any:
         """``TokenDataset`` of ``split`` with windows of ``seq_len + 1`` ids.
 
-        ``reader_options`` go to the format's reader (e.g. Parquet's ``cache_bytes``), the
-        other keyword arguments to ``TokenDataset``.
+        ``reader_options`` go to the format's reader (e.g. Parquet's ``cache_bytes``), as does
+        ``verify`` (see ``reader``); the other keyword arguments go to ``TokenDataset``.
         """
         from lmdata.data.dataset import TokenDataset
 
         kwargs.setdefault("eot_id", self.eot_id)
-        return TokenDataset(self.reader(split, format, **(reader_options or {})), seq_len, **kwargs)
+        return TokenDataset(self.reader(split, format, verify=verify, **(reader_options or {})), seq_len, **kwargs)
 
     def document(self, split: str, doc_id: int, format: str | None = None) -> np.ndarray:
         """Document ``doc_id`` of ``split`` (its end-of-text id included)."""

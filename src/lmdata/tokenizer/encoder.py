@@ -5,6 +5,14 @@ chunk seen before costs one dict lookup, so the regex and BPE run only on new ch
 Inside the token loop a token id is a character, ``chr(id)``: a merge is a C-speed
 ``str.replace`` of a two-character pair.  Pre-tokens longer than ``_LONG`` use a heap
 over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
+
+Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
+it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache, ASCII
+pre-tokenization and BPE -- runs in C, calling the regex only for new chunks holding a
+non-ASCII character; special tokens are still split here.  It must give the same ids as
+the pure-Python path, which stays as the fallback and the reference the tests hold it to.
+Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
+which one an instance uses).
 """
 
 from __future__ import annotations
@@ -23,6 +31,11 @@ from lmdata.tokenizer.pretokenize import (
     PRETOKEN_RE, find_chunk_boundary, safe_cut, special_splitter, split_pieces,
 )
 from lmdata.tokenizer.train import check_special_tokens
+
+try:
+    from lmdata.tokenizer import _fastbpe
+except ImportError:  # no C compiler at install time: the pure-Python path
+    _fastbpe = None
 
 EOT = "<|endoftext|>"
 _LONG = 64  # pre-tokens longer than this use the heap BPE
@@ -59,7 +72,21 @@ class Tokenizer:
         self._ranks, self._merged, self._by_rank = _merge_tables(self.merges, ids)
         self._splitter = special_splitter(self.special_tokens)
         self._hash: str | None = None
+        self._byte_ids = [table[b] for b in range(256)]
+        self._fast = self._make_fast()
         self._clear_caches()
+
+    def _make_fast(self):
+        """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
+        if _fastbpe is None or os.environ.get("LMDATA_PURE_PYTHON", "") not in ("", "0"):
+            return None
+        triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
+        return _fastbpe.Encoder(triples, self._byte_ids, PRETOKEN_RE.findall, _CACHE_ENTRIES, _MAX_CACHED_CHUNK - 1)
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether encoding runs in the C accelerator (else the pure-Python path)."""
+        return self._fast is not None
 
     # -- construction and files ------------------------------------------------------
 
@@ -110,12 +137,19 @@ class Tokenizer:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # ship to worker processes without the caches
         state["_chunk_cache"], state["_head_cache"], state["_word_cache"] = {}, {}, {}
+        state["_fast"] = None  # a C object: rebuilt on arrival
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._fast = self._make_fast()
 
     def _clear_caches(self) -> None:
         self._chunk_cache: dict[str, tuple[int, ...]] = {}  # piece p -> ids of " " + p
         self._head_cache: dict[str, tuple[int, ...]] = {}  # first chunk of a text -> ids
         self._word_cache: dict[str, tuple[int, ...]] = {}  # pre-token -> ids
+        if self._fast is not None:
+            self._fast.clear()
 
     # -- encoding --------------------------------------------------------------------
 
@@ -123,6 +157,8 @@ class Tokenizer:
         """Ids of ``text``; occurrences of the special tokens become their ids."""
         ids: list[int] = []
         if self._splitter is None or not any(tok in text for tok in self.special_tokens):
+            if self._fast is not None:
+                return self._fast.encode(text)
             self._encode_into(text, ids)
             return ids
         for i, part in enumerate(self._splitter.split(text)):
@@ -134,6 +170,8 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special-token strings treated as plain text."""
+        if self._fast is not None:
+            return self._fast.encode(text)
         ids: list[int] = []
         self._encode_into(text, ids)
         return ids
@@ -144,6 +182,9 @@ class Tokenizer:
         Slices end at chunk boundaries, so they encode independently; slicing bounds the
         temporary lists (a 23 MB text split at once holds ~4M piece strings, ~250 MB).
         """
+        if self._fast is not None:
+            ids.extend(self._fast.encode(text))
+            return
         start = 0
         while len(text) - start > self._slice_chars:
             boundary = find_chunk_boundary(text, start + self._slice_chars)
@@ -298,8 +339,9 @@ def _merge_tables(
 def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str]) -> tuple[int, ...]:
     """BPE over a linked list with a heap of (rank, position): O(n log n) for long pre-tokens.
 
-    Merges the lowest rank first, leftmost first among equals -- the same result as
-    repeated ``str.replace`` of the best pair.  A heap entry is one int, ``rank << 32 |
+    Merges every pair of the lowest rank, left to right, before the pairs those merges
+    create enter the heap -- the same result as repeated ``str.replace`` of the best pair,
+    even for merge lists where a merged token's pair ranks before its parts.  A heap entry is one int, ``rank << 32 |
     position``, to keep a 1 MB pre-token within ~100 MB.
     """
     sym: list[str | None] = list(s)
@@ -310,19 +352,19 @@ def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str]) -> tuple[in
     heapq.heapify(heap)
     mask = (1 << 32) - 1
     while heap:
-        entry = heapq.heappop(heap)
-        rank, i = entry >> 32, entry & mask
-        j = nxt[i]
-        if sym[i] is None or j >= n or ranks.get(sym[i] + sym[j]) != rank:
-            continue  # stale: i was merged away or its right neighbour changed
-        sym[i] = merged[sym[i] + sym[j]]
-        sym[j] = None
-        nxt[i] = k = nxt[j]
-        if k < n:
-            prv[k] = i
-        p = prv[i]
-        if p >= 0 and (r := ranks.get(sym[p] + sym[i])) is not None:
-            heapq.heappush(heap, r << 32 | p)
-        if k < n and (r := ranks.get(sym[i] + sym[k])) is not None:
-            heapq.heappush(heap, r << 32 | i)
+        rank, touched = heap[0] >> 32, []
+        while heap and heap[0] >> 32 == rank:  # one rank at a time, like one str.replace
+            i = heapq.heappop(heap) & mask
+            j = nxt[i]
+            if sym[i] is None or j >= n or ranks.get(sym[i] + sym[j]) != rank:
+                continue  # stale: i was merged away or its right neighbour changed
+            sym[i] = merged[sym[i] + sym[j]]
+            sym[j] = None
+            nxt[i] = k = nxt[j]
+            if k < n:
+                prv[k] = i
+            touched += (prv[i], i)
+        for p in touched:  # the pairs these merges made enter the heap only now
+            if p >= 0 and sym[p] is not None and (k := nxt[p]) < n and (r := ranks.get(sym[p] + sym[k])) is not None:
+                heapq.heappush(heap, r << 32 | p)
     return tuple(ord(c) for c in sym if c is not None)
