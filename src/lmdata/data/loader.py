@@ -1,0 +1,311 @@
+"""make_loader: a torch DataLoader over a map-style dataset, deterministic and resumable.
+
+Who decides what (so worker count can never change a rank's batches):
+
+- The main process owns the order. ``EpochSampler`` (a DataLoader ``batch_sampler``)
+  computes batch ``b`` of epoch ``e`` for this rank from ``(seed, e, b)`` alone: positions
+  ``b*B .. b*B+B-1`` of this rank's share (positions ``i*world_size + rank`` of the epoch,
+  the remainder dropped) sent through a keyed ``Permutation`` of all samples. No index
+  array is ever built, and resuming at batch ``b`` is O(1): the sampler simply starts there.
+- Workers only read: one ``dataset.__getitems__(indices)`` per batch.
+- ``TokenLoader`` counts the batches *handed to the user*, not those the DataLoader
+  prefetched, so ``state_dict()`` after ``k`` batches resumes at batch ``k`` exactly.
+
+``sampling="random"`` is nanoGPT's ``get_batch``: uniform random token offsets, drawn
+from ``(seed, epoch, rank, batch)`` so it resumes the same way; an "epoch" is as many
+batches as the shuffled mode has. ``sampling="sequential"`` keeps dataset order
+(validation). Iterating a loader runs the rest of the current epoch, then the epoch
+counter advances; ``for epoch ...: for inputs, targets in loader:`` is the usual loop.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from lmdata.data.permutation import Permutation, derive_key
+from lmdata.errors import LmdataError
+
+SAMPLINGS = ("sequential-shuffle", "random", "sequential")
+STATE_VERSION = 1
+
+
+class EpochSampler:
+    """Batch sampler: yields this rank's index lists of one epoch, from a start batch."""
+
+    def __init__(self, n_samples: int, batch_size: int, *, seed: int, rank: int, world_size: int,
+                 sampling: str, drop_last: bool, n_offsets: int = 0) -> None:
+        self.n_samples, self.batch_size, self.seed = n_samples, batch_size, seed
+        self.rank, self.world_size, self.sampling = rank, world_size, sampling
+        self.drop_last, self.n_offsets = drop_last, n_offsets
+        self.per_rank = n_samples // world_size  # equal shares; the remainder is dropped
+        self.epoch, self.start = 0, 0
+        self._perm: tuple[tuple[int, int], Permutation] | None = None  # last (seed, epoch)'s permutation
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_perm": None}
+
+    def permutation(self, epoch: int) -> Permutation:
+        if self._perm is None or self._perm[0] != (self.seed, epoch):
+            self._perm = ((self.seed, epoch), Permutation(self.n_samples, self.seed, epoch))
+        return self._perm[1]
+
+    @property
+    def batches_per_epoch(self) -> int:
+        full, rest = divmod(self.per_rank, self.batch_size)
+        return full + int(rest > 0 and not self.drop_last)
+
+    def batch(self, epoch: int, b: int) -> np.ndarray:
+        """Sample indices (token offsets when ``sampling="random"``) of batch ``b``."""
+        lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, self.per_rank)
+        if self.sampling == "random":
+            rng = np.random.Generator(np.random.PCG64(derive_key(self.seed, epoch, self.rank, b)))
+            return rng.integers(0, self.n_offsets, size=hi - lo, dtype=np.int64)
+        positions = np.arange(lo, hi, dtype=np.int64) * self.world_size + self.rank
+        if self.sampling == "sequential":
+            return positions
+        return self.permutation(epoch)(positions)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch = self.epoch
+        for b in range(self.start, self.batches_per_epoch):
+            yield self.batch(epoch, b).tolist()
+
+    def __len__(self) -> int:
+        return max(self.batches_per_epoch - self.start, 0)
+
+
+class OffsetReads:
+    """Adapter for ``sampling="random"``: the sampler's "indices" are token offsets."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __getitems__(self, offsets: list[int]) -> Any:
+        return self.dataset.read(np.asarray(offsets, dtype=np.int64))
+
+    def __getitem__(self, offset: int) -> Any:
+        return self.__getitems__([offset])
+
+
+class InFlight:
+    """Records in shared memory which indices each worker is reading, for post-mortems.
+
+    A worker killed mid-read (segfault, OOM kill) leaves no traceback; the main process
+    reads this board to name the samples it died on. One slot per worker:
+    ``[count, index_0, ..., index_{B-1}]``; count 0 = idle.
+    """
+
+    def __init__(self, dataset: Any, num_workers: int, batch_size: int, start_method: str | None) -> None:
+        import multiprocessing as mp
+
+        self.dataset, self.width = dataset, batch_size + 1
+        self.board = mp.get_context(start_method).RawArray("q", num_workers * self.width)
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        info = torch.utils.data.get_worker_info()
+        slot = self.width * (info.id if info is not None else 0)
+        self.board[slot + 1:slot + 1 + len(indices)] = indices
+        self.board[slot] = len(indices)
+        out = self.dataset.__getitems__(indices)
+        self.board[slot] = 0
+        return out
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])
+
+    def reading(self) -> list[list[int]]:
+        """Index lists being read right now, one per busy worker."""
+        slots = [self.board[i:i + self.width] for i in range(0, len(self.board), self.width)]
+        return [list(s[1:1 + s[0]]) for s in slots if s[0] > 0]
+
+
+def _int64_out(shape: tuple[int, ...]) -> torch.Tensor:
+    """An int64 tensor to fill; inside a worker it lives in shared memory from the start.
+
+    A worker's batch travels to the main process through shared memory; allocating it
+    there directly (as torch's ``default_collate`` does) saves a copy, and one storage
+    for the whole batch means one file descriptor handed over instead of two or three.
+    """
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.int64)
+    proto = torch.empty(0, dtype=torch.int64)
+    storage = proto._typed_storage()._new_shared(int(np.prod(shape)), device="cpu")
+    return proto.new(storage).resize_(*shape)
+
+
+def collate_windows(data: Any) -> tuple[torch.Tensor, ...]:
+    """``[B, L + 1]`` windows (and ``[B, L]`` doc info) -> ``(inputs, targets[, info])`` int64.
+
+    The outputs are contiguous ``[B, L]`` slabs of one buffer (one copy each).
+    """
+    info = None
+    if isinstance(data, tuple):
+        data, info = data
+    B, L = data.shape[0], data.shape[1] - 1
+    out = _int64_out((2 if info is None else 3, B, L))
+    buf = out.numpy()
+    buf[0], buf[1] = data[:, :-1], data[:, 1:]
+    if info is not None:
+        buf[2] = info
+    return tuple(out.unbind(0))
+
+
+class TokenLoader:
+    """Iterable of ``(inputs, targets[, info])`` batches with exact mid-epoch resume."""
+
+    def __init__(self, dataset: Any, sampler: EpochSampler, dataloader: torch.utils.data.DataLoader,
+                 in_flight: InFlight | None = None) -> None:
+        self.dataset, self.sampler, self._dl, self._in_flight = dataset, sampler, dataloader, in_flight
+        self._epoch, self._batch = 0, 0
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def batch_size(self) -> int:
+        return self.sampler.batch_size
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return self.sampler.batches_per_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch at the next iteration."""
+        self._epoch, self._batch = int(epoch), 0
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        self.sampler.epoch, self.sampler.start = self._epoch, self._batch
+        it = iter(self._dl)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except Exception as exc:
+                raise self._explain(exc) from exc
+            self._batch += 1  # counts batches handed out, not batches prefetched
+            yield batch
+        self._epoch, self._batch = self._epoch + 1, 0
+
+    def _explain(self, exc: Exception) -> Exception:
+        """Worker errors as one LmdataError naming the batch and its samples."""
+        text = str(exc)
+        if isinstance(exc, LmdataError) and "LmdataError: " in text:  # re-raised from a worker
+            return LmdataError(text.rsplit("LmdataError: ", 1)[1].strip() + " (in a DataLoader worker)")
+        if isinstance(exc, RuntimeError) and "DataLoader" in text:  # dead worker or timeout
+            what = "offsets" if self.sampler.sampling == "random" else "samples"
+            busy = self._in_flight.reading() if self._in_flight is not None else []
+            shown = "; ".join(f"{ids[:8]}{'...' if len(ids) > 8 else ''}" for ids in busy) or "none recorded"
+            return LmdataError(
+                f"{text.splitlines()[0]} (epoch {self._epoch}, waiting for batch {self._batch}; "
+                f"workers were reading {what} {shown}; rerun with num_workers=0 for the full error)"
+            )
+        return exc
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the user is: the next batch to hand out, plus what must match on resume."""
+        s = self.sampler
+        return {"version": STATE_VERSION, "epoch": self._epoch, "batch": self._batch, "seed": s.seed,
+                "sampling": s.sampling, "batch_size": s.batch_size, "rank": s.rank,
+                "world_size": s.world_size, "n_samples": s.n_samples, "drop_last": s.drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the stored batch (O(1): the sampler starts there, nothing is replayed)."""
+        s = self.sampler
+        for key in ("sampling", "batch_size", "rank", "world_size", "n_samples", "drop_last"):
+            if key in state and state[key] != getattr(s, key):
+                raise LmdataError(
+                    f"loader state has {key}={state[key]!r} but this loader has {getattr(s, key)!r}; "
+                    f"build the loader with the same {key} to resume"
+                )
+        s.seed = int(state.get("seed", s.seed))
+        self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
+        if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
+            self._epoch, self._batch = self._epoch + 1, 0
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit values win; else torch.distributed's if initialised; else a single process."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    rank, world_size = (0 if rank is None else int(rank)), (1 if world_size is None else int(world_size))
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise LmdataError(f"rank {rank} / world_size {world_size}: need world_size >= 1 and 0 <= rank < world_size")
+    return rank, world_size
+
+
+def _start_method(dataset: Any, start_method: str | None) -> str | None:
+    """``start_method``, except that fork becomes forkserver for a dataset that is not fork-safe.
+
+    A reader whose library cannot run in a forked child once used in the parent (Lance's
+    runtime segfaults there) says ``fork_safe = False``; asking for fork then would crash
+    workers at random, so the loader forks from a clean server process instead.
+    """
+    import multiprocessing as mp
+
+    if getattr(dataset, "fork_safe", True) or (start_method or mp.get_start_method()) != "fork":
+        return start_method
+    if start_method == "fork":
+        warnings.warn(f"{dataset!r} is not fork-safe; using start_method='forkserver' instead of 'fork'", stacklevel=3)
+    return "forkserver"
+
+
+def make_loader(
+    dataset: Any,
+    batch_size: int,
+    *,
+    num_workers: int = 0,
+    prefetch: int = 2,
+    pin_memory: bool = False,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    drop_last: bool = True,
+    sampling: str = "sequential-shuffle",
+    start_method: str | None = None,
+    persistent_workers: bool = True,
+    timeout: float = 300.0,
+) -> TokenLoader:
+    """A resumable loader of ``(inputs, targets)`` int64 ``[B, L]`` tensors over ``dataset``.
+
+    ``dataset`` is map-style with ``__getitems__`` (TokenDataset, MixedDataset). ``timeout``
+    bounds the wait for one batch from a worker, so a stuck read raises instead of hanging.
+    """
+    if sampling not in SAMPLINGS:
+        raise LmdataError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    if batch_size < 1 or num_workers < 0 or prefetch < 1:
+        raise LmdataError(f"need batch_size >= 1, num_workers >= 0, prefetch >= 1 "
+                          f"(got {batch_size}, {num_workers}, {prefetch})")
+    rank, world_size = _rank_and_world(rank, world_size)
+    source, n_offsets = dataset, 0
+    if sampling == "random":
+        if not hasattr(dataset, "read"):
+            raise LmdataError(f"sampling='random' needs a TokenDataset (random token offsets), not {type(dataset).__name__}")
+        source, n_offsets = OffsetReads(dataset), dataset.n_tokens - dataset.seq_len
+    sampler = EpochSampler(len(dataset), batch_size, seed=seed, rank=rank, world_size=world_size,
+                           sampling=sampling, drop_last=drop_last, n_offsets=n_offsets)
+    if sampler.batches_per_epoch == 0:
+        raise LmdataError(
+            f"{len(dataset)} samples give rank {rank} of {world_size} no full batch of {batch_size}; "
+            "use a smaller batch_size or seq_len, or drop_last=False"
+        )
+    workers, in_flight = {}, None
+    if num_workers > 0:
+        start_method = _start_method(dataset, start_method)
+        if start_method == "forkserver":  # fork workers from a server that already imported torch
+            import multiprocessing as mp
+
+            mp.get_context("forkserver").set_forkserver_preload(["torch", "lmdata.data.loader", "lmdata.data.dataset"])
+        workers = dict(prefetch_factor=prefetch, persistent_workers=persistent_workers,
+                       multiprocessing_context=start_method, timeout=timeout)
+        source = in_flight = InFlight(source, num_workers, batch_size, start_method)
+    dl = torch.utils.data.DataLoader(source, batch_sampler=sampler, num_workers=num_workers,
+                                     collate_fn=collate_windows, pin_memory=pin_memory, **workers)
+    return TokenLoader(dataset, sampler, dl, in_flight)

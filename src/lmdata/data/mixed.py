@@ -1,0 +1,136 @@
+"""MixedDataset: several datasets drawn with given weights, as one map-style dataset.
+
+Index ``k`` of the mixture maps, in O(log S) integer arithmetic, to ``(source, j)``, so the
+loader's sampler, rank sharding and O(1) resume work unchanged. The schedule is a binary
+tree over the sources; at each node a Bresenham/Beatty rule with a seeded phase ``phi``
+sends ``k`` left iff ``c(k + 1) > c(k)`` where ``c(k) = (k * A + phi) // D`` and
+``A / D`` is the left subtree's share of the weight. The left child sees ``c(k)`` as its
+own index, the right child ``k - c(k)``. Every prefix of the schedule holds each source
+within ``depth`` samples of its weight (a stratified, low-discrepancy choice), so
+proportions converge as 1/k rather than 1/sqrt(k).
+
+Source ``i`` receives ``count_i`` indices ``j``; ``j`` reads sample
+``perm_{i, j // len_i}(j % len_i)`` of that source: a source smaller than its share is
+repeated (a fresh shuffle per pass), a larger one is subsampled (the same subset each
+epoch; raise ``n_samples`` to see more of it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from lmdata.data.permutation import Permutation, derive_key
+from lmdata.errors import LmdataError
+
+_D = 1 << 24  # weight resolution of each tree node
+
+
+class _Node:
+    """A schedule node: a leaf (one source) or a split of weight ``A / D`` to the left."""
+
+    def __init__(self, sources: list[int], weights: list[float], seed: int, path: int = 1) -> None:
+        self.leaf = sources[0] if len(sources) == 1 else None
+        if self.leaf is not None:
+            return
+        mid = len(sources) // 2
+        wl, wr = sum(weights[:mid]), sum(weights[mid:])
+        self.A = min(max(round(wl / (wl + wr) * _D), 1), _D - 1)
+        self.phase = derive_key(seed, path) % _D
+        self.left = _Node(sources[:mid], weights[:mid], seed, 2 * path)
+        self.right = _Node(sources[mid:], weights[mid:], seed, 2 * path + 1)
+
+    def count(self, k: int) -> int:
+        return (k * self.A + self.phase) // _D
+
+    def locate(self, k: np.ndarray, src: np.ndarray, local: np.ndarray, at: np.ndarray) -> None:
+        """Write source and source-local index of mixture indices ``k`` into ``src[at]``, ``local[at]``."""
+        if self.leaf is not None:
+            src[at], local[at] = self.leaf, k
+            return
+        c0 = (k * self.A + self.phase) // _D
+        go_left = ((k + 1) * self.A + self.phase) // _D > c0
+        self.left.locate(c0[go_left], src, local, at[go_left])
+        self.right.locate((k - c0)[~go_left], src, local, at[~go_left])
+
+    def counts(self, n: int, out: list[int]) -> None:
+        """How many of the first ``n`` mixture indices each source receives."""
+        if self.leaf is not None:
+            out[self.leaf] = n
+            return
+        c = self.count(n)
+        self.left.counts(c, out)
+        self.right.counts(n - c, out)
+
+
+class MixedDataset:
+    """``[(dataset, weight), ...]`` -> one dataset of ``n_samples`` (default: their total)."""
+
+    def __init__(self, sources: Sequence[tuple[Any, float]], seed: int = 0, n_samples: int | None = None) -> None:
+        if not sources:
+            raise LmdataError("MixedDataset needs at least one (dataset, weight) pair")
+        self.datasets = [d for d, _ in sources]
+        self.weights = [float(w) for _, w in sources]
+        if any(not w > 0 for w in self.weights):
+            raise LmdataError(f"MixedDataset weights must be > 0, got {self.weights}; drop a source instead of weighting it 0")
+        lens = [len(d) for d in self.datasets]
+        shapes = {(getattr(d, "seq_len", None), getattr(d, "doc_info", None)) for d in self.datasets}
+        if len(shapes) != 1:
+            raise LmdataError(f"MixedDataset sources must share seq_len and doc_info, got {sorted(shapes, key=str)}")
+        self.seq_len, self.doc_info = shapes.pop()
+        self.seed = int(seed)
+        self.n_samples = int(sum(lens) if n_samples is None else n_samples)
+        if not 0 < self.n_samples < (1 << 62) // _D:
+            raise LmdataError(f"MixedDataset n_samples must be in [1, {(1 << 62) // _D}), got {self.n_samples}")
+        self._tree = _Node(list(range(len(sources))), self.weights, self.seed)
+        self.counts = [0] * len(sources)
+        self._tree.counts(self.n_samples, self.counts)
+
+    def __len__(self) -> int:
+        return self.n_samples
+
+    @property
+    def fork_safe(self) -> bool:
+        return all(getattr(d, "fork_safe", True) for d in self.datasets)
+
+    def __repr__(self) -> str:
+        return f"MixedDataset({len(self.datasets)} sources, weights={self.weights}, n_samples={self.n_samples})"
+
+    def locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, index within that source's dataset)`` for each mixture index."""
+        k = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if k.size and (k.min() < 0 or k.max() >= self.n_samples):
+            raise IndexError(f"mixture index out of range [0, {self.n_samples})")
+        src, local = np.empty_like(k), np.empty_like(k)
+        self._tree.locate(k, src, local, np.arange(len(k)))
+        for i, d in enumerate(self.datasets):  # local -> sample of source i, shuffled per pass
+            sel = np.flatnonzero(src == i)
+            if sel.size:
+                passes, rest = np.divmod(local[sel], len(d))
+                for p in np.unique(passes):
+                    at = sel[passes == p]
+                    local[at] = Permutation(len(d), derive_key(self.seed, i), int(p))(rest[passes == p])
+        return src, local
+
+    def __getitem__(self, k: int) -> Any:
+        out = self.__getitems__([k])
+        return (out[0][0], out[1][0]) if isinstance(out, tuple) else out[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        """One ``__getitems__`` per source touched, reassembled in the requested order."""
+        src, local = self.locate(indices)
+        windows = info = None
+        if not len(src):
+            return np.empty((0, self.seq_len + 1), dtype=np.int64)
+        for i in np.unique(src):
+            at = np.flatnonzero(src == i)
+            part = self.datasets[i].__getitems__(local[at].tolist())
+            part_w, part_i = part if isinstance(part, tuple) else (part, None)
+            if windows is None:
+                windows = np.empty((len(src),) + part_w.shape[1:], dtype=np.int64)
+                info = None if part_i is None else np.empty((len(src),) + part_i.shape[1:], dtype=np.int64)
+            windows[at] = part_w
+            if info is not None:
+                info[at] = part_i
+        return windows if info is None else (windows, info)

@@ -1,0 +1,240 @@
+"""make_loader: exact batches, rank shares, worker-count invariance, resume, errors."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toyformat import EOT, FailingReader, ForkUnsafeReader, NpyReader, rank_main, write_tokens
+
+from lmdata.data import TokenDataset, make_loader
+from lmdata.data.loader import EpochSampler
+from lmdata.errors import LmdataError
+
+L, B = 16, 8
+
+
+def take(loader, n):
+    out = []
+    while len(out) < n:
+        for batch in loader:
+            out.append(batch)
+            if len(out) == n:
+                break
+    return out
+
+
+def same(a, b):
+    return len(a) == len(b) and all(all(torch.equal(x, y) for x, y in zip(p, q)) for p, q in zip(a, b))
+
+
+@pytest.fixture
+def index_tokens(tmp_path):
+    """Token t is t itself, so a batch's first column names its samples (k = inputs[:, 0] // L)."""
+    return write_tokens(tmp_path / "idx.npy", np.arange(6_401, dtype=np.uint16))
+
+
+def sample_ids(batches):
+    return [int(x) // L for inputs, *_ in batches for x in inputs[:, 0]]
+
+
+def test_batches_are_contract_windows(reader, tokens):
+    loader = make_loader(TokenDataset(reader, L), B, seed=1)
+    assert len(loader) == ((len(tokens) - 1) // L) // B
+    inputs, targets = next(iter(loader))
+    assert inputs.dtype == targets.dtype == torch.int64 and inputs.shape == targets.shape == (B, L)
+    assert inputs.is_contiguous() and targets.is_contiguous()  # .view(-1) works, as a loss needs
+    for row_in, row_t in zip(inputs.numpy(), targets.numpy()):
+        starts = np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(tokens, L)[::L] == row_in, axis=1))
+        k = int(starts[0])
+        assert np.array_equal(row_t, tokens[k * L + 1:k * L + L + 1])
+
+
+def test_epoch_is_a_shuffle_and_epochs_advance(index_tokens):
+    ds = TokenDataset(index_tokens, L)
+    loader = make_loader(ds, B, seed=3)
+    e0 = sample_ids(list(loader))
+    assert loader.epoch == 1 and loader.state_dict()["batch"] == 0
+    e1 = sample_ids(list(loader))
+    n = len(loader) * B
+    assert len(set(e0)) == len(e0) == n == len(set(e1)) and e0 != e1 and sorted(e0) != e0
+    loader.set_epoch(0)
+    assert sample_ids(list(loader)) == e0
+    assert sample_ids(list(make_loader(ds, B, seed=3, sampling="sequential")))[:B] == list(range(B))
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5])
+def test_rank_shares_disjoint_and_covering(index_tokens, world_size):
+    ds = TokenDataset(index_tokens, L)  # 400 samples
+    shares = []
+    for rank in range(world_size):
+        loader = make_loader(ds, B, rank=rank, world_size=world_size, seed=9, drop_last=False)
+        shares.append(sample_ids(list(loader)))
+    per_rank = len(ds) // world_size
+    assert all(len(s) == per_rank for s in shares)
+    flat = [k for s in shares for k in s]
+    assert len(set(flat)) == len(flat) == per_rank * world_size
+
+
+@pytest.mark.parametrize("n", [1001, 4096])
+def test_sampler_shares_cover_the_permutation(n):
+    world, bs = 4, 10
+    seen = []
+    for rank in range(world):
+        s = EpochSampler(n, bs, seed=2, rank=rank, world_size=world, sampling="sequential-shuffle", drop_last=False)
+        seen += [i for b in s for i in b]
+    assert len(seen) == len(set(seen)) == (n // world) * world
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 3000), batch=st.integers(1, 64), world=st.integers(1, 6), seed=st.integers(0, 2**40),
+       epoch=st.integers(0, 100), drop_last=st.booleans(), start=st.integers(0, 50))
+def test_sampler_properties(n, batch, world, seed, epoch, drop_last, start):
+    samplers = [EpochSampler(n, batch, seed=seed, rank=r, world_size=world, sampling="sequential-shuffle",
+                             drop_last=drop_last) for r in range(world)]
+    shares = []
+    for s in samplers:
+        s.epoch = epoch
+        batches = list(s)
+        assert len(batches) == s.batches_per_epoch and all(len(b) <= batch for b in batches)
+        assert all(len(b) == batch for b in batches) or not drop_last
+        s.start = min(start, len(batches))
+        assert list(s) == batches[s.start:]  # resuming at batch b is the tail, computed directly
+        shares.append([i for b in batches for i in b])
+    flat = [i for share in shares for i in share]
+    assert len(set(flat)) == len(flat) and all(0 <= i < n for i in flat)  # disjoint
+    assert len({len(share) for share in shares}) == 1  # equal shares
+    if not drop_last:
+        assert len(flat) == (n // world) * world  # covering, minus the remainder
+
+
+@pytest.mark.parametrize("sampling", ["sequential-shuffle", "random"])
+def test_worker_count_does_not_change_batches(reader, sampling):
+    ds = TokenDataset(reader, L)
+    runs = [take(make_loader(ds, B, num_workers=w, seed=5, sampling=sampling), 12) for w in (0, 1, 2)]
+    assert same(runs[0], runs[1]) and same(runs[0], runs[2])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("k", [0, 5, 15])
+def test_resume_mid_epoch(reader, workers, k):
+    ds = TokenDataset(reader, L, doc_info="positions", eot_id=EOT)
+    m = 9  # 1250 samples / 64 = 19 batches an epoch: k = 15 resumes across the epoch boundary
+    full = take(make_loader(ds, 64, num_workers=workers, seed=7), k + m)
+    first = make_loader(ds, 64, num_workers=workers, seed=7)
+    assert same(take(first, k), full[:k])
+    state = first.state_dict()
+    fresh = make_loader(ds, 64, num_workers=workers, seed=123)  # the seed comes from the state
+    fresh.load_state_dict(state)
+    assert same(take(fresh, m), full[k:k + m])
+
+
+def test_resume_after_break_in_same_loader(reader):
+    ds = TokenDataset(reader, L)
+    full = take(make_loader(ds, B, num_workers=2, seed=1), 10)
+    loader = make_loader(ds, B, num_workers=2, seed=1)
+    got = take(loader, 4) + take(loader, 6)  # second iter() continues where the first stopped
+    assert same(got, full)
+
+
+def test_resume_is_o1(reader, monkeypatch):
+    ds = TokenDataset(reader, L)
+    loader = make_loader(ds, B, seed=1)
+    loader.load_state_dict({**loader.state_dict(), "batch": 100})
+    calls = []
+    original = EpochSampler.batch
+    monkeypatch.setattr(EpochSampler, "batch", lambda self, e, b: calls.append(b) or original(self, e, b))
+    next(iter(loader))
+    assert calls == [100]
+
+
+def test_state_mismatch_is_an_error(reader):
+    ds = TokenDataset(reader, L)
+    state = make_loader(ds, B).state_dict()
+    with pytest.raises(LmdataError, match="batch_size"):
+        make_loader(ds, B * 2).load_state_dict(state)
+    with pytest.raises(LmdataError, match="world_size"):
+        make_loader(ds, B, rank=0, world_size=2).load_state_dict(state)
+
+
+def test_random_sampling_deterministic_and_resumable(reader, tokens):
+    ds = TokenDataset(reader, L)
+    full = take(make_loader(ds, B, sampling="random", seed=2), 8)
+    assert same(full, take(make_loader(ds, B, sampling="random", seed=2), 8))
+    assert not same(full, take(make_loader(ds, B, sampling="random", seed=3), 8))
+    first = make_loader(ds, B, sampling="random", seed=2)
+    take(first, 3)
+    fresh = make_loader(ds, B, sampling="random", seed=2, num_workers=1)
+    fresh.load_state_dict(first.state_dict())
+    assert same(take(fresh, 5), full[3:])
+    windows = np.lib.stride_tricks.sliding_window_view(tokens, L + 1)
+    for inputs, targets in full[:2]:
+        for x, y in zip(inputs.numpy(), targets.numpy()):
+            row = np.concatenate([x, y[-1:]])
+            assert np.any(np.all(windows == row, axis=1))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_reader_error_in_worker_names_the_sample(tmp_path, tokens, workers):
+    path = tmp_path / "t.npy"
+    np.save(path, tokens)
+    ds = TokenDataset(FailingReader(path, bad=L * 500 + 3), L)
+    loader = make_loader(ds, 4, num_workers=workers, sampling="sequential", start_method="forkserver")
+    with pytest.raises(LmdataError, match=r"sample 500 .*tokens-00000.bin") as info:
+        take(loader, 200)
+    assert "\n" not in str(info.value)
+
+
+def test_dead_worker_raises_naming_the_batch(tmp_path, tokens):
+    path = tmp_path / "t.npy"
+    np.save(path, tokens)
+    ds = TokenDataset(FailingReader(path, bad=L * 40 + 1, die=True), L)
+    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60)
+    with pytest.raises(LmdataError, match=r"exited unexpectedly.*reading samples \[40, 41, 42, 43\]"):
+        take(loader, 50)
+
+
+@pytest.mark.parametrize("start_method", ["fork", None])
+def test_fork_unsafe_reader_gets_forkserver(reader, start_method):
+    ds = TokenDataset(ForkUnsafeReader(reader.path), L)
+    assert not ds.fork_safe
+    want = take(make_loader(ds, B, seed=4), 3)
+    if start_method == "fork":
+        with pytest.warns(UserWarning, match="not fork-safe"):
+            loader = make_loader(ds, B, seed=4, num_workers=1, start_method=start_method)
+    else:
+        loader = make_loader(ds, B, seed=4, num_workers=1, start_method=start_method)
+    assert loader._dl.multiprocessing_context.get_start_method() == "forkserver"
+    assert same(take(loader, 3), want)
+
+
+def test_bad_arguments(reader):
+    ds = TokenDataset(reader, L)
+    with pytest.raises(LmdataError, match="sampling"):
+        make_loader(ds, B, sampling="shuffle")
+    with pytest.raises(LmdataError, match="no full batch"):
+        make_loader(ds, len(ds) + 1)
+    with pytest.raises(LmdataError, match="rank"):
+        make_loader(ds, B, rank=2, world_size=2)
+
+
+def test_two_ranks_under_spawn_no_duplicates(tmp_path):
+    path = tmp_path / "idx.npy"
+    np.save(path, np.arange(6_401, dtype=np.uint16))
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=rank_main, args=(r, 2, str(path), str(tmp_path / "pg"), L, B, str(tmp_path / f"r{r}")))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    shares = [json.loads((tmp_path / f"r{r}").read_text()) for r in range(2)]
+    assert len(shares[0]) == len(shares[1]) == (400 // 2 // B) * B
+    assert not set(shares[0]) & set(shares[1])
