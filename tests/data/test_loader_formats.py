@@ -23,12 +23,20 @@ from lmdata.data.loader import EpochSampler  # noqa: E402
 from lmdata.store import open_store  # noqa: E402
 
 L, B, N_BATCHES = 32, 8, 6
-registry.register_format("toy", ToyWriter, ToyReader)
-FORMATS = registry.available_formats()
+# Registered only while this module's tests run, so other test modules that parametrize
+# over the registered formats do not see the toy.
+FORMATS = [*registry.available_formats(), "toy"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_format():
+    registry.register_format("toy", ToyWriter, ToyReader)
+    yield
+    registry.unregister_format("toy")
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, toy_format):
     path = tmp_path_factory.mktemp("store")
     stream = build_store(path, FORMATS)
     return open_store(path), stream

@@ -6,8 +6,7 @@ so importing this package stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lmdata._lazy import lazy_exports
 
 _EXPORTS = {
     "TokenDataset": "lmdata.data.dataset",
@@ -18,9 +17,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'lmdata.data' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,28 +6,22 @@ Kept light: ``import lmdata.model`` does not import torch until a name is used, 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lmdata._lazy import lazy_exports
 
 _EXPORTS = {
-    "Linear": "layers",
-    "Embedding": "layers",
-    "RMSNorm": "layers",
-    "SwiGLU": "layers",
-    "RotaryEmbedding": "layers",
-    "softmax": "functional",
-    "scaled_dot_product_attention": "functional",
-    "MultiHeadSelfAttention": "attention",
-    "TransformerBlock": "transformer",
-    "TransformerLM": "transformer",
-    "PRESETS": "transformer",
-    "model_config": "transformer",
+    "Linear": "lmdata.model.layers",
+    "Embedding": "lmdata.model.layers",
+    "RMSNorm": "lmdata.model.layers",
+    "SwiGLU": "lmdata.model.layers",
+    "RotaryEmbedding": "lmdata.model.layers",
+    "softmax": "lmdata.model.functional",
+    "scaled_dot_product_attention": "lmdata.model.functional",
+    "MultiHeadSelfAttention": "lmdata.model.attention",
+    "TransformerBlock": "lmdata.model.transformer",
+    "TransformerLM": "lmdata.model.transformer",
+    "PRESETS": "lmdata.model.transformer",
+    "model_config": "lmdata.model.transformer",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'lmdata.model' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"lmdata.model.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,8 +6,7 @@ first use, so importing this package imports neither pyarrow nor lance.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lmdata._lazy import lazy_exports
 
 _EXPORTS = {
     "open_store": "lmdata.store.store",
@@ -18,10 +17,5 @@ _EXPORTS = {
     "verify_store": "lmdata.store.verify",
 }
 
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'lmdata.store' has no attribute {name!r}")
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
