@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 from bisect import bisect_right
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, plan, shard_bounds
 
 STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
+# Fragment file readers kept open per process (each holds its file's page table; opening
+# one costs ~0.4 ms here, so a store of many shards re-opens some instead of growing).
+MAX_OPEN_FILES = 256
 
 
 def _schema(dtype: np.dtype) -> Any:
@@ -153,11 +157,11 @@ class LanceReader:
         self._pid = os.getpid()
         self._ds: Any = None
         self._row_bounds: dict[int, list[int]] = {}  # shard -> global first token of each row, then its end
-        self._files: dict[int, Any] = {}  # shard -> its fragment's LanceFileReader
+        self._files: OrderedDict[int, Any] = OrderedDict()  # shard -> its fragment's LanceFileReader (LRU)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_ds=None, _row_bounds={}, _files={}, _pid=-1)
+        state.update(_ds=None, _row_bounds={}, _files=OrderedDict(), _pid=-1)
         return state
 
     def check(self) -> None:
@@ -192,7 +196,9 @@ class LanceReader:
             try:
                 self._ds = lance.dataset(str(self.format_dir))
             except Exception as exc:
-                raise LmdataError(f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`") from exc
+                raise LmdataError(
+                    f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
+                ) from exc
             if self._ds.count_rows() != self._row_base[-1]:
                 raise LmdataError(
                     f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows, the manifest says "
@@ -202,14 +208,14 @@ class LanceReader:
 
     def _file(self, i: int) -> Any:
         """Shard ``i``'s fragment file opened for ``take_rows`` (None if the fragment is not one file)."""
-        reader = self._files.get(i)
-        if reader is None and i not in self._files:
-            from lance.file import LanceFileReader
+        if i in self._files:
+            self._files.move_to_end(i)
+            return self._files[i]
+        from lance.file import LanceFileReader
 
-            shard = self.shards[i]
-            if len(shard.files) != 2 or not self.direct:  # several data files in the fragment: dataset take
-                self._files[i] = None
-                return None
+        shard = self.shards[i]
+        reader = None
+        if len(shard.files) == 2 and self.direct:  # else several data files in the fragment: dataset take
             path = shard_file_path(self.format_dir, shard, shard.files[0])
             try:
                 reader = LanceFileReader(str(path), columns=["tokens"])
@@ -219,7 +225,9 @@ class LanceReader:
             if n_rows != shard.extra["rows"]:
                 raise LmdataError(f"{path}: shard {shard.name} holds {n_rows} rows, the manifest says "
                                   f"{shard.extra['rows']}; run `lmdata verify`")
-            self._files[i] = reader
+        self._files[i] = reader
+        if len(self._files) > MAX_OPEN_FILES:
+            self._files.popitem(last=False)
         return reader
 
     def _take(self, rows: list[int], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:

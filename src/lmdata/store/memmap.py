@@ -167,8 +167,12 @@ class MemmapReader:
         try:
             starts = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise LmdataError(f"{path}: shard {shard.name} document index is unreadable ({exc}); run `lmdata verify`") from exc
+            raise LmdataError(
+                f"{path}: shard {shard.name} document index is unreadable ({exc}); run `lmdata verify`"
+            ) from exc
         if starts.shape != (shard.n_docs + 1,) or (len(starts) and starts[-1] != shard.n_tokens):
-            raise LmdataError(f"{path}: shard {shard.name} document index does not match the manifest; run `lmdata verify`")
+            raise LmdataError(
+                f"{path}: shard {shard.name} document index does not match the manifest; run `lmdata verify`"
+            )
         return starts
 

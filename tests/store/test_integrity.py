@@ -1,0 +1,94 @@
+"""A bit-flipped shard is refused by readers on first touch, naming the shard file; others still read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store import open_store, verify_store
+from lmdata.store.registry import available_formats
+
+FORMATS = available_formats()
+
+
+def flip(path, where=0.5):
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def victim(syn, fmt, index=1):
+    shard = open_store(syn.path).manifest.splits["train"].formats[fmt][index]
+    return shard, syn.path / "train" / fmt / shard.files[0].path
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
+    syn = make_store([fmt])
+    shard, path = victim(syn, fmt)
+    flip(path)
+    store = open_store(syn.path)  # sizes still match: opening stays cheap and succeeds
+    r = store.reader("train", fmt)
+    np.testing.assert_array_equal(r.windows(np.array([5]), 100)[0], syn.stream[5:105])  # shard 0 untouched
+    start = shard.first_token + 10
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(LmdataError, match=shard.files[0].path) as err:
+            r.windows(np.array([7, start]), 100)
+        assert f"shard {shard.name}" in str(err.value) and str(start) in str(err.value)
+    last = store.manifest.splits["train"].formats[fmt][-1]
+    n = len(syn.stream)
+    np.testing.assert_array_equal(r.windows(np.array([n - 50]), 50)[0], syn.stream[-50:])
+    assert last.name != shard.name
+    with pytest.raises(LmdataError, match=f"shard {shard.name}"):
+        store.dataset("train", 99, fmt)[start // 99 + 1]
+    with pytest.raises(LmdataError, match=f"shard {shard.name}"):
+        r.document(shard.first_doc)
+    assert not verify_store(syn.path).ok
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_shard_rewritten_after_it_was_verified_is_hashed_again(make_store, fmt):
+    syn = make_store([fmt])
+    shard, path = victim(syn, fmt)
+    start = np.array([shard.first_token])
+    np.testing.assert_array_equal(open_store(syn.path).reader("train", fmt).windows(start, 64)[0],
+                                  syn.stream[start[0] : start[0] + 64])
+    flip(path)
+    with pytest.raises(LmdataError, match=f"shard {shard.name}"):
+        open_store(syn.path).reader("train", fmt).windows(start, 64)
+
+
+def test_size_mode_skips_the_hash_but_parquet_pages_still_carry_checksums(make_store):
+    syn = make_store(["memmap", "parquet"])
+    for fmt in ("memmap", "parquet"):
+        flip(victim(syn, fmt)[1])
+    store = open_store(syn.path)
+    shard = store.manifest.splits["train"].formats["parquet"][1]
+    whole = np.array([shard.first_token])
+    # memmap with sizes only: the flipped token is served (why "first-use" is the default)
+    got = store.reader("train", "memmap", verify="size").windows(whole, shard.n_tokens)[0]
+    assert (got != syn.stream[whole[0] : whole[0] + shard.n_tokens]).sum() == 1
+    # Parquet: the page CRC refuses it, as an LmdataError naming the file (not pyarrow's bare OSError)
+    with pytest.raises(LmdataError, match=shard.files[0].path):
+        store.reader("train", "parquet", verify="size").windows(whole, shard.n_tokens)
+
+
+def test_verify_mode_is_checked(make_store):
+    syn = make_store(["memmap"])
+    with pytest.raises(LmdataError, match="verify='always'"):
+        open_store(syn.path).reader("train", verify="always")
+    ds = open_store(syn.path).dataset("train", 16, verify="size")
+    np.testing.assert_array_equal(ds[0], syn.stream[:17])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_decode_error_names_the_shard_even_without_hashing(make_store, fmt):
+    """verify="size": the format library's own failure (a damaged footer) becomes an LmdataError naming the file."""
+    syn = make_store([fmt])
+    shard, path = victim(syn, fmt)
+    flip(path, where=0.9999)  # the footer's last bytes (magic / metadata)
+    r = open_store(syn.path).reader("train", fmt, verify="size")
+    np.testing.assert_array_equal(r.windows(np.array([0]), 64)[0], syn.stream[:64])
+    with pytest.raises(LmdataError, match=shard.files[0].path):
+        r.windows(np.array([shard.first_token + 3]), 64)
