@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from readme_section import replace_section  # bench/ is on sys.path when a script runs
 
 CORPUS = Path("/work/shared/corpus/english-prose.txt")
 TRAIN_CORPUS = Path("/work/shared/corpus/english-prose-5mb.txt")
@@ -209,16 +210,7 @@ def _net_cost(by: dict) -> float:
 
 def write_readme(path: Path, body: str) -> None:
     """Replace (or append) the ``## Ingest`` section of ``path``, leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find("\n## Ingest\n")
-    section = "\n## Ingest\n\n" + body.strip() + "\n"
-    if start < 0:
-        text = text.rstrip("\n") + "\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    path.write_text(text)
-
+    replace_section(path, "## Ingest\n\n" + body.strip(), "Ingest")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

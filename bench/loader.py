@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+from readme_section import replace_section  # bench/ is on sys.path when a script runs
 
 CORPUS = Path("/work/shared/corpus/english-prose.txt")
 TRAIN_CORPUS = Path("/work/shared/corpus/english-prose-5mb.txt")
@@ -400,12 +401,7 @@ def table(results: dict, sizes: dict, args: argparse.Namespace) -> str:
 
 def write_readme(readme: Path, body: str) -> None:
     """Replace (or append) the ``## Loader`` section; other sections belong to other benches."""
-    text = readme.read_text() if readme.is_file() else "# Benchmarks\n"
-    section = f"## Loader\n\n{body}\n"
-    pattern = re.compile(r"^## Loader\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    readme.write_text(text)
-
+    replace_section(readme, f"## Loader\n\n{body}", "Loader")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

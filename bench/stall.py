@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from readme_section import replace_section  # bench/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path("/work/shared/corpus/english-prose.txt")
@@ -86,17 +87,7 @@ way a training loop sees it. One step is `next(loader)` plus the host->device co
 
 def write_readme(path: Path, body: str) -> None:
     """Replace (or append) the ``## Method`` + ``## Stall`` block of ``path``, leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = "\n" + body.strip() + "\n"
-    start = text.find("\n## Method\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n" + block
-    else:
-        stall = text.find("\n## Stall\n", start)
-        end = text.find("\n## ", (stall if stall >= 0 else start) + 1)
-        text = text[:start] + block + (text[end:] if end >= 0 else "")
-    path.write_text(text)
-
+    replace_section(path, body, "Method", "Stall")
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script():
+    if str(ROOT / "bench") not in sys.path:  # as when the script runs: its folder is on sys.path
+        sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("bench_stall_script", ROOT / "bench" / "stall.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
