@@ -57,3 +57,10 @@ def test_blocks_rejoin_to_the_file(tmp_path_factory, text, block_bytes):
     blocks = list(iter_text_blocks(path, SPECIALS, ReadStats(), block_bytes=block_bytes))
     assert "".join(blocks) == text
     assert sum((count_pretokens(b, SPECIALS) for b in blocks), Counter()) == _reference_counts(text, SPECIALS)
+
+
+def test_safe_cut_waits_for_a_whole_special_token_after_a_space():
+    """Regression: "  <|endoftext|>" is one "  " pre-token; no prefix of it may be cut at 1
+    (a short prefix once made rfind count from the end, and the space rule saw a partial token)."""
+    text = "  <|endoftext|>"
+    assert [safe_cut(text[:i], SPECIALS) for i in range(1, len(text) + 1)] == [0] * len(text)

@@ -53,10 +53,13 @@ def safe_cut(text: str, special_tokens: list[str]) -> int:
     """The last position where ``text`` can be cut without changing its tokens, or 0.
 
     Unknown text may follow, so the cut stays clear of the end by the longest special
-    token's length and never falls inside any special-token occurrence.
+    token's length plus one (a space cut must see whether a whole special token starts just
+    after the space) and never falls inside any special-token occurrence.
     """
     max_len = max((len(t) for t in special_tokens), default=1)
-    limit = len(text) - max_len
+    limit = len(text) - max_len - 1
+    if limit <= 0:  # (a negative bound would count from the end in rfind)
+        return 0
     for find in (_last_space_cut, _last_newline_cut):
         pos = find(text, limit + 1)
         while pos > 0:
