@@ -20,11 +20,22 @@ if [ -f "$stamp" ]; then exit 0; fi
 
 "$py" -m pip install -q --upgrade pip >/dev/null
 if ! "$py" -c "import torch" 2>/dev/null; then
-  spec="${LMDATA_TORCH:-torch==2.13.0}"
-  if [ "$spec" != "skip" ]; then
-    echo "setup: installing $spec" >&2
-    # shellcheck disable=SC2086
-    "$py" -m pip install -q $spec
+  if [ -n "${LMDATA_TORCH:-}" ]; then
+    if [ "$LMDATA_TORCH" != "skip" ]; then
+      echo "setup: installing $LMDATA_TORCH" >&2
+      # shellcheck disable=SC2086
+      "$py" -m pip install -q $LMDATA_TORCH
+    fi
+  else
+    # The CPU build: a local wheel (pip's find-links) when the machine has one, else
+    # PyTorch's CPU index. Plain PyPI would hand Linux a multi-GB CUDA build.
+    echo "setup: installing torch==2.13.0 (CPU build)" >&2
+    if "$py" -m pip install -q --no-index --no-deps torch==2.13.0 2>/dev/null; then
+      "$py" -m pip install -q torch==2.13.0
+    else
+      "$py" -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+        --extra-index-url https://pypi.org/simple
+    fi
   fi
 fi
 target="."

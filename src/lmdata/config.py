@@ -55,6 +55,10 @@ class IngestConfig:
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
     workers: int = _f(0, "Tokenizer processes; 0 = all cores. The store does not depend on it.")
     errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).")
+    engine: str = _f("local", "Where to tokenize and write: local (this machine) or ray (a Ray cluster, "
+                     "`pip install 'lmdata[ray]'`); the store is the same.")
+    ray_address: str = _f("", "engine = \"ray\": the cluster to join (auto, HOST:6379, ray://HOST:10001); "
+                          "empty = start a local Ray.")
     splits: dict[str, SplitConfig] = _f({}, "[ingest.splits.NAME] tables: the documents of each split.")
     holdout: HoldoutConfig | None = _f(None, "[ingest.holdout]: move the last N documents of a split into another.")
 
@@ -133,6 +137,8 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
         raise LmdataError(f"{where}: shard_tokens must be positive, got {cfg.shard_tokens}")
     if cfg.workers < 0:
         raise LmdataError(f"{where}: workers must be >= 0 (0 = all cores), got {cfg.workers}")
+    if cfg.engine not in ("local", "ray"):
+        raise LmdataError(f"{where}: engine must be local or ray, got {cfg.engine!r}")
     if cfg.errors not in ERRORS:
         raise LmdataError(f"{where}: errors must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
     for name, split in cfg.splits.items():

@@ -68,13 +68,13 @@ def _tokenizer_from_config(cfg: object) -> Path:
 @click.option("--resume", is_flag=True, help="Continue an interrupted ingest from its completed shards.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store (or an interrupted one).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where to tokenize and write: this machine's cores, or a Ray cluster (same store).")
+@click.option("--engine", type=click.Choice(["local", "ray"]),
+              help="Where to tokenize and write: this machine's cores (default), or a Ray cluster (same store).")
 @click.option("--ray-address", help="Ray cluster to join with --engine ray (default: start a local Ray).")
 def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tuple[str, ...], tokenizer_dir: str | None,
                    out: str | None, formats: str | None, shard_tokens: int | None, workers: int | None,
                    kind: str | None, separator: str | None, text_field: str | None, errors: str | None,
-                   holdout: int | None, resume: bool, overwrite: bool, no_progress: bool, engine: str,
+                   holdout: int | None, resume: bool, overwrite: bool, no_progress: bool, engine: str | None,
                    ray_address: str | None) -> None:
     """Tokenize raw text into a store (memmap, Parquet, Lance): a PIPELINE.toml, or flags."""
     from lmdata.config import IngestConfig, SplitConfig, check_ingest, load_pipeline
@@ -105,6 +105,7 @@ def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tu
     cfg.shard_tokens = shard_tokens if shard_tokens is not None else cfg.shard_tokens
     cfg.workers = workers if workers is not None else cfg.workers
     cfg.errors = errors or cfg.errors
+    cfg.engine, cfg.ray_address = engine or cfg.engine, ray_address or cfg.ray_address
     if not cfg.splits:
         raise LmdataError("no input given; pass --input PATH, --split NAME=PATH or a PIPELINE.toml")
     if tok is None:
@@ -121,7 +122,7 @@ def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tu
     }
     ingest(specs, tok, cfg.out, formats=cfg.formats or None, shard_tokens=cfg.shard_tokens, workers=cfg.workers,
            resume=resume, overwrite=overwrite, holdout=hold, progress=not no_progress, log=click.echo,
-           engine=engine, ray_address=ray_address)
+           engine=cfg.engine, ray_address=cfg.ray_address or None)
 
 
 @click.command("inspect")
