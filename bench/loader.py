@@ -316,14 +316,14 @@ def cases(store_path: Path, work: Path) -> list[tuple[str, tuple[int, ...], Call
     lit = ensure_litdata(store_path, work)
     rows = [
         ("nanogpt get_batch (ceiling)", (0,), lambda w: nanogpt_batches(naive["bin"]), [naive["bin"]]),
-        ("lmdata:memmap", WORKERS, lambda w: loader_batches(store.reader("train", "memmap"), w), files_under(fmt_dir("memmap"))),
-        ("lmdata:lance", WORKERS, lambda w: loader_batches(store.reader("train", "lance"), w), files_under(fmt_dir("lance"))),
+        ("lmdata:memmap", WORKERS, lambda w: loader_batches(store.reader("train", "memmap", verify="size"), w), files_under(fmt_dir("memmap"))),
+        ("lmdata:lance", WORKERS, lambda w: loader_batches(store.reader("train", "lance", verify="size"), w), files_under(fmt_dir("lance"))),
         ("naive-lance", WORKERS, lambda w: loader_batches(NaiveLanceReader(naive["lance"], doc_starts), w),
          files_under(naive["lance"])),
         ("lance.torch LanceDataset (scan)", (0,), lambda w: lance_torch_batches(fmt_dir("lance")), files_under(fmt_dir("lance"))),
-        ("lmdata:parquet", WORKERS, lambda w: loader_batches(store.reader("train", "parquet"), w), files_under(fmt_dir("parquet"))),
+        ("lmdata:parquet", WORKERS, lambda w: loader_batches(store.reader("train", "parquet", verify="size"), w), files_under(fmt_dir("parquet"))),
         ("lmdata:parquet (16 MB cache)", WORKERS,
-         lambda w: loader_batches(store.reader("train", "parquet", cache_bytes=16 << 20), w), files_under(fmt_dir("parquet"))),
+         lambda w: loader_batches(store.reader("train", "parquet", verify="size", cache_bytes=16 << 20), w), files_under(fmt_dir("parquet"))),
         ("naive-parquet", WORKERS, lambda w: loader_batches(NaiveParquetReader(naive_pq, doc_starts), w), naive_pq),
     ]
     if lit is not None:

@@ -71,6 +71,9 @@ way a training loop sees it. One step is `next(loader)` plus the host->device co
 - **Cache.** *warm*: the format's files are read once before each run; *cold*: they are
   evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` (no root needed) before each run; the
   `cached` column is the share of their pages resident just before the run (`mincore`).
+  Readers run with `verify="size"`: the sha256 a reader does by default on its first
+  touch of a shard (once per process) would read whole shards and warm a cold cache;
+  check stores with `lmdata verify` instead.
 - **Reported per cell:** stall fraction; wait per step p50/p95/p99/max; time to first
   batch (worker start-up; the first step is left out of every other figure); loader-only
   tokens/s; headroom = loader tokens/s / tokens/s the trainer consumes (with simulated

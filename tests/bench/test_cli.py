@@ -92,8 +92,8 @@ def test_real_model_steps_are_timed(sample_store):
 def test_bench_errors_are_one_line(sample_store, tmp_path, capsys):
     code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--format", "zarr", "--step-ms", "1")
     assert code == 1 and "--format 'zarr'" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run_main(capsys, "bench", "--store", str(sample_store))  # simulated: no --step-ms, no --gpu
-    assert code == 1 and "--step-ms" in err
+    code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--gpu", "tpu9")  # unknown accelerator
+    assert code == 1 and "tpu9" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_main(capsys, "bench", "--store", str(tmp_path / "nope"), "--step-ms", "1")
     assert code == 1 and "nope" in err and len(err.strip().splitlines()) == 1
 

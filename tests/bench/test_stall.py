@@ -45,8 +45,9 @@ def test_serial_loader_stall_is_load_over_load_plus_step():
     s = stall.summarize(times.wait_s, times.compute_s)
     assert s["steps"] == 11  # the first step is start-up, reported apart
     assert s["stall_fraction"] == pytest.approx(20 / (20 + 30), abs=0.1)
-    assert s["wait_ms_p50"] == pytest.approx(20, abs=8)
-    assert s["compute_ms_mean"] == pytest.approx(30, abs=8)
+    # sleep never returns early: lower bounds are exact, upper ones would only measure load
+    assert s["wait_ms_p50"] >= 19.5
+    assert s["compute_ms_mean"] >= 29.5
 
 
 def test_prefetch_faster_than_step_hides_the_load():
@@ -59,7 +60,7 @@ def test_prefetch_slower_than_step_waits_the_difference():
     times = stall.time_steps(prefetching_loader(40, 12), stall.simulated_step(10), steps=12)
     s = stall.summarize(times.wait_s, times.compute_s)
     assert s["stall_fraction"] == pytest.approx(0.75, abs=0.12)
-    assert s["wait_ms_p50"] == pytest.approx(30, abs=10)
+    assert s["wait_ms_p50"] >= 20  # ~30 ms minus scheduling slack; never near 0
 
 
 def test_time_to_first_batch_is_reported_apart():
@@ -69,12 +70,12 @@ def test_time_to_first_batch_is_reported_apart():
 
     times = stall.time_steps(slow_start(), stall.simulated_step(1), steps=5)
     assert times.first_batch_s >= 0.19
-    assert max(times.wait_s) < 0.1
+    assert max(times.wait_s) < times.first_batch_s  # the slow start is not in the per-step waits
 
 
 def test_loader_only_rate():
     first, batches_per_s, memory = stall.time_loader(sleeping_loader(10, 11), steps=11)
-    assert 40 < batches_per_s <= 101
+    assert 0 < batches_per_s <= 101  # 10 ms sleeps: never faster than 100 batches/s
     assert memory["main_rss_mb"] > 0
 
 

@@ -238,3 +238,10 @@ def test_two_ranks_under_spawn_no_duplicates(tmp_path):
     shares = [json.loads((tmp_path / f"r{r}").read_text()) for r in range(2)]
     assert len(shares[0]) == len(shares[1]) == (400 // 2 // B) * B
     assert not set(shares[0]) & set(shares[1])
+
+
+def test_loader_state_of_another_version_is_refused(reader):
+    loader = make_loader(TokenDataset(reader, L), B, num_workers=0, seed=1)
+    state = loader.state_dict() | {"version": 999}
+    with pytest.raises(LmdataError, match="version"):
+        make_loader(TokenDataset(reader, L), B, num_workers=0, seed=1).load_state_dict(state)

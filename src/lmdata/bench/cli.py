@@ -22,7 +22,7 @@ def _int_list(value: str, flag: str) -> list[int]:
 @click.command("bench")
 @click.option("--store", "store", required=True, type=click.Path(path_type=Path), help="Store directory (from `lmdata ingest`).")
 @click.option("--split", default="train", show_default=True, help="Split to read.")
-@click.option("--format", "fmt", default="all", show_default=True, help="A format of the store, or `all`.")
+@click.option("--format", "fmt", default="all", show_default=True, help="A format of the store, a comma-separated list of them, or `all`.")
 @click.option("--workers", default="0,1,2", show_default=True, help="Comma-separated loader worker counts.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seq-len", default=256, show_default=True, type=int)
@@ -31,7 +31,8 @@ def _int_list(value: str, flag: str) -> list[int]:
               help="simulated: a fixed-duration step that releases the GIL; model: real training steps.")
 @click.option("--step-ms", type=float, default=None, help="Simulated step time; default: derived from --model and --gpu.")
 @click.option("--model", default="small", show_default=True, help="Model preset (for --compute model and the keep-up rate).")
-@click.option("--gpu", default=None, help=f"Accelerator whose token rate the loader must keep up with: {GPUS}.")
+@click.option("--gpu", default="h100", show_default=True,
+              help=f"Accelerator whose token rate the loader must keep up with: {GPUS}.")
 @click.option("--mfu", default=0.4, show_default=True, type=float, help="Model FLOP utilization assumed for --gpu.")
 @click.option("--cache", default="warm", show_default=True, type=click.Choice(["warm", "cold", "both"]),
               help="Page cache before each run: files read once (warm) or evicted (cold).")

@@ -217,13 +217,18 @@ class TokenLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the stored batch (O(1): the sampler starts there, nothing is replayed)."""
         s = self.sampler
+        if int(state.get("version", -1)) != STATE_VERSION:
+            raise LmdataError(
+                f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by "
+                "another lmdata version: resume with that version or start the epoch afresh"
+            )
         for key in ("sampling", "batch_size", "rank", "world_size", "n_samples", "drop_last"):
             if key in state and state[key] != getattr(s, key):
                 raise LmdataError(
                     f"loader state has {key}={state[key]!r} but this loader has {getattr(s, key)!r}; "
                     f"build the loader with the same {key} to resume"
                 )
-        s.seed = int(state.get("seed", s.seed))
+        s.seed = int(state.get("seed", s.seed))  # the state's seed wins: it defines the order resumed
         self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
             self._epoch, self._batch = self._epoch + 1, 0

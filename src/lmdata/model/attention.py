@@ -44,7 +44,8 @@ class MultiHeadSelfAttention(nn.Module):
         self.output_proj = Linear(d_model, d_model, device=device, dtype=dtype)
         self.rope = None
         if theta is not None:
-            assert max_seq_len is not None, "RoPE needs max_seq_len"
+            if max_seq_len is None:
+                raise ValueError("MultiHeadSelfAttention: RoPE (theta=...) needs max_seq_len")
             self.rope = RotaryEmbedding(theta, self.d_k, max_seq_len, device=device)
 
     def forward(self, x: Tensor, token_positions: Tensor | None = None, mask: Tensor | None = None) -> Tensor:

@@ -328,6 +328,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                 group["lr"] = lr
             t0 = time.perf_counter()
             batch = [t.to(run.device, non_blocking=True) for t in next(batches)]
+            if run.device.type == "cuda":  # charge the copy to the wait, as `lmdata bench` does
+                torch.cuda.current_stream(run.device).synchronize()
             t_wait = time.perf_counter() - t0
             loss, grad_norm = train_step(forward, run.optimizer, batch, cfg.grad_clip)
             loss_value = loss.item()
