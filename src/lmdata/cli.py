@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("lmdata.tokenizer.cli:tokenizer", "Train a BPE tokenizer; encode/decode text."),
     "ingest": ("lmdata.ingest_cli:ingest_command", "Tokenize raw text into a store (memmap, Parquet, Lance)."),
     "inspect": ("lmdata.ingest_cli:inspect_command", "Documents, tokens, shards, bytes and lengths of a store."),
-    "sql": ("lmdata.ingest_cli:sql_command", "DuckDB SQL over a store's docs and tokens views."),
+    "sql": ("lmdata.inspect_cli:sql_command", "DuckDB SQL over a store's docs and tokens views."),
     "show": ("lmdata.ingest_cli:show_command", "Decode one document of a store back to text."),
     "verify": ("lmdata.ingest_cli:verify_command", "Check a store's checksums, counts and cross-format identity."),
     "bench": ("lmdata.bench.cli:bench", "Measure GPU stall time per storage format and worker count."),

@@ -1,20 +1,22 @@
 """Look inside a store: statistics (Polars), SQL (DuckDB), and documents decoded to text.
 
-``sql`` gives DuckDB two views, both read through Arrow by this process, so DuckDB itself
-never opens a file:
+Everything here asks the store's readers (``lmdata.store.protocol``), never a format by
+name. ``sql`` gives DuckDB lazy views, streams this process makes on demand while DuckDB
+scans them, so DuckDB itself never opens a file and nothing is read up front:
 
-    docs(split, doc_id, shard, n_tokens, token_offset)   every store; from memmap's
-        docs-*.npy, else from the Parquet/Lance rows (one row per document, eot included)
-    tokens(split, doc_id, tokens)   rows of the Parquet shards (a pyarrow dataset: DuckDB
-        pushes WHERE down to it) or, without Parquet, of the Lance dataset (a fresh
-        scanner per scan, filtered by DuckDB); a long document spans several rows of
-        <= 1,024 tokens, in order of ``token_offset`` (also a column)
-    tokens_parquet, tokens_lance    the same, per format, where present
+    docs(split, doc_id, shard, n_tokens, token_offset)   every store; one batch per shard
+        from a reader's ``doc_starts`` (memmap: docs-*.npy, Lance: its row sidecar,
+        Parquet: the doc_id/token_offset columns), the store's default format first
+    tokens(split, doc_id, token_offset, tokens)   per split, the rows of its first format
+        that offers ``arrow_rows`` (a Parquet dataset: DuckDB pushes WHERE down to it; a
+        fresh Lance scanner per scan, filtered by DuckDB); a long document spans several
+        rows of <= 1,024 tokens, in order of ``token_offset``
+    tokens_<format>    the same, per format that offers rows (e.g. tokens_parquet)
 
 After the views exist, ``enable_external_access`` is switched off and the configuration
-locked: the user's SQL (run as given, never spliced into other SQL) can neither read nor
-write any file -- not even inside the store, where ``read_parquet`` would have needed
-``allowed_directories`` and so let ``COPY ... TO`` overwrite a shard.
+locked: the user's SQL (one statement, run as given, never spliced into other SQL) can
+neither read nor write any file -- not even inside the store, where ``read_parquet`` would
+have needed ``allowed_directories`` and so let ``COPY ... TO`` overwrite a shard.
 """
 
 from __future__ import annotations
@@ -23,92 +25,94 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.store.checksum import shard_file_path
-from lmdata.store.manifest import Manifest, read_manifest
+from lmdata.store.registry import get_format
+from lmdata.store.store import Store, open_store
 
 PERCENTILES = (0.5, 0.9, 0.99)
 OUTPUT_FORMATS = ("table", "csv", "json")
+TABLE_LIMIT = 1000  # rows a table shows unless --limit says otherwise (csv/json stream all)
 
 
-# ---------------------------------------------------------------------------- per-document table
+# ---------------------------------------------------------------------------- per-document index
 
 
-def doc_table(store: Path, manifest: Manifest, split: str) -> Any:
+def _reader_class(fmt: str) -> Any:
+    try:
+        return get_format(fmt).reader
+    except LmdataError:  # a plug-in format that is not installed here
+        return None
+
+
+def _formats_with(store: Store, split: str, method: str) -> list[str]:
+    """The split's formats whose reader offers ``method``, the store's default format first."""
+    present = store.formats(split)
+    if not present:
+        return []
+    order = [store.default_format(split)] + present
+    return [f for f in dict.fromkeys(order) if hasattr(_reader_class(f), method)]
+
+
+def _doc_starts_fn(store: Store, split: str) -> Callable[[int], np.ndarray]:
+    """shard index -> its document starts, then its length; from ``doc_starts`` where a reader
+    has it, else (a plug-in written before it) by measuring each document with ``document``."""
+    fmts = _formats_with(store, split, "doc_starts")
+    if fmts:
+        return store.reader(split, fmts[0]).doc_starts
+    fmt = next((f for f in store.formats(split) if _reader_class(f) is not None), None)
+    if fmt is None:
+        raise LmdataError(f"{store.path}: split {split!r} holds no format installed here "
+                          f"({', '.join(store.formats(split))}); install its plug-in")
+    reader, shards = store.reader(split, fmt), store.manifest.splits[split].formats[fmt]
+
+    def measured(i: int) -> np.ndarray:
+        s = shards[i]
+        lengths = [len(reader.document(d)) for d in range(s.first_doc, s.first_doc + s.n_docs)]
+        return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+
+    return measured
+
+
+def doc_batches(store: Store, split: str) -> Iterator[Any]:
+    """Record batches docs(split, doc_id, shard, n_tokens, token_offset) of one split, a shard at a time."""
+    import pyarrow as pa
+
+    formats = store.manifest.splits[split].formats
+    if not formats:
+        return
+    shards = next(iter(formats.values()))
+    starts_of = _doc_starts_fn(store, split)
+    for i, shard in enumerate(shards):
+        starts = np.asarray(starts_of(i), dtype=np.int64)
+        n = len(starts) - 1
+        yield pa.RecordBatch.from_pydict({
+            "split": pa.array([split] * n, pa.string()),
+            "doc_id": np.arange(shard.first_doc, shard.first_doc + n, dtype=np.int64),
+            "shard": np.full(n, i, dtype=np.int64),
+            "n_tokens": np.diff(starts),
+            "token_offset": starts[:-1] + shard.first_token,
+        }, schema=_docs_schema())
+
+
+def _docs_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("split", pa.string()), ("doc_id", pa.int64()), ("shard", pa.int64()),
+                      ("n_tokens", pa.int64()), ("token_offset", pa.int64())])
+
+
+def doc_table(store: Store, split: str) -> Any:
     """Arrow table docs(split, doc_id, shard, n_tokens, token_offset) of one split."""
     import pyarrow as pa
 
-    info = manifest.splits[split]
-    if "memmap" in info.formats:
-        lengths, offsets = _memmap_docs(store / split / "memmap", info.formats["memmap"])
-    elif info.formats:
-        fmt = "parquet" if "parquet" in info.formats else next(iter(info.formats))
-        lengths, offsets = _row_docs(_row_batches(store, manifest, split, fmt))
-    else:
-        lengths = offsets = np.zeros(0, dtype=np.int64)
-    shards = next(iter(info.formats.values()), [])
-    bounds = np.array([s.first_doc for s in shards[1:]], dtype=np.int64)
-    doc_id = np.arange(len(lengths), dtype=np.int64)
-    return pa.table({
-        "split": pa.array([split] * len(lengths), pa.string()),
-        "doc_id": doc_id,
-        "shard": np.searchsorted(bounds, doc_id, side="right").astype(np.int64),
-        "n_tokens": lengths,
-        "token_offset": offsets,
-    })
-
-
-def _memmap_docs(format_dir: Path, shards: list) -> tuple[np.ndarray, np.ndarray]:
-    lengths, offsets = [], []
-    for shard in shards:
-        starts = np.load(shard_file_path(format_dir, shard, shard.files[1]), allow_pickle=False)
-        lengths.append(np.diff(starts))
-        offsets.append(starts[:-1] + shard.first_token)
-    if not lengths:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(lengths).astype(np.int64), np.concatenate(offsets).astype(np.int64)
-
-
-def _row_docs(batches: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (pieces of documents, in stream order) -> per-document lengths and offsets.
-
-    Batch by batch, keeping three int64 per row (a row is <= 1,024 tokens), never the tokens.
-    """
-    import pyarrow.compute as pc
-
-    ids, offs, lens = [], [], []
-    for b in batches:
-        ids.append(b.column("doc_id").to_numpy())
-        offs.append(b.column("token_offset").to_numpy())
-        lens.append(pc.list_value_length(b.column("tokens")).to_numpy().astype(np.int64))
-    if not ids:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    doc_id, offset, n = np.concatenate(ids), np.concatenate(offs), np.concatenate(lens)
-    first = np.flatnonzero(np.r_[True, doc_id[1:] != doc_id[:-1]])
-    return np.add.reduceat(n, first), offset[first]
-
-
-def _parquet_files(store: Path, manifest: Manifest, split: str) -> list[str]:
-    fdir = store / split / "parquet"
-    return [str(shard_file_path(fdir, s, f)) for s in manifest.splits[split].formats["parquet"] for f in s.files
-            if f.path.endswith(".parquet")]
-
-
-def _row_batches(store: Path, manifest: Manifest, split: str, fmt: str) -> Any:
-    """Record batches of (doc_id, token_offset, tokens) in stream order, from Parquet or Lance."""
-    columns = ["doc_id", "token_offset", "tokens"]
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return (b for f in _parquet_files(store, manifest, split) for b in pq.ParquetFile(f).iter_batches(columns=columns))
-    import lance
-
-    return lance.dataset(str(store / split / fmt)).to_batches(columns=columns, scan_in_order=True)
+    return pa.Table.from_batches(list(doc_batches(store, split)), schema=_docs_schema())
 
 
 # ---------------------------------------------------------------------------- inspect
@@ -118,17 +122,17 @@ def inspect(store: str | Path) -> dict[str, Any]:
     """Per split and format: documents, tokens, shards, bytes on disk, bytes/token, doc lengths."""
     import polars as pl
 
-    store = Path(store)
-    manifest = read_manifest(store)
+    st = open_store(store)
+    manifest = st.manifest
     extra = manifest.extra.get("splits", {})
     out: dict[str, Any] = {
-        "store": str(store),
+        "store": str(st.path),
         "tokenizer": {"hash": manifest.tokenizer_hash, "vocab_size": manifest.vocab_size,
                       "eot_id": manifest.eot_id, "dtype": manifest.dtype},
         "splits": {},
     }
     for split, info in manifest.splits.items():
-        lengths = pl.Series("n", doc_table(store, manifest, split).column("n_tokens").to_numpy())
+        lengths = pl.Series("n", doc_table(st, split).column("n_tokens").to_numpy())
         text_bytes = extra.get(split, {}).get("text_bytes")
         entry: dict[str, Any] = {
             "documents": info.n_docs,
@@ -144,7 +148,7 @@ def inspect(store: str | Path) -> dict[str, Any]:
             "formats": {},
         }
         for fmt, shards in info.formats.items():
-            disk = _disk_bytes(store / split / fmt)
+            disk = _disk_bytes(st.format_dir(split, fmt))
             entry["formats"][fmt] = {"shards": len(shards), "bytes": disk,
                                      "bytes_per_token": round(disk / max(1, info.n_tokens), 3)}
         out["splits"][split] = entry
@@ -176,63 +180,64 @@ def format_inspect(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- sql
 
 
-class _LanceRows:
-    """An Arrow stream DuckDB can scan any number of times: a fresh Lance scanner each time."""
+class _Rescannable:
+    """An Arrow stream DuckDB can scan any number of times: ``batches()`` is called afresh per scan.
 
-    def __init__(self, path: Path, split: str) -> None:
-        self.path, self.split = path, split
-        self._ds: Any = None
+    An ``LmdataError`` raised while making batches is kept in ``errors`` too, so the user sees
+    it as it was (DuckDB wraps it in a message with a traceback).
+    """
+
+    def __init__(self, schema: Any, batches: Callable[[], Iterator[Any]], errors: list[LmdataError]) -> None:
+        self.schema, self.batches, self.errors = schema, batches, errors
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        import lance
         import pyarrow as pa
 
-        if self._ds is None:
-            self._ds = lance.dataset(str(self.path))
-        scanner = self._ds.scanner(columns=["doc_id", "token_offset", "tokens"])
-        reader = scanner.to_reader()
-        split_col = pa.array([self.split], pa.string())
+        def guarded() -> Iterator[Any]:
+            try:
+                yield from self.batches()
+            except LmdataError as exc:
+                self.errors.append(exc)
+                raise
 
-        def batches() -> Any:
-            for b in reader:
-                yield pa.RecordBatch.from_arrays(
-                    [pa.repeat(split_col[0], b.num_rows) if b.num_rows else pa.array([], pa.string()), *b.columns],
-                    names=["split", *b.schema.names])
-
-        schema = pa.schema([("split", pa.string()), *reader.schema])
-        return pa.RecordBatchReader.from_batches(schema, batches()).__arrow_c_stream__(requested_schema)
+        return pa.RecordBatchReader.from_batches(self.schema, guarded()).__arrow_c_stream__(requested_schema)
 
 
-def connect(store: str | Path) -> Any:
-    """A DuckDB connection with the store's views, then locked away from every file."""
+def _ident(name: str) -> str:
+    """A DuckDB identifier for a view we name (format names are checked by ``register_format``)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def connect(store: str | Path, errors: list[LmdataError] | None = None) -> Any:
+    """A DuckDB connection with the store's lazy views, then locked away from every file.
+
+    ``errors`` collects the ``LmdataError``s met while DuckDB scans the docs view.
+    """
     import duckdb
     import pyarrow as pa
-    import pyarrow.dataset as pads
 
-    store = Path(store)
-    manifest = read_manifest(store)
+    st = open_store(store)
     con = duckdb.connect(":memory:")
-    docs = [doc_table(store, manifest, split) for split in manifest.splits]
-    con.register("_docs", pa.concat_tables(docs) if docs else pa.table({"split": pa.array([], pa.string())}))
+    splits = st.splits
+    docs = _Rescannable(_docs_schema(), lambda: (b for s in splits for b in doc_batches(st, s)),
+                        [] if errors is None else errors)
+    con.register("_docs", docs)
     con.execute("CREATE VIEW docs AS SELECT * FROM _docs")
-    per_format: dict[str, list[str]] = {"parquet": [], "lance": []}
-    for i, (split, info) in enumerate(manifest.splits.items()):
-        if "parquet" in info.formats:
-            ds = pads.dataset(_parquet_files(store, manifest, split), format="parquet")
-            con.register(f"_parquet_{i}", ds)
-            per_format["parquet"].append(f"SELECT '{i}' AS _s, doc_id, token_offset, tokens FROM _parquet_{i}")
-        if "lance" in info.formats:
-            con.register(f"_lance_{i}", _LanceRows(store / split / "lance", split))
-            per_format["lance"].append(f"SELECT '{i}' AS _s, doc_id, token_offset, tokens FROM _lance_{i}")
-    names = list(manifest.splits)
-    con.register("_split_names", pa.table({"_s": [str(i) for i in range(len(names))], "split": names}))
-    for fmt, parts in per_format.items():
-        if parts:  # split names come in through a joined table, never through SQL text
-            con.execute(f"CREATE VIEW tokens_{fmt} AS SELECT n.split, r.doc_id, r.token_offset, r.tokens "
-                        f"FROM ({' UNION ALL '.join(parts)}) r JOIN _split_names n USING (_s)")
-    if per_format["parquet"] or per_format["lance"]:
-        src = "tokens_parquet" if per_format["parquet"] else "tokens_lance"
-        con.execute(f"CREATE VIEW tokens AS SELECT * FROM {src}")
+    per_format: dict[str, list[str]] = {}
+    first: list[str] = []
+    for j, split in enumerate(splits):
+        for k, fmt in enumerate(_formats_with(st, split, "arrow_rows")):
+            con.register(f"_rows_{j}_{k}", st.reader(split, fmt).arrow_rows())
+            part = f"SELECT {j} AS _s, doc_id, token_offset, tokens FROM _rows_{j}_{k}"
+            per_format.setdefault(fmt, []).append(part)
+            first += [part] if k == 0 else []
+    # split names come in through a joined table, never through SQL text
+    con.register("_split_names", pa.table({"_s": pa.array(range(len(splits)), pa.int64()),
+                                           "split": pa.array(splits, pa.string())}))
+    views = {f"tokens_{fmt}": parts for fmt, parts in per_format.items()}
+    for name, parts in {**({"tokens": first} if first else {}), **views}.items():
+        con.execute(f"CREATE VIEW {_ident(name)} AS SELECT n.split, r.doc_id, r.token_offset, r.tokens "
+                    f"FROM ({' UNION ALL '.join(parts)}) r JOIN _split_names n USING (_s)")
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")
     con.execute("SET enable_external_access=false")
@@ -240,31 +245,108 @@ def connect(store: str | Path) -> Any:
     return con
 
 
-def sql(store: str | Path, query: str) -> tuple[list[str], list[tuple]]:
-    """Run the user's ``query`` (as given) against the store's views: (column names, rows)."""
+@contextmanager
+def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
+    """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
     import duckdb
 
-    con = connect(store)
     try:
-        cur = con.execute(query)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
+        statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
         raise LmdataError(f"sql: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise LmdataError(f"sql: the query holds {len(statements)} statements; give exactly one")
+    errors: list[LmdataError] = []
+
+    def error(exc: Exception) -> LmdataError:
+        return LmdataError(f"sql: {errors[0] if errors else str(exc).splitlines()[0]}")
+
+    con = connect(store, errors)
+    try:
+        try:
+            cur = con.execute(statements[0])
+        except duckdb.Error as exc:
+            raise error(exc) from None
+        columns = [d[0] for d in cur.description] if cur.description is not None else []
+
+        def batches() -> Iterator[list[tuple]]:
+            while columns:
+                try:
+                    rows = cur.fetchmany(4096)
+                except duckdb.Error as exc:
+                    raise error(exc) from None
+                if not rows:
+                    return
+                yield rows
+
+        yield columns, batches()
     finally:
         con.close()
 
 
+def _rows(batches: Iterator[list[tuple]], limit: int | None) -> Iterator[tuple]:
+    """The rows of ``batches``, at most ``limit`` of them (None: all)."""
+    n = 0
+    for batch in batches:
+        for row in batch:
+            if limit is not None and n >= limit:
+                return
+            n += 1
+            yield row
+
+
+def sql(store: str | Path, query: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+    """Run the user's ``query`` (one statement, as given): (column names, up to ``limit`` rows)."""
+    with _query(store, query) as (columns, batches):
+        return columns, list(_rows(batches, limit))
+
+
+def write_sql(store: str | Path, query: str, out: TextIO, fmt: str = "table", limit: int | None = None) -> int:
+    """Run ``query`` and write its result to ``out``; returns the rows written.
+
+    csv and json stream every row (``limit``: at most that many); a table is aligned in
+    memory, so it shows ``TABLE_LIMIT`` rows unless ``limit`` says otherwise (0: all) and
+    ends with a note when rows were left out.
+    """
+    if fmt not in OUTPUT_FORMATS:
+        raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+    if limit is not None and limit < 0:
+        raise LmdataError(f"--limit {limit}: give a number of rows >= 0 (0: no limit)")
+    cap = (TABLE_LIMIT if fmt == "table" else None) if limit is None else (limit or None)
+    with _query(store, query) as (columns, batches):
+        if not columns:
+            return 0
+        if fmt != "table":
+            return write_rows(columns, _rows(batches, cap), out, fmt)
+        rows = list(_rows(batches, None if cap is None else cap + 1))
+        more = cap is not None and len(rows) > cap
+        out.write(format_rows(columns, rows[:cap], "table") + "\n")
+        if more:
+            out.write(f"(first {cap:,} rows shown; --limit N for more, 0 for all, or --format csv|json)\n")
+        return len(rows[:cap])
+
+
+def write_rows(columns: list[str], rows: Any, out: TextIO, fmt: str) -> int:
+    """Stream ``rows`` to ``out`` as ``csv`` or ``json`` (a list of objects); returns their count."""
+    n = 0
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        for n, row in enumerate(rows, 1):
+            w.writerow(row)
+        return n
+    out.write("[")
+    for n, row in enumerate(rows, 1):
+        out.write((", " if n > 1 else "") + json.dumps(dict(zip(columns, row)), default=str))
+    out.write("]\n")
+    return n
+
+
 def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
     """Rows as ``table`` (aligned text), ``csv`` or ``json`` (a list of objects)."""
-    if fmt == "json":
-        return json.dumps([dict(zip(columns, r)) for r in rows], default=str)
-    if fmt == "csv":
+    if fmt in ("csv", "json"):
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
-        w.writerows(rows)
+        write_rows(columns, rows, buf, fmt)
         return buf.getvalue().rstrip("\n")
     if fmt != "table":
         raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
@@ -285,8 +367,6 @@ def _cell(value: Any, limit: int = 60) -> str:
 
 def show(store: str | Path, split: str, doc: int, format: str | None = None) -> str:
     """Document ``doc`` of ``split`` decoded back to text (its end-of-text id dropped)."""
-    from lmdata.store import open_store
-
     st = open_store(store)
     ids = st.document(split, doc, format)
     if len(ids) and int(ids[-1]) == st.eot_id:

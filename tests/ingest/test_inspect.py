@@ -38,14 +38,17 @@ def test_inspect_agrees_with_the_manifest(sample_store):
 def test_docs_table_is_the_same_from_every_format(sample_store):
     from lmdata.inspect import doc_table
     from lmdata.store.manifest import read_manifest
+    from lmdata.store.store import Store
 
-    expected = doc_table(sample_store, read_manifest(sample_store), "train")
-    for keep in ("parquet", "lance"):
+    expected = doc_table(open_store(sample_store), "train")
+    assert expected.column("n_tokens").to_pylist() == [len(open_store(sample_store).document("train", d))
+                                                       for d in range(expected.num_rows)]
+    for keep in FORMATS:
         manifest = read_manifest(sample_store)
         for fmt in FORMATS:
             if fmt != keep:
                 del manifest.splits["train"].formats[fmt]
-        assert doc_table(sample_store, manifest, "train").equals(expected), keep
+        assert doc_table(Store(sample_store, manifest), "train").equals(expected), keep
 
 
 def test_sql_answers_agree_with_the_manifest(sample_store):
@@ -88,6 +91,107 @@ def test_sql_cannot_touch_files(sample_store, tmp_path):
             sql(sample_store, query)
     assert not list(tmp_path.iterdir())
     assert verify_store(sample_store).ok
+
+
+class LegacyReader:
+    """A plug-in reader written before ``doc_starts``: only the protocol's first four members."""
+
+    def __init__(self, format_dir, shards, dtype):
+        from lmdata.store.memmap import MemmapReader
+
+        self._r = MemmapReader(format_dir, shards, dtype)
+        self.n_tokens = self._r.n_tokens
+
+    def check(self):
+        self._r.check()
+
+    def windows(self, starts, length):
+        return self._r.windows(starts, length)
+
+    def document(self, doc_id):
+        return self._r.document(doc_id)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["doc_starts", "legacy"])
+def test_a_store_of_only_a_plugin_format(sample_store, tokenizer_dir, tmp_path, legacy):
+    """inspect and the docs view ask the readers, never a format name; no rows, no tokens view."""
+    from lmdata.ingest import ingest
+    from lmdata.store.memmap import MemmapReader, MemmapWriter
+    from lmdata.store.registry import register_format, unregister_format
+    from ingest_common import SAMPLE_SHARD_TOKENS
+
+    register_format("toy", MemmapWriter, LegacyReader if legacy else type("ToyReader", (MemmapReader,), {}))
+    try:
+        out = tmp_path / "toy"
+        ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, out, formats=["toy"],
+               shard_tokens=SAMPLE_SHARD_TOKENS, workers=1, holdout=("train", "validation", HOLDOUT),
+               progress=False, log=None)
+        report = inspect(out)
+        want = inspect(sample_store)
+        for split, entry in report["splits"].items():
+            assert list(entry["formats"]) == ["toy"]
+            assert entry["doc_tokens"] == want["splits"][split]["doc_tokens"]
+        query = "SELECT * FROM docs ORDER BY split, doc_id"
+        assert sql(out, query) == sql(sample_store, query)
+        with pytest.raises(LmdataError, match="^sql: .*tokens"):
+            sql(out, "SELECT count(*) FROM tokens")
+    finally:
+        unregister_format("toy")
+
+
+def test_one_statement_only(sample_store, tmp_path):
+    for query in ("SELECT 1; SELECT 2", "CREATE TABLE t AS SELECT 1; SELECT * FROM t", ";", "  "):
+        with pytest.raises(LmdataError, match=r"^sql: the query holds \d statements; give exactly one$"):
+            sql(sample_store, query)
+    assert sql(sample_store, "SELECT ';' AS s;") == (["s"], [(";",)])  # DuckDB's parser, not a split on ';'
+
+
+def test_views_are_lazy(sample_store, tmp_path):
+    """connect() reads no rows: a damaged shard is met by the first query that scans it."""
+    from lmdata.inspect import connect
+    from lmdata.store.manifest import read_manifest, write_manifest
+
+    store = _damaged_copy(sample_store, tmp_path)
+    manifest = read_manifest(store)
+    for info in manifest.splits.values():
+        del info.formats["memmap"], info.formats["lance"]
+    write_manifest(store, manifest)
+    path = store / "train" / "parquet" / "shard-00003.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    connect(store).close()
+    assert sql(store, "SELECT count(*) FROM tokens WHERE split = 'validation'")[1][0][0] > 0
+    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its docs index
+        sql(store, "SELECT count(*) FROM docs")
+    with pytest.raises(LmdataError, match="^sql: "):  # its pages: CRC checksums
+        sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")
+
+
+def test_output_is_capped_or_streamed(sample_store):
+    import io
+
+    from lmdata.inspect import TABLE_LIMIT, write_sql
+
+    query = "SELECT split, doc_id FROM docs UNION ALL SELECT 'x', range FROM range(2000) ORDER BY 1, 2"
+    n_rows = 2000 + 55 + HOLDOUT
+    buf = io.StringIO()
+    assert write_sql(sample_store, query, buf) == TABLE_LIMIT
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2 + TABLE_LIMIT + 1 and lines[-1].startswith(f"(first {TABLE_LIMIT:,} rows shown")
+    for fmt, extra in (("csv", 1), ("json", 0)):
+        buf = io.StringIO()
+        assert write_sql(sample_store, query, buf, fmt) == n_rows
+        text = buf.getvalue()
+        assert len(json.loads(text) if fmt == "json" else text.splitlines()) == n_rows + extra
+    buf = io.StringIO()
+    assert write_sql(sample_store, query, buf, "table", limit=0) == n_rows
+    assert write_sql(sample_store, query, io.StringIO(), "csv", limit=5) == 5
+    assert sql(sample_store, query, limit=3)[1] == [("train", 0), ("train", 1), ("train", 2)]
+    r = _lmdata("sql", str(sample_store), query, "--limit", "2")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("(first 2 rows shown"), r.stderr
+    r = _lmdata("sql", str(sample_store), "SELECT 1; SELECT 2")
+    assert r.returncode == 1 and r.stderr == "error: sql: the query holds 2 statements; give exactly one\n"
 
 
 def test_output_formats():

@@ -89,6 +89,31 @@ def test_documents(synthetic, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_doc_starts_index_every_document(synthetic, fmt):
+    """The per-document index (``doc_starts``, every format) and the rows (``arrow_rows``, optional)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
+    r = reader(synthetic, fmt)
+    shards = open_store(synthetic.path).manifest.splits["train"].formats[fmt]
+    starts = [r.doc_starts(i)[:-1] + s.first_token for i, s in enumerate(shards)] + [[len(synthetic.stream)]]
+    np.testing.assert_array_equal(np.concatenate(starts), synthetic.doc_starts)
+    if not hasattr(r, "arrow_rows"):
+        return
+    rows = r.arrow_rows()
+    for _ in range(2):  # scannable again
+        table = rows.to_table() if isinstance(rows, pads.Dataset) else pa_table(rows)
+        np.testing.assert_array_equal(pc.list_flatten(table.column("tokens")).to_numpy(), synthetic.stream)
+        assert table.column("doc_id").to_pylist() == sorted(table.column("doc_id").to_pylist())
+
+
+def pa_table(stream_source):
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_stream(stream_source).read_all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_reader_pickles_small_and_reads_after_unpickling(synthetic, fmt):
     import pickle
 

@@ -74,6 +74,23 @@ def test_manifest_paths_outside_the_store_are_refused(make_store, bad):
         open_store(syn.path)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int8", "object", "uint64", "<u2"])
+def test_manifest_dtype_must_be_a_token_dtype(make_store, dtype):
+    syn = make_store(["memmap"])
+    _edit_manifest(syn.path, lambda m: m.update(dtype=dtype))
+    with pytest.raises(LmdataError, match=r"manifest.json: dtype .* is not one of uint16, uint32") as err:
+        open_store(syn.path)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["..", "../x", "/abs", "a/b", ".hidden", "", "tokenizer", "manifest.json"])
+def test_manifest_split_names_are_checked(make_store, bad):
+    syn = make_store(["memmap"])
+    _edit_manifest(syn.path, lambda m: m.update(splits={bad: m["splits"]["train"]}))
+    with pytest.raises(LmdataError, match=r"manifest.json: split name .* must be a letter or digit"):
+        open_store(syn.path)
+
+
 def test_symlink_out_of_the_store_is_refused(make_store, tmp_path):
     syn = make_store(["memmap"])
     victim = syn.path / "train" / "memmap" / "tokens-00000.bin"
@@ -143,6 +160,29 @@ def test_plugin_formats_load_from_entry_points(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["toy", "MemmapReader"]
+
+
+@pytest.mark.parametrize("value", ["42", "Writer", "(1, 2, 3)"])
+def test_a_plugin_entry_point_of_the_wrong_shape_is_an_error(tmp_path, value):
+    (tmp_path / "badfmt.py").write_text(f"class Writer: pass\nFORMAT = {value}\n")
+    dist = tmp_path / "badfmt-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badfmt\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lmdata.formats]\nbad = badfmt:FORMAT\n")
+    code = (
+        "from lmdata.errors import LmdataError\n"
+        "from lmdata.store.registry import available_formats\n"
+        "for _ in range(2):\n"
+        "    try: available_formats()\n"
+        "    except LmdataError as e: print(e)\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1]  # refused every time, not only the first
+    assert "format plug-in 'bad' (badfmt:FORMAT)" in lines[0]
+    assert "a module that calls register_format" in lines[0] and "(Writer, Reader) pair" in lines[0]
 
 
 def test_tokenizer_is_loaded_and_its_hash_checked(make_store):

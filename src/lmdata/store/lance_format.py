@@ -24,7 +24,8 @@ the manifest, which would otherwise grow by ~n_tokens / 700 entries). On that fi
 the shard's files (fragment and sidecar) are checked against the manifest (``verify``:
 sha256 or size, see ``checksum.verify_shard``); Lance 2.1 files carry no checksums of
 their own, so with ``verify="size"`` a flipped bit may decode as a wrong token. A decode
-error is an ``LmdataError`` naming the shard.
+error is an ``LmdataError`` naming the shard. ``doc_starts`` reads only the sidecar;
+``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from lmdata.errors import LmdataError
 from lmdata.store import files
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     read_error, shard_file_path, verify_shard
-from lmdata.store.parquet import pieces, rows_table
+from lmdata.store.parquet import pieces, row_doc_starts, rows_table
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, plan, shard_bounds
 
@@ -167,10 +168,11 @@ class LanceReader:
     def check(self) -> None:
         check_sizes(self.format_dir, self.shards)
 
-    def _rows(self, i: int) -> np.ndarray:
+    def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Shard ``i``'s sidecar: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
-        verify_shard(self.format_dir, shard, self.verify)  # first touch of the shard: its fragment and sidecar
+        # first touch of the shard: its fragment and sidecar (only the sidecar for the document index)
+        verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
         path = shard_file_path(self.format_dir, shard, shard.files[-1])
         try:
             rows = np.load(path, allow_pickle=False)
@@ -301,3 +303,28 @@ class LanceReader:
         local = np.flatnonzero(rows[1, :-1] == doc_id - self._doc_bounds[i])
         values, _ = self._take((local + self._row_base[i]).tolist(), np.diff(rows[0])[local].tolist())
         return values.copy()
+
+    def doc_starts(self, i: int) -> np.ndarray:
+        """Shard ``i``'s document starts (within the shard), then its length: from the sidecar alone."""
+        shard, rows = self.shards[i], self._rows(i, sidecar_only=True)
+        starts = row_doc_starts(rows[1, :-1], rows[0, :-1], shard.n_tokens)
+        if len(starts) != shard.n_docs + 1:
+            raise LmdataError(f"{self.format_dir}: shard {shard.name} row index holds {len(starts) - 1} documents, "
+                              f"the manifest says {shard.n_docs}; run `lmdata verify`")
+        return starts
+
+    def arrow_rows(self) -> "_Rows":
+        """The split's rows for DuckDB: a fresh scanner per scan (a registered Lance dataset would
+        need DuckDB's lance extension, and a plain Arrow dataset of it fails on WHERE)."""
+        return _Rows(self)
+
+
+class _Rows:
+    """An Arrow stream DuckDB can scan any number of times: a fresh Lance scanner each time."""
+
+    def __init__(self, reader: LanceReader) -> None:
+        self.reader = reader
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        scanner = self.reader._open().scanner(columns=["doc_id", "token_offset", "tokens"])
+        return scanner.to_reader().__arrow_c_stream__(requested_schema)

@@ -19,7 +19,8 @@ its pieces (``windows.plan``). Integrity: a shard is checked against the manifes
 first time a process opens it (``verify``: sha256 or size, see ``checksum.verify_shard``),
 and pages carry CRC32 checksums (written, and verified on every read), so even with
 ``verify="size"`` a flipped bit in a data page is an error; any decode error is an
-``LmdataError`` naming the shard file.
+``LmdataError`` naming the shard file. ``doc_starts`` reads a shard's doc_id/token_offset
+columns (no tokens); ``arrow_rows`` (for ``lmdata sql``) is a pyarrow dataset of the shards.
 """
 
 from __future__ import annotations
@@ -95,6 +96,17 @@ def rows_table(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first
             "tokens": token_lists,
         }
     )
+
+
+def row_doc_starts(row_doc: np.ndarray, row_start: np.ndarray, n_tokens: int) -> np.ndarray:
+    """A shard's document starts (then ``n_tokens``) from its rows' documents and starts.
+
+    >>> row_doc_starts(np.array([0, 1, 1]), np.array([0, 3, 7]), 8)     # rows of pieces(...) above
+    array([0, 3, 8])
+    """
+    row_doc, row_start = np.asarray(row_doc), np.asarray(row_start, dtype=np.int64)
+    first = np.flatnonzero(np.r_[True, row_doc[1:] != row_doc[:-1]]) if len(row_doc) else np.zeros(0, np.int64)
+    return np.append(row_start[first], np.int64(n_tokens))
 
 
 def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
@@ -272,6 +284,32 @@ class ParquetReader:
             raise read_error(self.format_dir / self.shards[i].files[0].path, self.shards[i], exc) from exc
         mask = table.column("doc_id").to_numpy() == doc_id
         return flat_tokens(table.filter(mask).column("tokens"), self.dtype).copy()
+
+    def doc_starts(self, i: int) -> np.ndarray:
+        """Shard ``i``'s document starts (within the shard), then its length: its rows' doc_id and
+        token_offset columns (no tokens decoded)."""
+        self._here()
+        shard, pf = self.shards[i], self._file(i)
+        path = self.format_dir / shard.files[0].path
+        try:
+            table = pf.read(columns=["doc_id", "token_offset"], use_threads=False)
+        except Exception as exc:
+            raise read_error(path, shard, exc) from exc
+        offsets = table.column("token_offset").to_numpy() - shard.first_token
+        starts = row_doc_starts(table.column("doc_id").to_numpy(), offsets, shard.n_tokens)
+        if len(starts) != shard.n_docs + 1:
+            raise LmdataError(f"{path}: shard {shard.name} holds {len(starts) - 1} documents, the manifest says "
+                              f"{shard.n_docs}; run `lmdata verify`")
+        return starts
+
+    def arrow_rows(self) -> Any:
+        """The split's rows as a pyarrow dataset, which DuckDB scans with WHERE pushed down
+        (page checksums verified, as the reader does)."""
+        import pyarrow.dataset as pads
+
+        paths = [str(shard_file_path(self.format_dir, s, s.files[0])) for s in self.shards]
+        options = pads.ParquetFragmentScanOptions(page_checksum_verification=True)
+        return pads.dataset(paths, format=pads.ParquetFileFormat(default_fragment_scan_options=options))
 
 
 def _row_group_index(meta: Any, shard: ShardInfo, path: Path) -> tuple[array, array]:

@@ -24,6 +24,20 @@ Reader (holds paths only; opens files lazily, so it pickles small to worker proc
     r.windows(starts, length) -> np.ndarray[int64] of shape [len(starts), length]
         the token stream's slices [s, s + length) for each global offset s
     r.document(doc_id) -> np.ndarray       # one document's tokens (eot included)
+    r.doc_starts(i) -> np.ndarray[int64]   # shard i's document starts within the shard, then
+                                           # its n_tokens (the per-document index: ``inspect``
+                                           # and the ``docs`` view of ``lmdata sql``)
+
+Optional reader method, for formats that hold rows (Parquet, Lance; not memmap)::
+
+    r.arrow_rows() -> the split's rows (doc_id int64, token_offset int64, tokens list<int>),
+        documents cut into pieces, for the ``tokens`` view of ``lmdata sql``: a
+        ``pyarrow.dataset.Dataset`` (DuckDB pushes WHERE down to it) or any object whose
+        ``__arrow_c_stream__`` gives a fresh stream per call (DuckDB may scan it twice in
+        one query). A format without it is simply absent from the ``tokens`` view.
+
+A reader written before ``doc_starts`` existed still works: ``inspect`` then measures each
+document with ``document`` (slow: it reads every token).
 
 Conventions of the built-in formats (compatible extensions of the above):
 
@@ -103,3 +117,4 @@ class FormatReader(Protocol):
     def check(self) -> None: ...
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray: ...
     def document(self, doc_id: int) -> np.ndarray: ...
+    def doc_starts(self, i: int) -> np.ndarray: ...

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from lmdata.errors import LmdataError
@@ -85,12 +86,27 @@ def _load_entry_points() -> None:
     _entry_points_loaded = True
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:
-            raise LmdataError(f"format plug-in {ep.name!r} ({ep.value}) failed to load: {exc!r}") from exc
-        if isinstance(obj, tuple) and len(obj) == 2:
-            register_format(ep.name, *obj)
-        elif callable(obj) and not isinstance(obj, type):
-            obj()
+    try:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            _load_entry_point(ep)
+    except LmdataError:
+        _entry_points_loaded = False  # the next call raises again rather than going on without it
+        raise
+
+
+def _load_entry_point(ep: Any) -> None:
+    """Load one ``lmdata.formats`` entry point: a module, a registering callable, or a pair."""
+    try:
+        obj = ep.load()
+    except Exception as exc:
+        raise LmdataError(f"format plug-in {ep.name!r} ({ep.value}) failed to load: {exc!r}") from exc
+    if isinstance(obj, tuple) and len(obj) == 2:
+        register_format(ep.name, *obj)
+    elif callable(obj) and not isinstance(obj, type):
+        obj()
+    elif not isinstance(obj, ModuleType):  # a module registered its format(s) when imported
+        raise LmdataError(
+            f"format plug-in {ep.name!r} ({ep.value}) loaded to {type(obj).__name__} {obj!r:.60}; an "
+            f"{ENTRY_POINT_GROUP} entry point must name a module that calls register_format, a callable "
+            "taking no arguments that does, or a (Writer, Reader) pair; fix or uninstall the plug-in"
+        )
