@@ -71,12 +71,12 @@ def _encode_only(spec, tokenizer_dir: Path, workers: int) -> dict:
     batches = job._batches(iter_documents(spec), 0, "uint32", lambda n: None)
     nbytes = tokens = 0
     if workers == 1:
-        job._init_worker(str(tokenizer_dir))
-        results = (job._encode(*b) for b in batches)
+        job.init_worker(str(tokenizer_dir))
+        results = (job.encode_texts(*b) for b in batches)
         for toks, _, nb in results:
             nbytes, tokens = nbytes + nb, tokens + len(toks)
         return {"text_bytes": nbytes, "tokens": tokens}
-    with mp.get_context("forkserver").Pool(workers, job._init_worker, (str(tokenizer_dir),)) as pool:
+    with mp.get_context("forkserver").Pool(workers, job.init_worker, (str(tokenizer_dir),)) as pool:
         for toks, _, nb in job._ordered_map(pool, batches, 2 * workers + 2):
             nbytes, tokens = nbytes + nb, tokens + len(toks)
     return {"text_bytes": nbytes, "tokens": tokens}

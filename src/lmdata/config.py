@@ -51,7 +51,7 @@ class HoldoutConfig:
 @dataclass
 class IngestConfig:
     out: str = _f("", "The store directory to write.")
-    formats: list[str] = _f([], "Formats to write, all from the same token stream; empty = every available format.")
+    formats: list[str] = _f([], "Formats to write, all from the same token stream; empty = memmap, parquet, lance.")
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
     workers: int = _f(0, "Tokenizer processes; 0 = all cores. The store does not depend on it.")
     errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).")
@@ -133,6 +133,8 @@ def _parse_ingest(table: Any, where: str) -> IngestConfig:
 
 def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
     """Values that parse but cannot work: name the key and the allowed values."""
+    from lmdata.store.manifest import check_split_name  # here: it imports numpy
+
     if cfg.shard_tokens < 1:
         raise LmdataError(f"{where}: shard_tokens must be positive, got {cfg.shard_tokens}")
     if cfg.workers < 0:
@@ -142,12 +144,14 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
     if cfg.errors not in ERRORS:
         raise LmdataError(f"{where}: errors must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
     for name, split in cfg.splits.items():
+        check_split_name(name, f"{where}: splits.{name}")
         if split.kind not in KINDS:
             raise LmdataError(f"{where}: splits.{name}.kind {split.kind!r} is not one of {', '.join(KINDS)}")
         if not split.sources:
             raise LmdataError(f"{where}: splits.{name}.sources is empty; list the input files")
     h = cfg.holdout
     if h is not None:
+        check_split_name(h.to, f"{where}: holdout.to")
         if h.documents < 1:
             raise LmdataError(f"{where}: holdout.documents must be positive, got {h.documents}")
         if h.from_split not in cfg.splits:

@@ -40,11 +40,12 @@ import numpy as np
 from lmdata import __version__, ingest_output
 from lmdata.errors import LmdataError
 from lmdata.sources import SourceSpec, SourceStats, SplitSource, expand, iter_documents, kind_of, plan_splits
-from lmdata.store.manifest import Manifest, SplitInfo, write_manifest
+from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
 from lmdata.store.protocol import ShardInfo
 
 BATCH_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortize pickling
 BATCH_DOCS = 4096
+DEFAULT_FORMATS = ("memmap", "parquet", "lance")  # the built-ins; plug-in formats only when asked for by name
 
 
 @dataclass
@@ -87,15 +88,20 @@ class IngestResult:
 _TOKENIZER: Any = None
 
 
-def _init_worker(tokenizer_dir: str) -> None:
+def init_worker(tokenizer_dir: str) -> None:
     """Pool initializer: each worker loads the tokenizer once."""
-    global _TOKENIZER
     from lmdata.tokenizer import Tokenizer
 
-    _TOKENIZER = Tokenizer.load(tokenizer_dir)
+    use_tokenizer(Tokenizer.load(tokenizer_dir))
 
 
-def _encode(texts: list[str], eot: int, dtype: str) -> tuple[np.ndarray, np.ndarray, int]:
+def use_tokenizer(tokenizer: Any) -> None:
+    """The tokenizer ``encode_texts`` uses in this process (another engine's workers set it)."""
+    global _TOKENIZER
+    _TOKENIZER = tokenizer
+
+
+def encode_texts(texts: list[str], eot: int, dtype: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Encode a batch: (tokens of all documents, each ending in eot; their lengths; text bytes)."""
     flat: list[int] = []
     lengths = np.empty(len(texts), dtype=np.int64)
@@ -110,10 +116,10 @@ def _encode(texts: list[str], eot: int, dtype: str) -> tuple[np.ndarray, np.ndar
 
 
 def _ordered_map(pool: Any, items: Iterable[tuple], depth: int) -> Iterator[Any]:
-    """``pool.imap(_encode)`` with at most ``depth`` tasks in flight (bounded memory), in order."""
+    """``pool.imap(encode_texts)`` with at most ``depth`` tasks in flight (bounded memory), in order."""
     pending: deque = deque()
     for args in items:
-        pending.append(pool.apply_async(_encode, args))
+        pending.append(pool.apply_async(encode_texts, args))
         if len(pending) >= depth:
             yield pending.popleft().get()
     while pending:
@@ -138,7 +144,7 @@ def _batches(docs: Iterable[Any], eot: int, dtype: str, progress: Callable[[int]
 # ---------------------------------------------------------------------------- shards
 
 
-class _ShardCutter:
+class ShardCutter:
     """Collects encoded documents and hands complete shards to the writers."""
 
     def __init__(self, writers: dict[str, Any], done: dict[str, dict[int, ShardInfo]], shard_tokens: int,
@@ -211,7 +217,7 @@ class _BackgroundWriter:
         return [s.result() if hasattr(s, "result") else s for s in shards]
 
 
-def _reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[ShardInfo]]:
+def reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[ShardInfo]]:
     """Per format, shards 0..k-1 that every format completed with the same counts (else: redo them)."""
     prefix: dict[str, list[ShardInfo]] = {fmt: [] for fmt in done}
     first_doc = first_token = 0
@@ -239,20 +245,21 @@ def _ingest_split(name: str, source: SplitSource, writers: dict[str, Any], pool:
     done = {fmt: w.completed() for fmt, w in writers.items()}
     for w in writers.values():
         w.cleanup_partial()
-    prefix = _reusable_prefix(done)
+    prefix = reusable_prefix(done)
     reused = next(iter(prefix.values()))
     stats, report = SourceStats(), SplitReport(name, reused_shards=len(reused))
     docs = itertools.islice(iter_documents(source.spec, stats), source.start, source.stop)
     background = {fmt: _BackgroundWriter(w) for fmt, w in writers.items()}
     try:
-        with _progress_bar(name, source, show_progress) as bar:
+        with progress_bar(name, source, show_progress) as bar:
             for doc in itertools.islice(docs, sum(s.n_docs for s in reused)):  # reused shards: read, not tokenized
                 report.text_bytes += len(doc.text.encode("utf-8"))
                 bar.update(doc.raw_bytes)
-            cutter = _ShardCutter(background, done, shard_tokens, len(reused), sum(s.n_docs for s in reused),
-                                  sum(s.n_tokens for s in reused))
+            cutter = ShardCutter(background, done, shard_tokens, len(reused), sum(s.n_docs for s in reused),
+                                 sum(s.n_tokens for s in reused))
             batches = _batches(docs, eot, dtype, bar.update)
-            encoded = (_encode(*b) for b in batches) if pool is None else _ordered_map(pool, batches, 2 * workers + 2)
+            encoded = ((encode_texts(*b) for b in batches) if pool is None
+                       else _ordered_map(pool, batches, 2 * workers + 2))
             for tokens, lengths, nbytes in encoded:
                 cutter.add(tokens, lengths)
                 report.text_bytes += nbytes
@@ -272,7 +279,7 @@ def _ingest_split(name: str, source: SplitSource, writers: dict[str, Any], pool:
     return shards, report
 
 
-def _progress_bar(name: str, source: SplitSource, show: bool) -> Any:
+def progress_bar(name: str, source: SplitSource, show: bool) -> Any:
     """tqdm in bytes of input (so it shows MB/s); tokens/s goes in its postfix."""
     from tqdm import tqdm
 
@@ -320,8 +327,10 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
            ray_address: str | None = None) -> IngestResult:
     """Tokenize ``splits`` into a store at ``out`` in every format of ``formats``; manifest last.
 
+    ``formats`` defaults to the built-ins (``DEFAULT_FORMATS``), never to plug-ins.
     ``engine="ray"`` runs the same job on Ray (``lmdata.ingest_ray``, at ``ray_address``);
-    the store is the same.
+    the store is the same. On bad input found mid-stream, a store this run started from
+    nothing is removed again (see ``ingest_output``).
     """
     if engine not in ("local", "ray"):
         raise LmdataError(f"--engine {engine!r}: choose local or ray")
@@ -329,11 +338,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         from lmdata.ingest_ray import require_ray
 
         require_ray()  # before any work: a missing Ray is an install hint, not a half store
-    if formats is None:
-        from lmdata.store.registry import available_formats
-
-        formats = available_formats()
-    formats = list(dict.fromkeys(formats))
+    formats = list(dict.fromkeys(DEFAULT_FORMATS if formats is None else formats))
     if not formats:
         raise LmdataError("--format names no format; pass e.g. --format memmap,parquet,lance")
     writer_classes = _writer_classes(formats)  # unknown format names fail before any work
@@ -341,6 +346,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         raise LmdataError(f"--shard-tokens must be positive, got {shard_tokens}")
     if not splits:
         raise LmdataError("no input given; pass --input PATH or --split NAME=PATH")
+    for name in [*splits, *([holdout[1]] if holdout else [])]:  # a split is a directory of the store
+        check_split_name(name, "--split" if name in splits else "--holdout split")
     for name, spec in splits.items():  # missing files, empty globs: before the store is touched
         expand(spec.paths)
         if next(iter_documents(spec), None) is None:
@@ -355,17 +362,27 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     workers = workers or os.cpu_count() or 1
 
     tok_files = ingest_output.read_tokenizer_files(tokenizer_dir)
-    out = ingest_output.open_output(Path(out))
-    lock = ingest_output.lock(out)
+    pool, run_split = None, _ingest_split
     try:
-        ingest_output.prepare(out, resume=resume, overwrite=overwrite)
-        store_tok = ingest_output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
-        plan_json = ingest_output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)
-        ingest_output.check_plan(out, plan_json)
-        manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
-        result = IngestResult(manifest)
-        pool, run_split = _start_engine(engine, ray_address, store_tok, workers)
+        if engine == "ray":  # connect before the store is touched: a bad --ray-address leaves nothing behind
+            from lmdata import ingest_ray
+
+            pool, run_split = ingest_ray.RayEngine(ray_address, str(tokenizer_dir), workers), ingest_ray.ingest_split
+        created = ingest_output.missing_root(Path(out))
+        out = ingest_output.open_output(Path(out))
+        lock = ingest_output.lock(out)
+        fresh = writing = False
         try:
+            ingest_output.prepare(out, resume=resume, overwrite=overwrite)
+            fresh = ingest_output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
+            store_tok = ingest_output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
+            plan_json = ingest_output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)
+            ingest_output.check_plan(out, plan_json)
+            manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
+            result = IngestResult(manifest)
+            if pool is None:
+                pool = _local_pool(store_tok, workers)
+            writing = True
             for name, source in plan.items():
                 writers = {fmt: cls(out / name / fmt, np.dtype(dtype)) for fmt, cls in writer_classes.items()}
                 shards, report = run_split(name, source, writers, pool, workers, eot, dtype, shard_tokens, progress)
@@ -374,27 +391,37 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
                 result.splits[name] = report
                 if log:
                     log(report.line())
+            manifest.extra["splits"] = {
+                n: {"text_bytes": r.text_bytes, "replaced": r.replaced} for n, r in result.splits.items()
+            }
+            write_manifest(out, manifest)
+            return result
+        except LmdataError as exc:
+            if isinstance(exc, ingest_output.ResumableError) or not (fresh or writing):
+                raise
+            if fresh:
+                pool = _stop(pool)  # its workers read the store's tokenizer copy
+                ingest_output.remove_output(out, created)
+                raise
+            raise LmdataError(f"{exc}; then rerun with --overwrite: {out} was started from this input, "
+                              "so --resume cannot continue it once the input is fixed") from None
         finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-        manifest.extra["splits"] = {
-            n: {"text_bytes": r.text_bytes, "replaced": r.replaced} for n, r in result.splits.items()
-        }
-        write_manifest(out, manifest)
-        return result
+            lock.close()
     finally:
-        lock.close()
+        _stop(pool)
 
 
-def _start_engine(engine: str, ray_address: str | None, tokenizer_dir: Path, workers: int) -> tuple[Any, Callable]:
-    """(the pool that encodes, the split function that drives it); the caller terminates the pool."""
-    if engine == "ray":
-        from lmdata import ingest_ray
+def _stop(pool: Any) -> None:
+    """Terminate the local pool or the Ray engine (``ingest`` holds either as ``pool``)."""
+    if pool is not None:
+        pool.terminate()
+        pool.join()
 
-        return ingest_ray.RayEngine(ray_address, str(tokenizer_dir), workers), ingest_ray.ingest_split
+
+def _local_pool(tokenizer_dir: Path, workers: int) -> Any:
+    """The processes that encode (None: this one, with ``workers == 1``); the caller terminates it."""
     if workers == 1:
-        _init_worker(str(tokenizer_dir))
-        return None, _ingest_split
+        init_worker(str(tokenizer_dir))
+        return None
     # forkserver, not fork: the main process may hold Lance/Arrow threads, which fork does not survive
-    return mp.get_context("forkserver").Pool(workers, _init_worker, (str(tokenizer_dir),)), _ingest_split
+    return mp.get_context("forkserver").Pool(workers, init_worker, (str(tokenizer_dir),))

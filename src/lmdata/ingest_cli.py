@@ -16,11 +16,14 @@ from lmdata.errors import LmdataError
 
 
 def _split_arg(values: tuple[str, ...]) -> dict[str, list[str]]:
+    from lmdata.store.manifest import check_split_name  # here: it imports numpy
+
     splits: dict[str, list[str]] = {}
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise LmdataError(f"--split {value!r}: expected NAME=PATH (or NAME=GLOB)")
+        check_split_name(name, f"--split {value!r}")
         splits.setdefault(name, []).append(path)
     return splits
 
@@ -134,19 +137,6 @@ def inspect_command(store: str, as_json: bool) -> None:
 
     report = inspect(store)
     click.echo(json.dumps(report, indent=1) if as_json else format_inspect(report))
-
-
-@click.command("sql")
-@click.argument("store", type=click.Path())
-@click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def sql_command(store: str, query: str, fmt: str) -> None:
-    """DuckDB SQL over views docs(split, doc_id, shard, n_tokens, token_offset) and tokens(split, doc_id, tokens)."""
-    from lmdata.inspect import format_rows, sql
-
-    columns, rows = sql(store, query)
-    if columns:
-        click.echo(format_rows(columns, rows, fmt))
 
 
 @click.command("show")

@@ -14,6 +14,14 @@ States of ``<store>`` and what each flag does::
     ingest-plan.json, no manifest (an interrupted ingest)
                                -> refused; --resume continues, --overwrite starts over
     anything else              -> refused even with --overwrite (not ours to delete)
+
+When an ingest fails on bad input (an ``LmdataError``), what it wrote cannot be resumed:
+fixing the input changes its sha256 in the plan. So a run that started from nothing
+(``<store>`` missing or empty, or emptied by ``--overwrite``) removes everything it wrote
+(``remove_output``) and the fixed input is simply rerun; a resumed store is left as it was
+and the error says to rerun with ``--overwrite``. A crash (SIGKILL, Ctrl-C, a bug) removes
+nothing: its partial store is what ``--resume`` continues. ``ResumableError`` is an error
+after which the partial store is worth keeping (it says ``--resume``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,38 @@ from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir
 LOCK_NAME = ".lock"
 PLAN_NAME = "ingest-plan.json"
 TOKENIZER_DIR = "tokenizer"
+
+
+class ResumableError(LmdataError):
+    """An ingest error whose partial store ``--resume`` can continue: never removed on failure."""
+
+
+def missing_root(out: Path) -> Path | None:
+    """The first directory on the way to ``out`` that does not exist yet (what ``open_output``
+    will create, and a failed run may delete); None when ``out`` exists."""
+    out = Path(out).absolute()
+    if out.exists() or out.is_symlink():
+        return None
+    root = out
+    while not root.parent.exists() and root.parent != root:
+        root = root.parent
+    return root
+
+
+def is_empty(out: Path) -> bool:
+    """Nothing in ``out`` but our lock: a store this run starts from nothing."""
+    return not any(p.name != LOCK_NAME for p in Path(out).iterdir())
+
+
+def remove_output(out: Path, created: Path | None) -> None:
+    """Undo a failed run that started from nothing: delete ``created`` (the directories it made),
+    or else everything inside ``out``. Called while holding the lock, so no other ingest writes there."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for p in Path(out).iterdir():
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    fsync_dir(Path(out))
 
 
 def open_output(out: Path) -> Path:

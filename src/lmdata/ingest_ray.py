@@ -2,13 +2,13 @@
 
     input files ──Ray Data read tasks (one per file, streaming)──▶ document batches keyed (file, batch)
         ──Ray Data encode tasks (tokenizer shipped once: one object in the object store)──▶ token batches
-        ──driver: restore key order, check counts──▶ the local engine's ``_ShardCutter`` (same cut points)
+        ──driver: restore key order, check counts──▶ the local engine's ``ShardCutter`` (same cut points)
         ──per shard and format, a Ray task runs ``Writer.write_shard``──▶ ShardInfo
         ──driver: shard counts == the encode tasks' counts; ``Writer.finish`` (Lance: one commit);
           committed data read back at every shard's last document; then (in ``ingest``) the manifest
 
 Why it equals the local store: documents come from the same readers (``sources``), are
-encoded by the same function (``ingest._encode``), reach the same ``_ShardCutter`` in input
+encoded by the same function (``ingest.encode_texts``), reach the same ``ShardCutter`` in input
 order, and each shard is written by the format's own ``write_shard`` from the same arrays.
 Ray Data does not promise order, so every batch carries its key and the driver re-orders
 explicitly (``preserve_order`` is also set, which keeps the re-order buffer empty).
@@ -39,6 +39,7 @@ import numpy as np
 
 from lmdata import ingest as local
 from lmdata.errors import LmdataError
+from lmdata.ingest_output import ResumableError
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
@@ -119,7 +120,7 @@ _SHIPPED: dict[str, Any] = {}  # object id -> tokenizer: fetched once per worker
 
 
 def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
-    """Encode one row of texts with the local engine's ``_encode``; report counts beside the arrays."""
+    """Encode one row of texts with the local engine's ``encode_texts``; report counts beside the arrays."""
     import pyarrow as pa
     import ray
 
@@ -127,10 +128,10 @@ def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
     if ref.hex() not in _SHIPPED:
         _SHIPPED.clear()
         _SHIPPED[ref.hex()] = ray.get(ref)
-    local._TOKENIZER = _SHIPPED[ref.hex()]  # what the local engine's pool initializer sets
+    local.use_tokenizer(_SHIPPED[ref.hex()])  # what the local engine's pool initializer does
     (row,) = table.to_pylist()
     _maybe_fault(f"encode-{row['file']}-{row['batch']}")
-    tokens, lengths, nbytes = local._encode(row.pop("texts"), eot, dtype)
+    tokens, lengths, nbytes = local.encode_texts(row.pop("texts"), eot, dtype)
     row.update(tokens=tokens.tobytes(), lengths=lengths.tobytes(), n_docs=len(lengths),
                n_tokens=int(lengths.sum()), text_bytes=nbytes)
     return pa.Table.from_pylist([row])
@@ -296,16 +297,22 @@ class _Dispatch:
         self.expected[(w.label, index)] = (len(doc_starts) - 1, len(tokens), first_doc, first_token, last_doc)
         return ref
 
+    def settle(self) -> None:
+        """Wait for the write tasks still running (their results, errors included, are dropped)."""
+        ray = require_ray()
+        if self.inflight:
+            ray.wait(list(self.inflight), num_returns=len(self.inflight))
+
     def check_counts(self, label: str, shards: list[Any], docs: int, tokens: int) -> None:
         """The shards cut from encoded batches hold exactly what the encode tasks reported."""
         for s in shards:
             want = self.expected.get((label, int(s.name)), (s.n_docs, s.n_tokens, s.first_doc, s.first_token))[:4]
             if (s.n_docs, s.n_tokens, s.first_doc, s.first_token) != want:
-                raise LmdataError(f"{label} shard {s.name}: written with (docs, tokens, first doc, first token) "
+                raise ResumableError(f"{label} shard {s.name}: written with (docs, tokens, first doc, first token) "
                                   f"{(s.n_docs, s.n_tokens, s.first_doc, s.first_token)}, expected {want}; "
                                   "rerun with --resume")
         if (sum(s.n_docs for s in shards), sum(s.n_tokens for s in shards)) != (docs, tokens):
-            raise LmdataError(f"{label}: shards hold other document/token counts than encoded ({docs}, {tokens}); "
+            raise ResumableError(f"{label}: shards hold other document/token counts than encoded ({docs}, {tokens}); "
                               "rerun with --resume")
 
 
@@ -350,7 +357,7 @@ def check_committed(label: str, writer: Any, shards: list, last_docs: dict[int, 
             continue
         doc = reader.document(s.first_doc + s.n_docs - 1)
         if len(doc) != want or int(doc[-1]) != eot:
-            raise LmdataError(f"{format_dir}: committed shard {s.name} ends with a document of {len(doc)} tokens, "
+            raise ResumableError(f"{format_dir}: committed shard {s.name} ends with a document of {len(doc)} tokens, "
                               f"expected {want} ending in end-of-text; rerun with --resume")
 
 
@@ -366,13 +373,13 @@ def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEng
     done = {fmt: w.completed() for fmt, w in writers.items()}
     for w in writers.values():
         w.cleanup_partial()
-    prefix = local._reusable_prefix(done)
+    prefix = local.reusable_prefix(done)
     reused = next(iter(prefix.values()))
     skip = sum(s.n_docs for s in reused)
     dispatch = _Dispatch(depth=2 * engine.cpus)
     proxies = {fmt: _TaskWriter(fmt, w, dispatch) for fmt, w in writers.items()}
-    cutter = local._ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused))
-    bar = local._progress_bar(name, source, show_progress)
+    cutter = local.ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused))
+    bar = local.progress_bar(name, source, show_progress)
     docs = tokens = 0
     try:
         window = (source.start, source.start + skip, source.stop)
@@ -386,6 +393,7 @@ def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEng
         cutter.flush()
         written = {f: [ray.get(s) if isinstance(s, ray.ObjectRef) else s for s in cutter.written[f]] for f in writers}
     except Exception as exc:
+        dispatch.settle()  # no write task may still be writing when the caller removes a failed store
         cause = _lmdata_cause(exc)
         if cause is None:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -82,3 +83,14 @@ def test_missing_and_invalid_files(tmp_path):
     (tmp_path / "bad.toml").write_text("[ingest\n")
     with pytest.raises(LmdataError, match="invalid TOML"):
         load_pipeline(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs/path", "a/b", "..", ".hidden", "tokenizer", "x..y"])
+def test_split_names_must_stay_inside_the_store(name):
+    bad_split = BASE.replace("[ingest.splits.train]", f"[ingest.splits.{json.dumps(name)}]")
+    with pytest.raises(LmdataError, match=r"\[ingest\]: splits\..*: split name .* must be a letter or digit") as err:
+        parse_pipeline(tomllib.loads(bad_split))
+    assert "\n" not in str(err.value)
+    bad_holdout = BASE + f"[ingest.holdout]\nto = {json.dumps(name)}\ndocuments = 3\n"
+    with pytest.raises(LmdataError, match=r"\[ingest\]: holdout.to: split name .* must be a letter or digit"):
+        parse_pipeline(tomllib.loads(bad_holdout))

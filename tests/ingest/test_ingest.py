@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
-from lmdata.ingest import _ShardCutter, ingest
+from lmdata.ingest import ShardCutter, ingest
 from lmdata.sources import SourceSpec, iter_documents
 from lmdata.store import open_store, verify_store
 
@@ -98,7 +98,7 @@ def test_shards_cut_at_document_boundaries(tmp_path_factory, lengths, shard_toke
     from lmdata.store.memmap import MemmapWriter
 
     writer = MemmapWriter(tmp_path_factory.mktemp("cut"), np.dtype("uint16"))
-    cutter = _ShardCutter({"memmap": writer}, {"memmap": {}}, shard_tokens, 0, 0, 0)
+    cutter = ShardCutter({"memmap": writer}, {"memmap": {}}, shard_tokens, 0, 0, 0)
     tokens = np.arange(sum(lengths), dtype=np.uint16)
     cutter.add(tokens, np.array(lengths, dtype=np.int64))
     cutter.flush()
@@ -218,6 +218,73 @@ def test_invalid_utf8_mid_input(tmp_path, tokenizer_dir):
     assert open_store(tmp_path / "s2").manifest.extra["splits"]["train"]["replaced"] == 1
 
 
+def test_bad_input_mid_stream_removes_what_a_fresh_run_wrote(tmp_path, tokenizer_dir):
+    """The error comes after the plan, tokenizer and a shard were written: a fresh store is
+    removed (its parents too, if the run made them), an empty one emptied; the fixed input
+    then simply reruns, no flag needed."""
+    kw = dict(formats=["memmap", "parquet"], workers=1, shard_tokens=50, progress=False, log=None)
+    good = "\n".join(json.dumps({"text": f"document {i} " * 20}) for i in range(20))
+    data = tmp_path / "d.jsonl"
+    data.write_text(good + "\n{not json\n")
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "new" / "parent" / "s", tmp_path / "empty"):
+        with pytest.raises(LmdataError, match=r"d.jsonl:21: not valid JSON"):
+            ingest({"train": SourceSpec((str(data),))}, tokenizer_dir, out, **kw)
+        assert not (tmp_path / "new").exists()
+        assert (tmp_path / "empty").is_dir() and not list((tmp_path / "empty").iterdir())
+    data.write_text(good + "\n")
+    ingest({"train": SourceSpec((str(data),))}, tokenizer_dir, tmp_path / "empty", **kw)
+    assert verify_store(tmp_path / "empty").ok
+
+
+def test_bad_input_in_a_resumed_store_says_overwrite(tmp_path, tokenizer_dir):
+    """A crash (here: an exception from the log callback) keeps the partial store; bad input
+    found while resuming it leaves it too, and the error says --overwrite, which then works."""
+
+    class Crash(Exception):
+        pass
+
+    def crash(line: str) -> None:
+        raise Crash(line)
+
+    (tmp_path / "good.txt").write_text("one\n<|endoftext|>\ntwo\n")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"three\n<|endoftext|>\nfo\xffur\n")
+    splits = {"train": SourceSpec((str(tmp_path / "good.txt"),)), "dev": SourceSpec((str(bad),))}
+    out, kw = tmp_path / "s", dict(formats=["memmap"], workers=1, progress=False)
+    with pytest.raises(Crash, match="train: 2 documents"):  # crashed after split train, before dev
+        ingest(splits, tokenizer_dir, out, log=crash, **kw)
+    assert (out / "ingest-plan.json").is_file() and (out / "train" / "memmap").is_dir()
+    with pytest.raises(LmdataError, match=r"bad.txt: invalid UTF-8 .*; then rerun with --overwrite: .* "
+                                          r"--resume cannot continue it once the input is fixed") as err:
+        ingest(splits, tokenizer_dir, out, resume=True, log=None, **kw)
+    assert "\n" not in str(err.value)
+    assert (out / "ingest-plan.json").is_file() and (out / "train" / "memmap").is_dir()
+    bad.write_bytes(b"three\n<|endoftext|>\nfour\n")
+    with pytest.raises(LmdataError, match="different settings"):
+        ingest(splits, tokenizer_dir, out, resume=True, log=None, **kw)
+    ingest(splits, tokenizer_dir, out, overwrite=True, log=None, **kw)
+    assert show_all(out, "dev") == ["three", "four"]
+
+
+def test_default_formats_are_the_built_ins(tmp_path, tokenizer_dir):
+    """A plug-in (here registered at run time) is written only when named, not by default."""
+    from lmdata.store import register_format
+    from lmdata.store.memmap import MemmapReader, MemmapWriter
+    from lmdata.store.registry import available_formats, unregister_format
+
+    (tmp_path / "d.txt").write_text("one\n<|endoftext|>\ntwo\n")
+    register_format("plugin", MemmapWriter, MemmapReader)
+    try:
+        assert "plugin" in available_formats()
+        ingest({"train": SourceSpec((str(tmp_path / "d.txt"),))}, tokenizer_dir, tmp_path / "s", workers=1,
+               progress=False, log=None)
+    finally:
+        unregister_format("plugin")
+    assert sorted(open_store(tmp_path / "s").manifest.splits["train"].formats) == ["lance", "memmap", "parquet"]
+    assert not (tmp_path / "s" / "train" / "plugin").exists()
+
+
 def test_unwritable_output(tmp_path, tokenizer_dir):
     (tmp_path / "file").write_text("x")
     with pytest.raises(LmdataError, match="output directory .* is not writable.*--out"):
@@ -285,6 +352,46 @@ def test_cli_splits_by_flag(tmp_path, tokenizer_dir):
     assert show_all(tmp_path / "s", "dev") == ["three", "four"]
     with pytest.raises(LmdataError, match="--split 'dev': expected NAME=PATH"):
         CliRunner().invoke(cli, ["ingest", "--split", "dev", "--tokenizer", "x", "--out", "y"], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("name", ["../x", "ABSOLUTE", "..", "a/b", ".x", "tokenizer", "manifest.json"])
+def test_split_names_cannot_leave_the_store(tmp_path, tokenizer_dir, name):
+    from click.testing import CliRunner
+
+    from lmdata.cli import cli
+
+    name = str(tmp_path / "outside") if name == "ABSOLUTE" else name  # were it accepted: written in tmp_path
+    (tmp_path / "small.txt").write_text("one\n<|endoftext|>\ntwo\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    value = f"{name}={tmp_path / 'small.txt'}"
+    with pytest.raises(LmdataError, match=r"^--split '.*': split name .* must be a letter or digit") as err:
+        CliRunner().invoke(cli, ["ingest", "--split", value, "--tokenizer", str(tokenizer_dir), "--out",
+                                 str(work / "st"), "--format", "memmap", "--workers", "1", "--no-progress"],
+                           catch_exceptions=False)
+    assert "\n" not in str(err.value)
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    spec = SourceSpec((str(tmp_path / "small.txt"),))
+    with pytest.raises(LmdataError, match="^--split: split name"):
+        ingest({name: spec}, tokenizer_dir, work / "st", **kw)
+    with pytest.raises(LmdataError, match="^--holdout split: split name"):
+        ingest({"train": spec}, tokenizer_dir, work / "st", holdout=("train", name, 1), **kw)
+    assert list(work.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["small.txt", "work"]
+
+
+@given(st.text(min_size=1, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_an_accepted_split_name_is_one_directory_inside_the_store(name):
+    from lmdata.store.manifest import check_split_name
+
+    store = "/data/store"
+    try:
+        check_split_name(name, "test")
+    except LmdataError:
+        return
+    path = os.path.normpath(os.path.join(store, name, "memmap"))
+    assert os.path.dirname(os.path.dirname(path)) == store and os.path.basename(os.path.dirname(path)) == name
+    assert not name.startswith(".") and name not in ("tokenizer", "manifest.json", "ingest-plan.json")
 
 
 def show_all(store, split):

@@ -181,7 +181,7 @@ def test_bad_input_names_the_file_like_the_local_engine(ray_cluster, tokenizer_d
         with pytest.raises(LmdataError) as err:
             ingest({"train": SourceSpec((str(bad),))}, tokenizer_dir, tmp_path / engine, formats=FORMATS,
                    workers=1, progress=False, log=None, engine=engine)
-        assert not (tmp_path / engine / "manifest.json").exists()
+        assert not (tmp_path / engine).exists()  # a fresh store is removed again: the fixed input just reruns
         messages.append(str(err.value))
     assert messages[0] == messages[1]
     assert str(bad) in messages[1] and "byte 119" in messages[1]
@@ -247,6 +247,22 @@ def test_an_address_without_ray_fails_fast():
     with pytest.raises(LmdataError, match=f"--ray-address 127.0.0.1:{port}: no Ray there"):
         _check_address(f"127.0.0.1:{port}")
     _check_address("auto")  # resolved by Ray itself
+
+
+@needs_ray
+def test_a_bad_ray_address_leaves_nothing_behind(tokenizer_dir, tmp_path):
+    """Ray connects before the store is touched (a subprocess: this module's Ray is already initialized)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "new" / "store"
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "ingest", "--input", str(SAMPLE), "--tokenizer",
+                           str(tokenizer_dir), "--out", str(out), "--engine", "ray", "--ray-address",
+                           f"127.0.0.1:{port}", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and f"--ray-address 127.0.0.1:{port}: no Ray there" in proc.stderr, proc.stderr
+    assert not (tmp_path / "new").exists()
 
 
 @needs_ray

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,25 @@ from lmdata.store.protocol import ShardInfo
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+DTYPES = ("uint16", "uint32")
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# the store's own entries beside the split directories (ingest-plan.json: see ``ingest_output``)
+_RESERVED = frozenset({"tokenizer", MANIFEST_NAME, "ingest-plan.json"})
+
+
+def check_split_name(name: str, where: str) -> str:
+    """``name`` if it is a valid split name, else an error naming ``where`` (a flag, key or file).
+
+    A split name is a directory of the store (``<store>/<split>/<format>``): a letter or digit,
+    then letters, digits, ``_``, ``.`` or ``-``, never ``..`` and never one of the store's own
+    entries -- so it can neither leave the store nor overwrite its manifest or tokenizer.
+    """
+    if not isinstance(name, str) or not _SPLIT_NAME.fullmatch(name) or ".." in name or name in _RESERVED:
+        raise LmdataError(
+            f"{where}: split name {name!r} must be a letter or digit, then letters, digits, '_', '.' or '-' "
+            f"(no '..', not {', '.join(sorted(_RESERVED))}): it names a directory inside the store"
+        )
+    return name
 
 
 @dataclass
@@ -80,8 +100,12 @@ class Manifest:
                     f"{where}: store format version {version} is newer than this lmdata supports "
                     f"({FORMAT_VERSION}); upgrade lmdata to read it"
                 )
+            dtype = str(obj["dtype"])
+            if dtype not in DTYPES:
+                raise LmdataError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}; the manifest is "
+                                  "corrupt, re-run the ingest with --overwrite")
             splits = {
-                name: SplitInfo(
+                check_split_name(name, where): SplitInfo(
                     n_docs=int(s["n_docs"]),
                     n_tokens=int(s["n_tokens"]),
                     sources=list(s.get("sources", [])),
@@ -95,7 +119,7 @@ class Manifest:
             return cls(
                 tokenizer_hash=str(obj["tokenizer"]["hash"]),
                 vocab_size=int(obj["tokenizer"]["vocab_size"]),
-                dtype=str(obj["dtype"]),
+                dtype=dtype,
                 eot_id=int(obj["eot_id"]),
                 shard_tokens=int(obj["shard_tokens"]),
                 splits=splits,
