@@ -148,7 +148,7 @@ class NaiveParquetReader:
         import pyarrow.parquet as pq
 
         self.paths, self.n_tokens = [str(p) for p in paths], int(doc_starts[-1])
-        groups, at, doc = [], 0, 0  # (global token start, file, row group), from the footers
+        groups, doc = [], 0  # (global token start, file, row group), from the footers
         for f, p in enumerate(self.paths):
             meta = pq.ParquetFile(p).metadata
             for g in range(meta.num_row_groups):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from toyformat import EOT, FailingReader, ForkUnsafeReader, NpyReader, rank_main, write_tokens
+from toyformat import EOT, FailingReader, ForkUnsafeReader, rank_main, write_tokens
 
 from lmdata.data import TokenDataset, make_loader
 from lmdata.data.loader import EpochSampler

@@ -166,3 +166,27 @@ def remove_temporaries(directory: Path) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+class RecordedShardWriter:
+    """What the built-in writers share: a format directory of shards with completion records.
+
+    Subclasses write ``write_shard``; ``finish`` makes names and records durable and drops
+    shards of an interrupted longer run; ``cleanup_partial`` removes temporaries.
+    """
+
+    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
+        self.format_dir = Path(format_dir)
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
+        self.format_dir.mkdir(parents=True, exist_ok=True)
+
+    def completed(self) -> dict[int, ShardInfo]:
+        return completed(self.format_dir)
+
+    def finish(self, shards: list[ShardInfo]) -> None:
+        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
+        prune(self.format_dir, shards)
+        sync_dirs(self.format_dir, self.format_dir / RECORD_DIR)
+
+    def cleanup_partial(self) -> None:
+        remove_temporaries(self.format_dir)

@@ -60,16 +60,8 @@ def _schema(dtype: np.dtype) -> Any:
     return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token))])
 
 
-class LanceWriter:
+class LanceWriter(files.RecordedShardWriter):
     """Uncommitted fragments per shard, one commit in ``finish``."""
-
-    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
-        self.format_dir = Path(format_dir)
-        self.dtype = np.dtype(dtype)
-        self.format_dir.mkdir(parents=True, exist_ok=True)
-
-    def completed(self) -> dict[int, ShardInfo]:
-        return files.completed(self.format_dir)
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int

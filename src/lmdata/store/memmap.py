@@ -35,16 +35,8 @@ def _names(index: int) -> tuple[str, str]:
     return f"tokens-{index:05d}.bin", f"docs-{index:05d}.npy"
 
 
-class MemmapWriter:
+class MemmapWriter(files.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
-
-    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
-        self.format_dir = Path(format_dir)
-        self.dtype = np.dtype(dtype).newbyteorder("<")
-        self.format_dir.mkdir(parents=True, exist_ok=True)
-
-    def completed(self) -> dict[int, ShardInfo]:
-        return files.completed(self.format_dir)
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
@@ -68,15 +60,6 @@ class MemmapWriter:
         )
         files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
         return shard
-
-    def finish(self, shards: list[ShardInfo]) -> None:
-        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
-        files.prune(self.format_dir, shards)
-        files.sync_dirs(self.format_dir, self.format_dir / files.RECORD_DIR)
-
-    def cleanup_partial(self) -> None:
-        files.remove_temporaries(self.format_dir)
-
 
 class MemmapReader:
     """Windows and documents from the raw shards; holds paths only until first use."""

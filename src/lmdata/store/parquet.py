@@ -121,16 +121,8 @@ def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False)
 
 
-class ParquetWriter:
+class ParquetWriter(files.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
-
-    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
-        self.format_dir = Path(format_dir)
-        self.dtype = np.dtype(dtype)
-        self.format_dir.mkdir(parents=True, exist_ok=True)
-
-    def completed(self) -> dict[int, ShardInfo]:
-        return files.completed(self.format_dir)
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
@@ -158,15 +150,6 @@ class ParquetWriter:
         )
         files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
-
-    def finish(self, shards: list[ShardInfo]) -> None:
-        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
-        files.prune(self.format_dir, shards)
-        files.sync_dirs(self.format_dir, self.format_dir / files.RECORD_DIR)
-
-    def cleanup_partial(self) -> None:
-        files.remove_temporaries(self.format_dir)
-
 
 class ParquetReader:
     """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
