@@ -32,10 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from readme_section import replace_section  # bench/ is on sys.path when a script runs
+from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
-CORPUS = Path("/work/shared/corpus/english-prose.txt")
-TRAIN_CORPUS = Path("/work/shared/corpus/english-prose-5mb.txt")
 CASES = ["encode-1", "encode", "ingest:memmap", "ingest:parquet", "ingest:lance",
          "ingest:memmap+parquet+lance", "hf-datasets"]
 
@@ -156,14 +154,6 @@ def best(runs: list[dict]) -> dict:
     return fastest | {"cpu_s": min(r["cpu_s"] for r in runs), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
 
 
-def ensure_tokenizer(args: argparse.Namespace) -> Path:
-    if (args.tokenizer / "tokenizer.json").is_file():
-        return args.tokenizer
-    from lmdata.tokenizer import Tokenizer, train_bpe
-
-    vocab, merges = train_bpe(str(TRAIN_CORPUS), args.vocab_size, ["<|endoftext|>"])
-    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(args.tokenizer)
-    return args.tokenizer
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:
@@ -228,7 +218,7 @@ def main() -> None:
     if args.case:  # child: run one case, print its counts as the last line
         print(json.dumps(run_case(args.case, args.corpus, args.tokenizer, args.work, args.workers)))
         return
-    tokenizer_dir = ensure_tokenizer(args)
+    tokenizer_dir = ensure_tokenizer(args.tokenizer, args.vocab_size)
     cases = args.cases.split(",")
     runs: dict[str, list[dict]] = {case: [] for case in cases}
     for round_ in range(args.repeat):  # interleaved rounds: a burst of load hits every case alike

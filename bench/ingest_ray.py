@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-CORPUS = Path("/work/shared/corpus/english-prose.txt")
-TRAIN_CORPUS = Path("/work/shared/corpus/english-prose-5mb.txt")
+from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
+
 CASES = ["local", "ray", "ray-warm", "ray-2nd"]
 SECTION = "## Ray ingest"
 
@@ -99,14 +99,6 @@ def fingerprint(store: Path) -> dict:
     return {name: strip(s["formats"]) for name, s in m["splits"].items()}
 
 
-def ensure_tokenizer(args: argparse.Namespace) -> Path:
-    if (args.tokenizer / "tokenizer.json").is_file():
-        return args.tokenizer
-    from lmdata.tokenizer import Tokenizer, train_bpe
-
-    vocab, merges = train_bpe(str(TRAIN_CORPUS), args.vocab_size, ["<|endoftext|>"])
-    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(args.tokenizer)
-    return args.tokenizer
 
 
 def median(runs: list[dict], key: str) -> float:
@@ -135,17 +127,6 @@ def table(rows: dict[str, list[dict]], args: argparse.Namespace, load: str) -> s
     return "\n".join(lines)
 
 
-def rewrite_readme(path: Path, body: str) -> None:
-    """Replace the "## Ray ingest" section of ``path`` (or append it), leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + SECTION + "\n\n" + body + "\n"
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        end = len(text) if nxt < 0 else nxt + 1
-        text = text[:start] + SECTION + "\n\n" + body + "\n" + ("\n" + text[end:] if nxt >= 0 else "")
-    path.write_text(text)
 
 
 def main() -> None:
@@ -165,7 +146,7 @@ def main() -> None:
         r = run_case(args.case, args.corpus, args.tokenizer, args.work, args.workers, args.formats.split(","))
         print(json.dumps(r))
         return
-    tok = ensure_tokenizer(args)
+    tok = ensure_tokenizer(args.tokenizer, args.vocab_size)
     work = Path(tempfile.mkdtemp(prefix="lmdata-bench-ray-"))
     try:
         cases = ["local"] + [c for c in args.cases.split(",") if c != "local"]
@@ -189,7 +170,7 @@ def main() -> None:
         body = table(rows, args, f"{loads[0]:.1f} before, {loads[1]:.1f} after") + "\n\n" + SCALING
         print(body)
         if args.readme:
-            rewrite_readme(args.readme, body)
+            replace_section(args.readme, SECTION + "\n\n" + body, SECTION.removeprefix("## "))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/loader.py                              # table on stdout
     .venv/bin/python bench/loader.py --readme bench/README.md     # and rewrite its "## Loader" section
 
-Stores: /work/shared/corpus/english-prose.txt ingested with ``lmdata.ingest`` (x1) and a
+Stores: ../shared/corpus/english-prose.txt ingested with ``lmdata.ingest`` (x1) and a
 10x tiled copy of the text ingested the same way (x10), cached under ``--work``. Batches
 are 32 x 1024 (inputs; each sample reads 1,025 ids), shuffled windows, a fresh loader per
 cell (``start_method="forkserver"``); timing starts after its first batch (workers up).
@@ -43,10 +43,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
-from readme_section import replace_section  # bench/ is on sys.path when a script runs
+from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
-CORPUS = Path("/work/shared/corpus/english-prose.txt")
-TRAIN_CORPUS = Path("/work/shared/corpus/english-prose-5mb.txt")
 B, L = 32, 1024
 WORKERS = (0, 1, 2)
 CACHES = ("warm", "cold")
@@ -55,13 +53,6 @@ CACHES = ("warm", "cold")
 # ---------------------------------------------------------------------------- stores
 
 
-def ensure_tokenizer(path: Path) -> Path:
-    if not (path / "tokenizer.json").is_file():
-        from lmdata.tokenizer import Tokenizer, train_bpe
-
-        vocab, merges = train_bpe(str(TRAIN_CORPUS), 8192, ["<|endoftext|>"])
-        Tokenizer(vocab, merges, ["<|endoftext|>"]).save(path)
-    return path
 
 
 def ensure_store(work: Path, tiles: int, tokenizer: Path) -> Path:

@@ -5,7 +5,7 @@
 Steps (each an `lmdata` command, printed before it runs and quoted in the README):
 1. train a byte-level BPE tokenizer (vocab 10000, the `small` preset's) on the 5 MB slice
    of the corpus, unless runs/bench/tokenizer exists;
-2. ingest /work/shared/corpus/english-prose.txt into runs/bench/english-prose in every
+2. ingest ../shared/corpus/english-prose.txt into runs/bench/english-prose in every
    format, unless that store exists;
 3. per `--gpu`: `lmdata bench` with a simulated step as long as that GPU at 40% MFU takes
    for one step of the `small` preset, cold and warm cache, into
@@ -22,11 +22,11 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from readme_section import replace_section  # bench/ is on sys.path when a script runs
+from common import SHARED_CORPUS, replace_section  # bench/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path("/work/shared/corpus/english-prose.txt")
-TOKENIZER_TEXT = Path("/work/shared/corpus/english-prose-5mb.txt")
+CORPUS = SHARED_CORPUS / "english-prose.txt"
+TOKENIZER_TEXT = SHARED_CORPUS / "english-prose-5mb.txt"
 
 
 def shown(args: tuple[str, ...]) -> str:

@@ -12,7 +12,7 @@ Each measurement runs in its own fresh process, so peak RSS is that tool's alone
                   encode_batch over the documents (split at <|endoftext|>)
 All encoders use our trained tokenizer, and the table says whether their ids equal ours.
 
-    .venv/bin/python bench/tokenizer.py --input /work/shared/corpus/english-prose.txt --vocab-size 10000 \\
+    .venv/bin/python bench/tokenizer.py --input ../shared/corpus/english-prose.txt --vocab-size 10000 \\
         --repeat 3 --readme bench/README.md      # and rewrite its "## Tokenizer" section
 """
 
@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from common import replace_section  # bench/ is on sys.path when a script runs
 
 EOT = "<|endoftext|>"
 TASKS = ["train/ours", "train/hf", "encode/ours", "encode/ours-python", "encode/tiktoken", "encode/hf"]
@@ -228,17 +229,6 @@ def readme_section(args, results: dict[str, dict], header: str) -> str:
                         "\n".join(verdict) + "\n" + NOTES])
 
 
-def write_readme(path: Path, body: str) -> None:
-    """Replace (or append) the ``## Tokenizer`` section of ``path``, leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find("\n## Tokenizer\n")
-    section = "\n## Tokenizer\n\n" + body.strip() + "\n"
-    if start < 0:
-        text = text.rstrip("\n") + "\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    path.write_text(text)
 
 
 def main() -> None:
@@ -267,7 +257,7 @@ def main() -> None:
               f"{os.getloadavg()[0]:.1f} after (other jobs share these cores: wall times are noisy, CPU s less so).")
     print(header + "\n\n" + table(args, results))
     if args.readme:
-        write_readme(args.readme, readme_section(args, results, header))
+        replace_section(args.readme, "## Tokenizer\n\n" + readme_section(args, results, header), "Tokenizer")
 
 
 if __name__ == "__main__":

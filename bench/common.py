@@ -1,8 +1,24 @@
-"""Rewrite one bench's section of bench/README.md, leaving the other benches' sections alone."""
+"""What the bench scripts share: where the corpus is, a cached tokenizer, their README sections."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+# The workspace's corpora sit beside the checkout (../shared/corpus); scripts take --corpus too.
+SHARED_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = SHARED_CORPUS / "english-prose.txt"
+TRAIN_CORPUS = SHARED_CORPUS / "english-prose-5mb.txt"
+
+
+def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CORPUS) -> Path:
+    """A BPE tokenizer trained once on ``corpus`` and cached at ``path``."""
+    path = Path(path)
+    if not (path / "tokenizer.json").is_file():
+        from lmdata.tokenizer import Tokenizer, train_bpe
+
+        vocab, merges = train_bpe(str(corpus), vocab_size, ["<|endoftext|>"])
+        Tokenizer(vocab, merges, ["<|endoftext|>"]).save(path)
+    return path
 
 
 def replace_section(path: Path, body: str, first: str, last: str | None = None) -> None:
