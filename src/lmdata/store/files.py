@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from lmdata.store.manifest import fsync_dir
+from lmdata.store.manifest import fsync_dir, fsync_path
 from lmdata.store.protocol import ShardInfo
 
 RECORD_DIR = "_shards"
@@ -43,11 +43,7 @@ def temp_path(path: Path) -> Path:
 
 def fsync_file(path: Path) -> None:
     """Flush a file written by a library that does not fsync (pyarrow, numpy, lance)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path)
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> bool:
@@ -182,6 +178,10 @@ class RecordedShardWriter:
 
     def completed(self) -> dict[int, ShardInfo]:
         return completed(self.format_dir)
+
+    def shard_arrays(self, tokens: np.ndarray, doc_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A shard's tokens in the store's dtype (contiguous) and its int64 document starts."""
+        return np.ascontiguousarray(tokens, dtype=self.dtype), np.asarray(doc_starts, dtype=np.int64)
 
     def finish(self, shards: list[ShardInfo]) -> None:
         """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""

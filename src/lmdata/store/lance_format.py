@@ -68,8 +68,7 @@ class LanceWriter(files.RecordedShardWriter):
     ) -> ShardInfo:
         from lance.fragment import LanceFragment
 
-        tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
-        doc_starts = np.asarray(doc_starts, dtype=np.int64)
+        tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = rows_table(tokens, doc_starts, first_doc, first_token)
         stale = files.forget(self.format_dir, index)
         frag = LanceFragment.create(

@@ -143,13 +143,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable."""
+def fsync_path(path: Path) -> None:
+    """fsync a file (its data) or a directory (its entries) by path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable."""
+    fsync_path(path)
 
 
 def write_manifest(store: Path, manifest: Manifest) -> None:

@@ -42,8 +42,7 @@ class MemmapWriter(files.RecordedShardWriter):
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
     ) -> ShardInfo:
         tok_name, doc_name = _names(index)
-        tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
-        doc_starts = np.asarray(doc_starts, dtype=np.int64)
+        tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         files.forget(self.format_dir, index)
         replaced = [

@@ -129,8 +129,7 @@ class ParquetWriter(files.RecordedShardWriter):
     ) -> ShardInfo:
         import pyarrow.parquet as pq
 
-        tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
-        doc_starts = np.asarray(doc_starts, dtype=np.int64)
+        tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = rows_table(tokens, doc_starts, first_doc, first_token)
         name = _names(index)
 
