@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import tempfile
 from pathlib import Path
 
 # The workspace's corpora sit beside the checkout (../shared/corpus); scripts take --corpus too.
 SHARED_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 CORPUS = SHARED_CORPUS / "english-prose.txt"
 TRAIN_CORPUS = SHARED_CORPUS / "english-prose-5mb.txt"
+
+
+CACHED_TOKENIZER = Path(tempfile.gettempdir()) / "lmdata-bench-tokenizer-8192"
+
+
+def add_ingest_args(parser: argparse.ArgumentParser) -> None:
+    """The flags both ingest benches take: corpus, cached tokenizer, its vocab size, workers."""
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
 
 
 def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CORPUS) -> Path:

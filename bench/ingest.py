@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
+from common import add_ingest_args, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
 CASES = ["encode-1", "encode", "ingest:memmap", "ingest:parquet", "ingest:lance",
          "ingest:memmap+parquet+lance", "hf-datasets"]
@@ -204,10 +204,7 @@ def write_readme(path: Path, body: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--corpus", type=Path, default=CORPUS)
-    p.add_argument("--tokenizer", type=Path, default=Path(tempfile.gettempdir()) / "lmdata-bench-tokenizer-8192")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    add_ingest_args(p)
     p.add_argument("--cases", default=",".join(CASES), help="Comma-separated cases (formats joined by '+').")
     p.add_argument("--readme", type=Path, help="Rewrite the '## Ingest' section of this file.")
     p.add_argument("--repeat", type=int, default=3, help="Rounds over all cases; each figure is the best round.")

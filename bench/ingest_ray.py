@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
+from common import add_ingest_args, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
 CASES = ["local", "ray", "ray-warm", "ray-2nd"]
 SECTION = "## Ray ingest"
@@ -131,10 +131,7 @@ def table(rows: dict[str, list[dict]], args: argparse.Namespace, load: str) -> s
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--corpus", type=Path, default=CORPUS)
-    p.add_argument("--tokenizer", type=Path, default=Path(tempfile.gettempdir()) / "lmdata-bench-tokenizer-8192")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    add_ingest_args(p)
     p.add_argument("--formats", default="memmap,parquet,lance")
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--repeat", type=int, default=3, help="Runs per case, round robin; the table shows medians.")

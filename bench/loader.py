@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
-from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
+from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
 B, L = 32, 1024
 WORKERS = (0, 1, 2)
@@ -397,7 +397,7 @@ def write_readme(readme: Path, body: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "lmdata-bench-loader")
-    p.add_argument("--tokenizer", type=Path, default=Path(tempfile.gettempdir()) / "lmdata-bench-tokenizer-8192")
+    p.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
     p.add_argument("--tiles", type=int, nargs="+", default=[1, 10], help="Stores: corpus copies (1 and 10).")
     p.add_argument("--seconds", type=float, default=2.0, help="Timed seconds per cell.")
     p.add_argument("--repeat", type=int, default=2, help="Runs per cell; the best is reported.")

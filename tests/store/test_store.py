@@ -143,32 +143,32 @@ def test_importing_the_store_package_stays_light():
     assert out.stdout.strip() == ""
 
 
+def run_with_plugin(tmp_path, module: str, source: str, entry: str, code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a Python that sees a distribution ``module`` declaring ``entry`` under ``lmdata.formats``."""
+    (tmp_path / f"{module}.py").write_text(source)
+    dist = tmp_path / f"{module}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[lmdata.formats]\n{entry}\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+
+
 def test_plugin_formats_load_from_entry_points(tmp_path):
     """A third-party distribution declaring an ``lmdata.formats`` entry point (installed on sys.path)."""
-    (tmp_path / "toyfmt.py").write_text(
-        "from lmdata.store.memmap import MemmapReader, MemmapWriter\nFORMAT = (MemmapWriter, MemmapReader)\n"
-    )
-    dist = tmp_path / "toyfmt-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyfmt\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lmdata.formats]\ntoy = toyfmt:FORMAT\n")
-    code = (
+    out = run_with_plugin(
+        tmp_path, "toyfmt",
+        "from lmdata.store.memmap import MemmapReader, MemmapWriter\nFORMAT = (MemmapWriter, MemmapReader)\n",
+        "toy = toyfmt:FORMAT",
         "from lmdata.store.registry import available_formats, get_format;"
-        "print(available_formats()[-1], get_format('toy').reader.__name__)"
+        "print(available_formats()[-1], get_format('toy').reader.__name__)",
     )
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["toy", "MemmapReader"]
 
 
 @pytest.mark.parametrize("value", ["42", "Writer", "(1, 2, 3)"])
 def test_a_plugin_entry_point_of_the_wrong_shape_is_an_error(tmp_path, value):
-    (tmp_path / "badfmt.py").write_text(f"class Writer: pass\nFORMAT = {value}\n")
-    dist = tmp_path / "badfmt-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badfmt\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lmdata.formats]\nbad = badfmt:FORMAT\n")
     code = (
         "from lmdata.errors import LmdataError\n"
         "from lmdata.store.registry import available_formats\n"
@@ -176,8 +176,7 @@ def test_a_plugin_entry_point_of_the_wrong_shape_is_an_error(tmp_path, value):
         "    try: available_formats()\n"
         "    except LmdataError as e: print(e)\n"
     )
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    out = run_with_plugin(tmp_path, "badfmt", f"class Writer: pass\nFORMAT = {value}\n", "bad = badfmt:FORMAT", code)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and lines[0] == lines[1]  # refused every time, not only the first
