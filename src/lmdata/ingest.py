@@ -270,11 +270,11 @@ def _ingest_split(name: str, source: SplitSource, writers: dict[str, Any], pool:
     finally:
         for w in background.values():
             w.close()
-    for fmt, writer in writers.items():
-        writer.finish(shards[fmt])
     first = next(iter(shards.values()))
     report.documents, report.tokens = sum(s.n_docs for s in first), sum(s.n_tokens for s in first)
     report.shards, report.replaced = len(first), stats.replaced
+    for fmt, writer in writers.items():
+        shards[fmt] = writer.finish(shards[fmt]) or shards[fmt]  # a format may regroup its shards (Lance)
     report.seconds = time.perf_counter() - t0
     return shards, report
 

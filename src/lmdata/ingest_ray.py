@@ -329,8 +329,8 @@ class _TaskWriter:
     def cleanup_partial(self) -> None:
         self.writer.cleanup_partial()
 
-    def finish(self, shards: list) -> None:
-        self.writer.finish(shards)
+    def finish(self, shards: list) -> list | None:
+        return self.writer.finish(shards)
 
     def write_shard(self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int,
                     first_token: int) -> Any:
@@ -338,8 +338,8 @@ class _TaskWriter:
 
 
 def check_committed(label: str, writer: Any, shards: list, last_docs: dict[int, int], dtype: str, eot: int) -> None:
-    """Read a committed format back: its size, and the last document of each shard in
-    ``last_docs`` (shard index -> that document's length, as encoded), which must end in eot.
+    """Read a committed format back: its size, and each document in ``last_docs`` (a shard's
+    last document id -> its length, as encoded), which must end in eot.
 
     A commit that took a short fragment (the Lance-on-Ray retry failure mode) fails here,
     before any manifest exists.
@@ -351,14 +351,11 @@ def check_committed(label: str, writer: Any, shards: list, last_docs: dict[int, 
         return  # a plug-in writer that does not say where it writes: its counts were checked
     reader = get_format(label).reader(format_dir, shards, np.dtype(dtype))
     reader.check()
-    for s in shards:
-        want = last_docs.get(int(s.name))
-        if want is None:
-            continue
-        doc = reader.document(s.first_doc + s.n_docs - 1)
+    for doc_id, want in sorted(last_docs.items()):
+        doc = reader.document(doc_id)
         if len(doc) != want or int(doc[-1]) != eot:
-            raise ResumableError(f"{format_dir}: committed shard {s.name} ends with a document of {len(doc)} tokens, "
-                              f"expected {want} ending in end-of-text; rerun with --resume")
+            raise ResumableError(f"{format_dir}: committed document {doc_id} (the last of a shard) has {len(doc)} "
+                                 f"tokens, expected {want} ending in end-of-text; rerun with --resume")
 
 
 # ---------------------------------------------------------------------------- one split
@@ -402,13 +399,15 @@ def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEng
         bar.close()
 
     shards = {fmt: prefix[fmt] + written[fmt] for fmt in writers}
+    first = next(iter(shards.values()))
     for fmt, writer in writers.items():
         dispatch.check_counts(fmt, written[fmt], docs, tokens)
         writer.cleanup_partial()  # what retried writes left: their first attempts' files
-        writer.finish(shards[fmt])
-        last_docs = {i: want[4] for (label, i), want in dispatch.expected.items() if label == fmt}
-        check_committed(fmt, writer, shards[fmt], last_docs, dtype, eot)
-    first = next(iter(shards.values()))
+        finished = writer.finish(shards[fmt]) or shards[fmt]  # a format may regroup its shards (Lance)
+        last_docs = {s.first_doc + s.n_docs - 1: want[4] for s in shards[fmt]
+                     if (want := dispatch.expected.get((fmt, int(s.name)))) is not None}
+        check_committed(fmt, writer, finished, last_docs, dtype, eot)
+        shards[fmt] = finished
     report.documents, report.tokens = sum(s.n_docs for s in first), sum(s.n_tokens for s in first)
     report.shards, report.reused_shards = len(first), len(reused)
     report.seconds = time.perf_counter() - t0

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.store.protocol import ShardInfo
 from lmdata.store.registry import get_format
 from lmdata.store.store import Store, open_store
 
@@ -60,42 +61,56 @@ def _formats_with(store: Store, split: str, method: str) -> list[str]:
     return [f for f in dict.fromkeys(order) if hasattr(_reader_class(f), method)]
 
 
-def _doc_starts_fn(store: Store, split: str) -> Callable[[int], np.ndarray]:
-    """shard index -> its document starts, then its length; from ``doc_starts`` where a reader
-    has it, else (a plug-in written before it) by measuring each document with ``document``."""
+def _doc_starts_fn(store: Store, split: str) -> tuple[list[ShardInfo], Callable[[int], np.ndarray]]:
+    """A format's shards and, per shard index, its document starts then its length: from
+    ``doc_starts`` where a reader has it, else (a plug-in written before it) by measuring each
+    document with ``document``."""
+    formats = store.manifest.splits[split].formats
     fmts = _formats_with(store, split, "doc_starts")
     if fmts:
-        return store.reader(split, fmts[0]).doc_starts
+        return formats[fmts[0]], store.reader(split, fmts[0]).doc_starts
     fmt = next((f for f in store.formats(split) if _reader_class(f) is not None), None)
     if fmt is None:
         raise LmdataError(f"{store.path}: split {split!r} holds no format installed here "
                           f"({', '.join(store.formats(split))}); install its plug-in")
-    reader, shards = store.reader(split, fmt), store.manifest.splits[split].formats[fmt]
+    reader, shards = store.reader(split, fmt), formats[fmt]
 
     def measured(i: int) -> np.ndarray:
         s = shards[i]
         lengths = [len(reader.document(d)) for d in range(s.first_doc, s.first_doc + s.n_docs)]
         return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
 
-    return measured
+    return shards, measured
+
+
+def ingest_shard_docs(shards: list[ShardInfo]) -> np.ndarray:
+    """First document of each ingest shard, then the split's document count: the ``shard`` the
+    docs view names is the ingest's shard whatever the format (a Lance fragment holds several,
+    listed in its ``extra["members"]``)."""
+    firsts, doc = [], 0
+    for s in shards:
+        for m in s.extra.get("members", [{"n_docs": s.n_docs}]):
+            firsts.append(doc)
+            doc += int(m["n_docs"])
+    return np.array(firsts + [doc], dtype=np.int64)
 
 
 def doc_batches(store: Store, split: str) -> Iterator[Any]:
     """Record batches docs(split, doc_id, shard, n_tokens, token_offset) of one split, a shard at a time."""
     import pyarrow as pa
 
-    formats = store.manifest.splits[split].formats
-    if not formats:
+    if not store.manifest.splits[split].formats:
         return
-    shards = next(iter(formats.values()))
-    starts_of = _doc_starts_fn(store, split)
+    shards, starts_of = _doc_starts_fn(store, split)
+    shard_docs = ingest_shard_docs(shards)
     for i, shard in enumerate(shards):
         starts = np.asarray(starts_of(i), dtype=np.int64)
         n = len(starts) - 1
+        doc_ids = np.arange(shard.first_doc, shard.first_doc + n, dtype=np.int64)
         yield pa.RecordBatch.from_pydict({
             "split": pa.array([split] * n, pa.string()),
-            "doc_id": np.arange(shard.first_doc, shard.first_doc + n, dtype=np.int64),
-            "shard": np.full(n, i, dtype=np.int64),
+            "doc_id": doc_ids,
+            "shard": np.searchsorted(shard_docs, doc_ids, side="right") - 1,
             "n_tokens": np.diff(starts),
             "token_offset": starts[:-1] + shard.first_token,
         }, schema=_docs_schema())

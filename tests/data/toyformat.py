@@ -182,15 +182,15 @@ def build_store(path: Path, formats: list[str], n_tokens: int = 30_000, shard_to
     groups += [cur] if cur else []
     info = SplitInfo(n_docs=len(docs), n_tokens=total)
     for fmt in formats:
-        writer = get_format(fmt).writer(path / "train" / fmt, np.dtype(np.uint16))
+        options = {"fragment_tokens": 2 * shard_tokens + 2_000} if fmt == "lance" else {}  # fragments of 2 shards
+        writer = get_format(fmt).writer(path / "train" / fmt, np.dtype(np.uint16), **options)
         shards, first_doc, first_token = [], 0, 0
         for i, group in enumerate(groups):
             tokens = np.concatenate(group)
             starts = np.concatenate([[0], np.cumsum([len(d) for d in group])]).astype(np.int64)
             shards.append(writer.write_shard(i, tokens, starts, first_doc, first_token))
             first_doc, first_token = first_doc + len(group), first_token + len(tokens)
-        writer.finish(shards)
-        info.formats[fmt] = shards
+        info.formats[fmt] = writer.finish(shards) or shards  # Lance regroups shards into fragments
     write_manifest(path, Manifest(tokenizer_hash="0" * 64, vocab_size=eot + 1, dtype="uint16", eot_id=eot,
                                   shard_tokens=shard_tokens, splits={"train": info}))
     return np.concatenate(docs).astype(np.int64)

@@ -219,18 +219,19 @@ def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, t
     out = tmp_path / "store"
     shutil.copytree(local_store, out)
     manifest = read_manifest(out)
-    shards = manifest.splits["train"].formats["lance"]
+    shards = manifest.splits["train"].formats["lance"]  # fragments, each a run of ingest shards
     memmap = out / "train" / "memmap"
-    last_docs = {int(s.name): int(np.diff(np.load(memmap / f"docs-{s.name}.npy"))[-1]) for s in shards}
+    last_docs = {s.first_doc + s.n_docs - 1: int(np.diff(np.load(memmap / f"docs-{s.name}.npy"))[-1])
+                 for s in manifest.splits["train"].formats["memmap"]}
     lance_dir = out / "train" / "lance"
     writer = LanceWriter(lance_dir, np.dtype(manifest.dtype))
     check_committed("lance", writer, shards, last_docs, manifest.dtype, manifest.eot_id)  # intact: passes
 
     ds = lance.dataset(str(lance_dir))
     frags = [f.metadata for f in ds.get_fragments()]
-    table = ds.get_fragments()[2].to_table()
-    frags[2] = LanceFragment.create(str(lance_dir), table.slice(0, table.num_rows - 1), fragment_id=2,
-                                    schema=ds.schema, data_storage_version=STORAGE_VERSION)
+    table = ds.get_fragments()[-1].to_table()
+    frags[-1] = LanceFragment.create(str(lance_dir), table.slice(0, table.num_rows - 1), fragment_id=frags[-1].id,
+                                     schema=ds.schema, data_storage_version=STORAGE_VERSION)
     lance.LanceDataset.commit(str(lance_dir), lance.LanceOperation.Overwrite(ds.schema, frags))
     with pytest.raises(LmdataError, match="rows"):
         check_committed("lance", writer, shards, last_docs, manifest.dtype, manifest.eot_id)

@@ -53,8 +53,7 @@ def write_split(store: Path, split: str, fmt: str, docs: list[np.ndarray], dtype
             flush()
     if cur:
         flush()
-    writer.finish(shards)
-    return shards
+    return writer.finish(shards) or shards  # Lance regroups shards into fragments
 
 
 def build_store(
@@ -74,6 +73,14 @@ def build_store(
     write_manifest(path, manifest)
     starts = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
     return Synthetic(path, stream, starts, eot)
+
+
+@pytest.fixture(autouse=True)
+def small_lance_fragments(monkeypatch):
+    """Lance fragments of ~2 shards (not one 64 Mi-token fragment), so reads cross fragments."""
+    from lmdata.store import lance_fragments
+
+    monkeypatch.setattr(lance_fragments, "FRAGMENT_TOKENS", 30_000)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def victim(syn, fmt, index=1):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
-    syn = make_store([fmt])
+    syn = make_store([fmt], n_tokens=70_000)  # Lance: 3 fragments at least
     shard, path = victim(syn, fmt)
     flip(path)
     store = open_store(syn.path)  # sizes still match: opening stays cheap and succeeds

@@ -1,11 +1,40 @@
-"""Lance specifics: uncommitted fragments survive an interruption; leftovers are removed."""
+"""Lance resume: staging fragments survive an interruption, fragments are reused or rebuilt, leftovers go."""
 
 from __future__ import annotations
 
+import lance
 import numpy as np
+import pytest
 
-from lmdata.store import open_store
+from lmdata.store import lance_fragments, open_store
 from lmdata.store.registry import get_format
+
+U16 = np.dtype(np.uint16)
+SIZES = (3000, 2500, 4000, 3500, 2000)  # with a 6,000-token limit: fragments [0, 1], [2], [3, 4]
+
+
+@pytest.fixture
+def parts():
+    rng = np.random.default_rng(0)
+    tokens = [rng.integers(0, 100, size=n).astype(np.uint16) for n in SIZES]
+    return tokens, np.concatenate(tokens)
+
+
+def writer(fdir):
+    return get_format("lance").writer(fdir, U16, fragment_tokens=6_000)
+
+
+def write(w, tokens, indices):
+    first = np.cumsum([0, *map(len, tokens)])
+    return [w.write_shard(i, tokens[i], np.array([0, 1000, len(tokens[i])]), 2 * i, int(first[i])) for i in indices]
+
+
+def check(fdir, fragments, stream):
+    reader = get_format("lance").reader(fdir, fragments, U16)
+    starts = np.arange(0, len(stream) - 1000, 333)
+    np.testing.assert_array_equal(reader.windows(starts, 1000), stream[starts[:, None] + np.arange(1000)])
+    assert len(lance.dataset(str(fdir)).get_fragments()) == len(fragments)
+    assert len(list((fdir / "data").iterdir())) == len(fragments)  # staging and old fragments are gone
 
 
 def test_unreferenced_fragment_files_are_removed(make_store):
@@ -14,33 +43,85 @@ def test_unreferenced_fragment_files_are_removed(make_store):
     before = sorted(p.name for p in data.iterdir())
     orphan = data / "0000deadbeef.lance"  # what an interrupted shard or commit leaves behind
     orphan.write_bytes(b"x" * 100)
-    get_format("lance").writer(syn.path / "train" / "lance", np.dtype(np.uint16)).cleanup_partial()
+    get_format("lance").writer(syn.path / "train" / "lance", U16).cleanup_partial()
     assert sorted(p.name for p in data.iterdir()) == before
     r = open_store(syn.path).reader("train", "lance")
     np.testing.assert_array_equal(r.windows(np.array([len(syn.stream) - 50]), 50)[0], syn.stream[-50:])
 
 
-def test_resumed_writer_commits_reused_and_rewritten_fragments(tmp_path):
-    """Shards 0-1 written by an "interrupted" writer, shard 1 rewritten, then one commit."""
+def test_resumed_writer_groups_reused_and_rewritten_shards(tmp_path, parts):
+    """Shards 0-1 written by an "interrupted" writer, shard 1 rewritten, then the rest and one commit."""
+    tokens, stream = parts
     fdir = tmp_path / "train" / "lance"
-    rng = np.random.default_rng(0)
-    shards_tokens = [rng.integers(0, 100, size=n).astype(np.uint16) for n in (3000, 2500, 4000)]
-    first = get_format("lance").writer(fdir, np.dtype(np.uint16))
-    infos = []
-    for i, tok in enumerate(shards_tokens[:2]):
-        infos.append(first.write_shard(i, tok, np.array([0, len(tok)]), i, sum(map(len, shards_tokens[:i]))))
-    # "crash": no finish. A new writer resumes: shard 0 reused, shard 1 rewritten, shard 2 new.
-    second = get_format("lance").writer(fdir, np.dtype(np.uint16))
+    write(writer(fdir), tokens, [0, 1])
+    second = writer(fdir)  # "crash": no finish; a new writer resumes
     done = second.completed()
     assert sorted(done) == [0, 1]
     second.cleanup_partial()
-    shards = [done[0]]
-    for i in (1, 2):
-        tok = shards_tokens[i]
-        shards.append(second.write_shard(i, tok, np.array([0, len(tok)]), i, sum(map(len, shards_tokens[:i]))))
-    second.finish(shards)
-    assert len(list((fdir / "data").iterdir())) == 3  # shard 1's first fragment is gone
-    reader = get_format("lance").reader(fdir, shards, np.dtype(np.uint16))
-    stream = np.concatenate(shards_tokens)
-    np.testing.assert_array_equal(reader.windows(np.array([0, 2990, 5400]), 1000),
-                                  stream[np.array([0, 2990, 5400])[:, None] + np.arange(1000)])
+    fragments = second.finish([done[0], *write(second, tokens, [1, 2, 3, 4])])
+    assert [f.name for f in fragments] == ["00000-00001", "00002", "00003-00004"]
+    check(fdir, fragments, stream)
+
+
+def test_a_finished_split_is_reused_as_is(tmp_path, parts):
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    fragments = w.finish(write(w, tokens, range(5)))
+    files_before = sorted(p.name for p in (fdir / "data").iterdir())
+    again = writer(fdir)  # ``--resume`` of a finished store: every shard is reported, nothing is rewritten
+    done = again.completed()
+    assert sorted(done) == [0, 1, 2, 3, 4]
+    again.cleanup_partial()
+    assert [f.to_json() for f in again.finish(list(done.values()))] == [f.to_json() for f in fragments]
+    assert sorted(p.name for p in (fdir / "data").iterdir()) == files_before
+    check(fdir, fragments, stream)
+
+
+def test_a_crash_before_the_commit_resumes_from_fragment_records(tmp_path, parts, monkeypatch):
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    shards = write(w, tokens, range(5))
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        w.finish(shards)
+    monkeypatch.undo()
+    assert sorted(p.stem for p in (fdir / lance_fragments.GROUP_DIR).iterdir()) == ["00000-00001", "00003-00004"]
+    again = writer(fdir)
+    done = again.completed()
+    assert [done[i].extra.get("fragment_of") for i in range(5)] == ["00000-00001"] * 2 + [None] + ["00003-00004"] * 2
+    again.cleanup_partial()
+    check(fdir, again.finish(list(done.values())), stream)
+
+
+def test_a_rewritten_shard_rebuilds_its_fragment_from_the_old_one(tmp_path, parts):
+    """A finished split whose shard 1 is redone (another format's copy was damaged): [0, 1] is rebuilt,
+    shard 0's rows coming from the old fragment, whose staging files are long gone."""
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    old = w.finish(write(w, tokens, range(5)))
+    again = writer(fdir)
+    done = again.completed()
+    tokens = [t.copy() for t in tokens]
+    tokens[1][:10] = 99  # the redone shard's tokens (same counts)
+    redone = write(again, tokens, [1])[0]
+    fragments = again.finish([done[0], redone, done[2], done[3], done[4]])
+    assert fragments[0].files[0].path != old[0].files[0].path and fragments[2].to_json() == old[2].to_json()
+    check(fdir, fragments, np.concatenate(tokens))
+
+
+def test_a_new_fragment_limit_regroups_a_finished_split(tmp_path, parts):
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    w.finish(write(w, tokens, range(5)))
+    bigger = get_format("lance").writer(fdir, U16, fragment_tokens=100_000)
+    fragments = bigger.finish(list(bigger.completed().values()))
+    assert [f.name for f in fragments] == ["00000-00004"]
+    check(fdir, fragments, stream)

@@ -33,7 +33,7 @@ def _shard_file(syn, fmt, index):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bit_flip_is_named(make_store, fmt):
     syn = make_store(FORMATS)
-    _, shard, victim = _shard_file(syn, fmt, 2)
+    _, shard, victim = _shard_file(syn, fmt, -1)
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0x10
     victim.write_bytes(bytes(data))

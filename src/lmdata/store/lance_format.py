@@ -1,56 +1,52 @@
-"""The Lance format: one Lance dataset per split, one fragment per shard.
+"""The Lance format: one Lance dataset per split, in few large fragments.
 
 On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file format 2.1)::
 
-    data/<uuid>.lance      the shard's fragment: rows as in the Parquet format
-                           (doc_id int64, token_offset int64, tokens list<uint16|uint32>,
-                           documents cut into pieces of at most 1,024 tokens)
-    _versions/, _transactions/   Lance's own commit log (written once, in ``finish``)
-    rows-00000.npy         int64 [2, n_rows + 1]: each row's first token within the shard
-                           (then n_tokens) and each row's document within the shard (then n_docs)
-    _shards/00000.json     completion record, whose ``extra["fragment"]`` is the fragment's
-                           ``FragmentMetadata`` JSON, so a resumed ingest reuses the fragment
+    data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
+                           tokens list<uint16|uint32>), documents cut into pieces of at
+                           most 1,024 tokens; each fragment holds a run of whole ingest
+                           shards, up to 64 Mi tokens (``lance_fragments``)
+    _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
+    rows-<name>.npy        int64 [2, n_rows + 1] per fragment: each row's first token within
+                           the fragment (then n_tokens) and each row's document (then n_docs)
+    _shards/00000.json     while ingesting: a shard's record; its ``extra["fragment"]`` is its
+                           uncommitted staging fragment's ``FragmentMetadata`` JSON
+    _fragments/<name>.json record of a fragment of several shards (``lance_fragments``)
 
-A shard is written as an uncommitted fragment; ``finish`` commits all of them at once
-(``LanceOperation.Overwrite``, fragments in shard order, so dataset row ``r`` is the
-``r``-th row of the stream). ``cleanup_partial`` deletes data files no completed shard
-references: what an interrupted shard or commit left behind.
+The manifest's Lance shards are the committed fragments, so they are fewer than the other
+formats' shards (names like ``00000-00063``). ``finish`` groups the staging fragments and
+commits the groups (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
+the ``r``-th row of the stream); ``cleanup_partial`` deletes data files no record references.
 
-Reader: the dataset opens lazily in each process (Lance is not fork-safe once open) to
-check its committed row count; a batch of windows reads the rows covering them with one
-``take_rows`` per shard it touches on the fragment's file (see ``LanceReader._take``),
-rows located with the ``rows-*.npy`` sidecar of each shard a batch touches (loaded on first touch; kept out of
-the manifest, which would otherwise grow by ~n_tokens / 700 entries). On that first touch
-the shard's files (fragment and sidecar) are checked against the manifest (``verify``:
-sha256 or size, see ``checksum.verify_shard``); Lance 2.1 files carry no checksums of
-their own, so with ``verify="size"`` a flipped bit may decode as a wrong token. A decode
-error is an ``LmdataError`` naming the shard. ``doc_starts`` reads only the sidecar;
-``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
+Reader: the dataset opens lazily in each process (Lance is not fork-safe once open) and its
+committed row count is checked; a batch of windows reads the rows covering them with **one
+``LanceDataset.take``** (rows located with the ``rows-*.npy`` index of each fragment the batch
+touches, loaded on first touch: kept out of the manifest, which would otherwise grow by
+~n_tokens / 700 entries). On that first touch the fragment's files are checked against the
+manifest (``verify``: sha256 or size, see ``checksum.verify_shard``); Lance 2.1 files carry
+no checksums of their own, so with ``verify="size"`` a flipped bit may decode as a wrong
+token. A decode error is an ``LmdataError`` naming the fragment. ``doc_starts`` reads only
+the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from bisect import bisect_right
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store import files, lance_fragments
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     read_error, shard_file_path, verify_shard
 from lmdata.store.parquet import pieces, row_doc_starts, rows_table
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import check_windows, plan, shard_bounds
+from lmdata.store.windows import check_windows, shard_bounds
 
 STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
-# Fragment file readers kept open per process (each holds its file's page table; opening
-# one costs ~0.4 ms here, so a store of many shards re-opens some instead of growing).
-MAX_OPEN_FILES = 256
 
 
 def _schema(dtype: np.dtype) -> Any:
@@ -61,7 +57,11 @@ def _schema(dtype: np.dtype) -> Any:
 
 
 class LanceWriter(files.RecordedShardWriter):
-    """Uncommitted fragments per shard, one commit in ``finish``."""
+    """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
+
+    def __init__(self, format_dir: Path, dtype: np.dtype, *, fragment_tokens: int | None = None) -> None:
+        super().__init__(format_dir, dtype)
+        self.fragment_tokens = fragment_tokens or lance_fragments.FRAGMENT_TOKENS
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
@@ -94,14 +94,31 @@ class LanceWriter(files.RecordedShardWriter):
                 (self.format_dir / old.path).unlink(missing_ok=True)
         return shard
 
-    def finish(self, shards: list[ShardInfo]) -> None:
-        """Commit every shard's fragment, in shard order, as the dataset's new version."""
+    def completed(self) -> dict[int, ShardInfo]:
+        """Staged shards, and the shards held by intact fragment records (those win: they outlive staging)."""
+        done = files.completed(self.format_dir)
+        for fragment in lance_fragments.read_fragments(self.format_dir).values():
+            done.update(lance_fragments.members(fragment))
+        return dict(sorted(done.items()))
+
+    def finish(self, shards: list[ShardInfo]) -> list[ShardInfo]:
+        """Group ``shards`` into fragments, commit them in order; returns the fragments (the manifest's shards)."""
         import lance
         from lance.fragment import FragmentMetadata
 
-        frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in shards]
-        # the fragments' and sidecars' names (fsynced per directory here, not per shard) before the commit names them
-        files.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / files.RECORD_DIR)
+        recorded = lance_fragments.read_fragments(self.format_dir)
+        fragments = []
+        for run in lance_fragments.plan_fragments(shards, self.fragment_tokens):
+            fragment = lance_fragments.reusable(run, recorded)
+            if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
+                fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
+            if fragment is None:
+                fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
+            fragments.append(fragment)
+        frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
+        # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
+        files.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / files.RECORD_DIR,
+                        self.format_dir / lance_fragments.GROUP_DIR)
         lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
         for sub in ("_versions", "_transactions"):
             d = self.format_dir / sub
@@ -111,10 +128,11 @@ class LanceWriter(files.RecordedShardWriter):
                         files.fsync_file(p)
                 files.fsync_dir(d)
         files.fsync_dir(self.format_dir)
-        files.prune(self.format_dir, shards)
+        lance_fragments.remove_unused(self.format_dir, fragments)
+        return fragments
 
     def cleanup_partial(self) -> None:
-        """Remove temp files and data files that no completed shard references."""
+        """Remove temp files and data files that no staged shard or fragment record references."""
         files.remove_temporaries(self.format_dir)
         keep = {f.path for s in self.completed().values() for f in s.files}
         data = self.format_dir / "data"
@@ -125,12 +143,11 @@ class LanceWriter(files.RecordedShardWriter):
 
 
 class LanceReader:
-    """The rows covering a batch's windows, one ``take_rows`` per touched fragment; opens files per process."""
+    """The rows covering a batch's windows, with one ``take`` per batch; opens the dataset per process."""
 
     # Lance's runtime, once started in a process, crashes forked children (pylance warns
     # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
     fork_safe = False
-    direct = True  # read fragment files directly (see ``_take``); False: ``LanceDataset.take``
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY
@@ -139,30 +156,29 @@ class LanceReader:
         self.shards = list(shards)
         self.dtype = np.dtype(dtype)
         self.verify = check_verify_mode(verify)
-        self._shard_bounds = shard_bounds(self.shards).tolist()
-        self.n_tokens = self._shard_bounds[-1]
+        self._shard_bounds = shard_bounds(self.shards)
+        self.n_tokens = int(self._shard_bounds[-1])
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
-        self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards]).tolist()
+        self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards])
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._ds: Any = None
-        self._row_bounds: dict[int, list[int]] = {}  # shard -> global first token of each row, then its end
-        self._files: OrderedDict[int, Any] = OrderedDict()  # shard -> its fragment's LanceFileReader (LRU)
+        self._row_bounds: dict[int, np.ndarray] = {}  # fragment -> global first token of each row, then its end
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_ds=None, _row_bounds={}, _files=OrderedDict(), _pid=-1)
+        state.update(_ds=None, _row_bounds={}, _pid=-1)
         return state
 
     def check(self) -> None:
         check_sizes(self.format_dir, self.shards)
 
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
-        """Shard ``i``'s sidecar: [row token starts + n_tokens, row documents + n_docs]."""
+        """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
-        # first touch of the shard: its fragment and sidecar (only the sidecar for the document index)
+        # first touch of the fragment: its data file and row index (only the index for ``doc_starts``)
         verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
         path = shard_file_path(self.format_dir, shard, shard.files[-1])
         try:
@@ -173,10 +189,10 @@ class LanceReader:
             raise LmdataError(f"{path}: shard {shard.name} row index does not match the manifest; run `lmdata verify`")
         return rows
 
-    def _bounds(self, i: int) -> list[int]:
+    def _bounds(self, i: int) -> np.ndarray:
         bounds = self._row_bounds.get(i)
         if bounds is None:
-            bounds = self._row_bounds[i] = (self._rows(i)[0] + self._shard_bounds[i]).tolist()
+            bounds = self._row_bounds[i] = self._rows(i)[0] + self._shard_bounds[i]
         return bounds
 
     def _open(self) -> Any:
@@ -199,67 +215,28 @@ class LanceReader:
                 )
         return self._ds
 
-    def _file(self, i: int) -> Any:
-        """Shard ``i``'s fragment file opened for ``take_rows`` (None if the fragment is not one file)."""
-        if i in self._files:
-            self._files.move_to_end(i)
-            return self._files[i]
-        from lance.file import LanceFileReader
+    def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
 
-        shard = self.shards[i]
-        reader = None
-        if len(shard.files) == 2 and self.direct:  # else several data files in the fragment: dataset take
-            path = shard_file_path(self.format_dir, shard, shard.files[0])
-            try:
-                reader = LanceFileReader(str(path), columns=["tokens"])
-                n_rows = reader.metadata().num_rows
-            except Exception as exc:
-                raise read_error(path, shard, exc) from exc
-            if n_rows != shard.extra["rows"]:
-                raise LmdataError(f"{path}: shard {shard.name} holds {n_rows} rows, the manifest says "
-                                  f"{shard.extra['rows']}; run `lmdata verify`")
-        self._files[i] = reader
-        if len(self._files) > MAX_OPEN_FILES:
-            self._files.popitem(last=False)
-        return reader
-
-    def _take(self, rows: list[int], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of the global ``rows`` (sorted) and each row's offset into them, sizes checked.
-
-        Rows are read per shard from the fragment's file (``LanceFileReader.take_rows``), not
-        with ``LanceDataset.take``: batch 32 x 1,025 on english-prose (5.7M tokens) took
-        ~1.0 vs ~1.4 ms per batch in 6 fragments and ~1.5 vs ~2.3 ms in 21 (readahead 1:
-        ~84 rows need no pipelining). The dataset is still opened once per process to check
-        its committed row count against the manifest.
+        One ``LanceDataset.take`` for the whole batch: Lance reads the fragments it touches
+        concurrently, and a take's fixed cost (~1 ms here for ~80 rows) is paid once.
         """
         import pyarrow as pa
 
         ds = self._open()
-        chunks: list[Any] = []
-        k = 0
-        while k < len(rows):
-            i = bisect_right(self._row_base, rows[k]) - 1
-            end = bisect_right(rows, self._row_base[i + 1] - 1, k)
-            local = [r - self._row_base[i] for r in rows[k:end]]
-            reader = self._file(i)
-            try:
-                if reader is None:
-                    table = ds.take(pa.array(rows[k:end], type=pa.int64()), columns=["tokens"])
-                else:
-                    table = reader.take_rows(local, batch_readahead=1).to_table()
-            except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the shard
-                shard = self.shards[i]
-                raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
-            chunks += table.column(0).chunks
-            k = end
-        column = pa.chunked_array(chunks, type=pa.list_(pa.from_numpy_dtype(self.dtype))).combine_chunks()
+        try:
+            column = ds.take(pa.array(rows, type=pa.int64()), columns=["tokens"]).column(0).combine_chunks()
+        except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
+            shard = self.shards[int(np.searchsorted(self._row_base, rows[0], side="right")) - 1]
+            raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
         offsets = column.offsets.to_numpy()
-        if not np.array_equal(np.diff(offsets), sizes):
-            k = int(np.flatnonzero(np.diff(offsets) != sizes)[0])
-            shard = self.shards[bisect_right(self._row_base, rows[k]) - 1]
+        bad = np.flatnonzero(np.diff(offsets) != sizes)
+        if len(bad) or len(offsets) != len(rows) + 1:
+            k = int(bad[0]) if len(bad) else 0
+            shard = self.shards[int(np.searchsorted(self._row_base, rows[k], side="right")) - 1]
             raise LmdataError(
-                f"{self.format_dir}: shard {shard.name} row {rows[k]} holds {offsets[k + 1] - offsets[k]} tokens, "
-                f"its index says {sizes[k]}; run `lmdata verify`"
+                f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
+                "its index says; run `lmdata verify`"
             )
         return column.values.to_numpy(zero_copy_only=False), offsets
 
@@ -273,16 +250,40 @@ class LanceReader:
             raise at_offsets(exc, starts, length) from exc
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        pieces = plan(starts, length, self._shard_bounds, self._bounds)
-        rows = sorted({(self._row_base[p.shard] + p.seg, p.shard, p.seg) for p in pieces})
-        sizes = [self._row_bounds[i][g + 1] - self._row_bounds[i][g] for _, i, g in rows]
-        values, offsets = self._take([r for r, _, _ in rows], sizes)
-        where = {r: int(offsets[k]) for k, (r, _, _) in enumerate(rows)}
+        # pieces: each window cut at fragment bounds (a window rarely spans two fragments)
+        bounds = self._shard_bounds
+        first = np.searchsorted(bounds, starts, side="right") - 1
+        count = np.searchsorted(bounds, starts + length - 1, side="right") - first
+        window = np.repeat(np.arange(len(starts)), count)
+        frag = first[window] + np.arange(len(window)) - np.repeat(np.cumsum(count) - count, count)
+        lo = np.maximum(starts[window], bounds[frag])
+        hi = np.minimum(starts[window] + length, bounds[frag + 1])
+        # each piece covers consecutive rows [r0, r1] of its fragment (global dataset rows)
+        r0, r1 = np.empty_like(lo), np.empty_like(lo)
+        for f in np.unique(frag).tolist():
+            at, b = frag == f, self._bounds(f)
+            r0[at] = np.searchsorted(b, lo[at], side="right") - 1 + self._row_base[f]
+            r1[at] = np.searchsorted(b, hi[at] - 1, side="right") - 1 + self._row_base[f]
+        n = r1 - r0 + 1
+        rows = np.unique(np.repeat(r0, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+        row_start, sizes = self._row_extents(rows)
+        values, offsets = self._take(rows, sizes)
+        k = np.searchsorted(rows, r0)
+        src = offsets[k] + (lo - row_start[k])  # consecutive rows are adjacent in ``values``
         out = np.empty((len(starts), length), dtype=np.int64)
-        for p in pieces:
-            at = where[self._row_base[p.shard] + p.seg] + p.lo
-            out[p.window, p.out : p.out + p.n] = values[at : at + p.n]
+        for w, o, a, c in zip(window.tolist(), (lo - starts[window]).tolist(), src.tolist(), (hi - lo).tolist()):
+            out[w, o : o + c] = values[a : a + c]
         return out
+
+    def _row_extents(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global first token and token count of each of the (sorted) dataset ``rows``."""
+        frag = np.searchsorted(self._row_base, rows, side="right") - 1
+        start, size = np.empty_like(rows), np.empty_like(rows)
+        for f in np.unique(frag).tolist():
+            at = frag == f
+            b, local = self._bounds(f), rows[at] - self._row_base[f]
+            start[at], size[at] = b[local], b[local + 1] - b[local]
+        return start, size
 
     def document(self, doc_id: int) -> np.ndarray:
         """One document's tokens: a ``take`` of its rows."""
@@ -290,13 +291,13 @@ class LanceReader:
             raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
         self._open()
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
-        rows = self._rows(i)
-        local = np.flatnonzero(rows[1, :-1] == doc_id - self._doc_bounds[i])
-        values, _ = self._take((local + self._row_base[i]).tolist(), np.diff(rows[0])[local].tolist())
+        local = np.flatnonzero(self._rows(i)[1, :-1] == doc_id - self._doc_bounds[i])
+        rows = (local + self._row_base[i]).astype(np.int64)
+        values, _ = self._take(rows, self._row_extents(rows)[1])
         return values.copy()
 
     def doc_starts(self, i: int) -> np.ndarray:
-        """Shard ``i``'s document starts (within the shard), then its length: from the sidecar alone."""
+        """Fragment ``i``'s document starts (within it), then its length: from the row index alone."""
         shard, rows = self.shards[i], self._rows(i, sidecar_only=True)
         starts = row_doc_starts(rows[1, :-1], rows[0, :-1], shard.n_tokens)
         if len(starts) != shard.n_docs + 1:

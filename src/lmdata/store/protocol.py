@@ -13,7 +13,11 @@ Writer (one per split per ingest, in the ingest's main process)::
         first_doc:   global document id of the shard's first document
         first_token: global offset of the shard's first token
         The shard is written under a temporary name, fsynced and renamed when complete.
-    w.finish(shards)                       # after the last shard (Lance commits here)
+    w.finish(shards) -> list[ShardInfo] | None
+        after the last shard: the shards the manifest records for this format, or None
+        for ``shards`` unchanged. A format may regroup shards here (Lance commits a few
+        large fragments, each a run of whole shards), so formats' shard lists may differ;
+        every list tiles the same stream.
     w.cleanup_partial()                    # remove temp files / unreferenced files of a crash
 
 Reader (holds paths only; opens files lazily, so it pickles small to worker processes)::
@@ -106,7 +110,7 @@ class FormatWriter(Protocol):
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
     ) -> ShardInfo: ...
-    def finish(self, shards: list[ShardInfo]) -> None: ...
+    def finish(self, shards: list[ShardInfo]) -> list[ShardInfo] | None: ...
     def cleanup_partial(self) -> None: ...
 
 
