@@ -102,7 +102,7 @@ def test_a_crash_before_the_commit_resumes_from_fragment_records(tmp_path, parts
 def test_a_rewritten_shard_rebuilds_its_fragment_from_the_old_one(tmp_path, parts):
     """A finished split whose shard 1 is redone (another format's copy was damaged): [0, 1] is rebuilt,
     shard 0's rows coming from the old fragment, whose staging files are long gone."""
-    tokens, stream = parts
+    tokens, _ = parts
     fdir = tmp_path / "train" / "lance"
     w = writer(fdir)
     old = w.finish(write(w, tokens, range(5)))

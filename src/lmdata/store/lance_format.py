@@ -40,8 +40,16 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.store import files, lance_fragments
-from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
-    read_error, shard_file_path, verify_shard
+from lmdata.store.checksum import (
+    DEFAULT_VERIFY,
+    at_offsets,
+    check_sizes,
+    check_verify_mode,
+    file_info,
+    read_error,
+    shard_file_path,
+    verify_shard,
+)
 from lmdata.store.parquet import pieces, row_doc_starts, rows_table
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
@@ -86,7 +94,7 @@ class LanceWriter(files.RecordedShardWriter):
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
-            extra={"rows": int(len(doc_of_row)), "fragment": meta},
+            extra={"rows": len(doc_of_row), "fragment": meta},
         )
         files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
@@ -305,7 +313,7 @@ class LanceReader:
                               f"the manifest says {shard.n_docs}; run `lmdata verify`")
         return starts
 
-    def arrow_rows(self) -> "_Rows":
+    def arrow_rows(self) -> _Rows:
         """The split's rows for DuckDB: a fresh scanner per scan (a registered Lance dataset would
         need DuckDB's lance extension, and a plain Arrow dataset of it fails on WHERE)."""
         return _Rows(self)

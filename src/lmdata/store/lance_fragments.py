@@ -20,8 +20,9 @@ member's rows are (its staging fragment or its rows inside an older fragment).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
