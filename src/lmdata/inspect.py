@@ -164,8 +164,8 @@ def inspect(store: str | Path) -> dict[str, Any]:
         }
         for fmt, shards in info.formats.items():
             disk = _disk_bytes(st.format_dir(split, fmt))
-            entry["formats"][fmt] = {"shards": len(shards), "bytes": disk,
-                                     "bytes_per_token": round(disk / max(1, info.n_tokens), 3)}
+            entry["formats"][fmt] = {"shards": len(ingest_shard_docs(shards)) - 1, "fragments": len(shards),
+                                     "bytes": disk, "bytes_per_token": round(disk / max(1, info.n_tokens), 3)}
         out["splits"][split] = entry
     return out
 
@@ -188,7 +188,9 @@ def format_inspect(report: dict[str, Any]) -> str:
         if s["replaced_utf8"]:
             lines.append(f"    {s['replaced_utf8']:,} invalid UTF-8 sequences were replaced by U+FFFD")
         for fmt, f in s["formats"].items():
-            lines.append(f"    {fmt:8s} {f['shards']:5d} shards {f['bytes']:>14,} bytes  {f['bytes_per_token']:.3f} bytes/token")
+            grouped = "" if f["fragments"] == f["shards"] else f" in {f['fragments']} fragment{'s' * (f['fragments'] > 1)}"
+            lines.append(f"    {fmt:8s} {f['shards']:5d} shards{grouped:<17s} {f['bytes']:>14,} bytes  "
+                         f"{f['bytes_per_token']:.3f} bytes/token")
     return "\n".join(lines)
 
 

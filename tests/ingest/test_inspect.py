@@ -28,6 +28,9 @@ def test_inspect_agrees_with_the_manifest(sample_store):
         entry = report["splits"][split]
         assert (entry["documents"], entry["tokens"]) == (info.n_docs, info.n_tokens)
         assert set(entry["formats"]) == set(FORMATS)
+        memmap, lance = entry["formats"]["memmap"], entry["formats"]["lance"]
+        assert lance["shards"] == memmap["shards"] == memmap["fragments"] == len(info.formats["memmap"])
+        assert lance["fragments"] == len(info.formats["lance"]) <= lance["shards"]  # Lance groups shards
         assert entry["formats"]["memmap"]["bytes"] >= 2 * info.n_tokens
         d = entry["doc_tokens"]
         assert d["min"] <= d["p50"] <= d["p90"] <= d["p99"] <= d["max"]
