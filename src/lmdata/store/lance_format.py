@@ -173,11 +173,12 @@ class LanceReader:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._ds: Any = None
+        self._fragments: list[Any] = []
         self._row_bounds: dict[int, np.ndarray] = {}  # fragment -> global first token of each row, then its end
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_ds=None, _row_bounds={}, _pid=-1)
+        state.update(_ds=None, _fragments=[], _row_bounds={}, _pid=-1)
         return state
 
     def check(self) -> None:
@@ -216,24 +217,34 @@ class LanceReader:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
-            if self._ds.count_rows() != self._row_base[-1]:
+            self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
+            if self._ds.count_rows() != self._row_base[-1] or len(self._fragments) != len(self.shards):
                 raise LmdataError(
-                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows, the manifest says "
-                    f"{self._row_base[-1]}; re-run the ingest with --resume or --overwrite"
+                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows in {len(self._fragments)} "
+                    f"fragments, the manifest says {self._row_base[-1]} in {len(self.shards)}; re-run the ingest "
+                    "with --resume or --overwrite"
                 )
         return self._ds
 
     def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
 
-        One ``LanceDataset.take`` for the whole batch: Lance reads the fragments it touches
-        concurrently, and a take's fixed cost (~1 ms here for ~80 rows) is paid once.
+        One take for the whole batch (``LanceFragment.take`` when the rows are in one fragment,
+        else ``LanceDataset.take``, which reads the fragments concurrently): a take's fixed
+        cost (~0.3-0.5 ms here) is paid once, not per fragment.
         """
         import pyarrow as pa
 
         ds = self._open()
+        if not len(rows):
+            return np.zeros(0, dtype=self.dtype), np.zeros(1, dtype=np.int64)
+        first, last = np.searchsorted(self._row_base, rows[[0, -1]], side="right") - 1
         try:
-            column = ds.take(pa.array(rows, type=pa.int64()), columns=["tokens"]).column(0).combine_chunks()
+            if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
+                table = self._fragments[first].take(rows - self._row_base[first], columns=["tokens"])
+            else:
+                table = ds.take(pa.array(rows, type=pa.int64()), columns=["tokens"])
+            column = table.column(0).combine_chunks()
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
             shard = self.shards[int(np.searchsorted(self._row_base, rows[0], side="right")) - 1]
             raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
