@@ -6,6 +6,7 @@ import lance
 import numpy as np
 import pytest
 
+from lmdata.errors import LmdataError
 from lmdata.store import lance_fragments, open_store
 from lmdata.store.registry import get_format
 
@@ -125,3 +126,44 @@ def test_a_new_fragment_limit_regroups_a_finished_split(tmp_path, parts):
     fragments = bigger.finish(list(bigger.completed().values()))
     assert [f.name for f in fragments] == ["00000-00004"]
     check(fdir, fragments, stream)
+
+
+def test_cleanup_after_rewrites_keeps_the_rewritten_staging_files(tmp_path, parts):
+    """The Ray engine cleans up after its writes: a shard redone in this run (a staging record)
+    that an older fragment record still holds must keep its new files."""
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    w.finish(write(w, tokens, range(5)))
+    again = writer(fdir)
+    done = again.completed()
+    redone = write(again, tokens, [1])[0]
+    again.cleanup_partial()
+    assert all((fdir / f.path).exists() for f in redone.files)
+    check(fdir, again.finish([done[0], redone, done[2], done[3], done[4]]), stream)
+
+
+def test_a_store_committed_after_its_manifest_is_refused(tmp_path, parts, monkeypatch):
+    """A re-ingest that committed other fragments and was killed before its cleanup and manifest:
+    the old manifest's files are all still there, but the dataset is no longer theirs."""
+    tokens, _ = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    fragments = w.finish(write(w, tokens, range(5)))
+    bigger = get_format("lance").writer(fdir, U16, fragment_tokens=100_000)
+    monkeypatch.setattr(lance_fragments, "remove_unused", lambda *a: None)  # killed right after the commit
+    bigger.finish(list(bigger.completed().values()))
+    reader = get_format("lance").reader(fdir, fragments, U16)
+    with pytest.raises(LmdataError, match="not the manifest's"):
+        reader.windows(np.array([0]), 10)
+
+
+def test_a_damaged_staging_fragment_is_named_when_grouping(tmp_path, parts):
+    tokens, _ = parts
+    fdir = tmp_path / "train" / "lance"
+    w = writer(fdir)
+    shards = write(w, tokens, range(5))
+    victim = fdir / shards[3].files[0].path
+    victim.write_bytes(b"\0" * victim.stat().st_size)  # same size: only reading it finds out
+    with pytest.raises(LmdataError, match="shard 00003"):
+        w.finish(shards)

@@ -7,8 +7,9 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
                            most 1,024 tokens; each fragment holds a run of whole ingest
                            shards, up to 64 Mi tokens (``lance_fragments``)
     _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
-    rows-<name>.npy        int64 [2, n_rows + 1] per fragment: each row's first token within
-                           the fragment (then n_tokens) and each row's document (then n_docs)
+    rows-00000.npy         int64 [2, n_rows + 1], a shard's row index: each row's first token
+                           within it (then n_tokens) and each row's document (then n_docs)
+    index-<name>.npy       the same for a fragment of several shards
     _shards/00000.json     while ingesting: a shard's record; its ``extra["fragment"]`` is its
                            uncommitted staging fragment's ``FragmentMetadata`` JSON
     _fragments/<name>.json record of a fragment of several shards (``lance_fragments``)
@@ -142,7 +143,10 @@ class LanceWriter(files.RecordedShardWriter):
     def cleanup_partial(self) -> None:
         """Remove temp files and data files that no staged shard or fragment record references."""
         files.remove_temporaries(self.format_dir)
-        keep = {f.path for s in self.completed().values() for f in s.files}
+        # every intact record's files, not only ``completed``'s choice: a shard rewritten by this
+        # run (Ray cleans up after its writes) has a staging record and an older fragment record
+        records = [*files.completed(self.format_dir).values(), *lance_fragments.read_fragments(self.format_dir).values()]
+        keep = {f.path for s in records for f in s.files}
         data = self.format_dir / "data"
         if data.is_dir():
             for p in data.iterdir():
@@ -174,7 +178,7 @@ class LanceReader:
         self._pid = os.getpid()
         self._ds: Any = None
         self._fragments: list[Any] = []
-        self._row_bounds: dict[int, np.ndarray] = {}  # fragment -> global first token of each row, then its end
+        self._row_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fragment -> ``_index``
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -199,10 +203,15 @@ class LanceReader:
         return rows
 
     def _bounds(self, i: int) -> np.ndarray:
-        bounds = self._row_bounds.get(i)
-        if bounds is None:
-            bounds = self._row_bounds[i] = self._rows(i)[0] + self._shard_bounds[i]
-        return bounds
+        return self._index(i)[0]
+
+    def _index(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fragment ``i``'s rows: global first token of each (then its end), document within it (then n_docs)."""
+        index = self._row_bounds.get(i)
+        if index is None:
+            rows = self._rows(i)
+            index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1])
+        return index
 
     def _open(self) -> Any:
         if self._pid != os.getpid():
@@ -218,6 +227,13 @@ class LanceReader:
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
             self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
+            committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
+                         for f in self._fragments]
+            if committed != [s.files[0].path for s in self.shards]:
+                raise LmdataError(
+                    f"{self.format_dir}: the committed Lance fragments are not the manifest's (an ingest was "
+                    "interrupted after its commit); re-run the ingest with --resume or --overwrite"
+                )
             if self._ds.count_rows() != self._row_base[-1] or len(self._fragments) != len(self.shards):
                 raise LmdataError(
                     f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows in {len(self._fragments)} "
@@ -249,9 +265,9 @@ class LanceReader:
             shard = self.shards[int(np.searchsorted(self._row_base, rows[0], side="right")) - 1]
             raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
         offsets = column.offsets.to_numpy()
-        bad = np.flatnonzero(np.diff(offsets) != sizes)
-        if len(bad) or len(offsets) != len(rows) + 1:
-            k = int(bad[0]) if len(bad) else 0
+        bad = np.flatnonzero(np.diff(offsets) != sizes) if len(offsets) == len(rows) + 1 else np.zeros(1, np.int64)
+        if len(bad):
+            k = int(bad[0])
             shard = self.shards[int(np.searchsorted(self._row_base, rows[k], side="right")) - 1]
             raise LmdataError(
                 f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
@@ -310,7 +326,7 @@ class LanceReader:
             raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
         self._open()
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
-        local = np.flatnonzero(self._rows(i)[1, :-1] == doc_id - self._doc_bounds[i])
+        local = np.flatnonzero(self._index(i)[1][:-1] == doc_id - self._doc_bounds[i])
         rows = (local + self._row_base[i]).astype(np.int64)
         values, _ = self._take(rows, self._row_extents(rows)[1])
         return values.copy()

@@ -9,7 +9,8 @@ shards, up to ``FRAGMENT_TOKENS`` tokens, into one fragment each and commits tho
 manifest's Lance shards are these fragments (named ``00000-00063`` after the ingest shards
 they hold; a fragment of one shard keeps that shard's staging files and name).
 
-Crash safety: a fragment's file and row index are fsynced, then its record
+Crash safety: a rebuilt fragment's old record is removed first; the new fragment's file and
+row index (``index-<name>.npy``) are fsynced, then its record
 ``_fragments/<name>.json`` (the fragment's ``ShardInfo``, whose ``extra["members"]`` lists
 the shards it holds) is written; staging files are deleted only after the commit.
 ``LanceWriter.completed`` reports the members of every intact fragment record, so a
@@ -126,7 +127,16 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     row_docs: list[np.ndarray] = []
     row_sizes: list[np.ndarray] = []
 
+    failed: list[BaseException] = []
+
     def batches() -> Iterator[Any]:
+        try:
+            yield from rows_of(run)
+        except BaseException as exc:  # Lance would turn it into a bare error without our message
+            failed.append(exc)
+            raise
+
+    def rows_of(run: list[ShardInfo]) -> Iterator[Any]:
         for shard in run:
             for batch in _member_batches(format_dir, shard, schema.names):
                 row_tokens.append(batch.column("token_offset").to_numpy() - first_token)
@@ -135,8 +145,13 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
                 yield batch
 
     reader = pa.RecordBatchReader.from_batches(schema, batches())
-    meta = LanceFragment.create(str(format_dir), reader, fragment_id=int(run[0].name), schema=schema,
-                                data_storage_version=storage_version).to_json()
+    try:
+        meta = LanceFragment.create(str(format_dir), reader, fragment_id=int(run[0].name), schema=schema,
+                                    data_storage_version=storage_version).to_json()
+    except Exception:
+        if failed:
+            raise failed[0] from None
+        raise
     n_docs, n_tokens = sum(s.n_docs for s in run), sum(s.n_tokens for s in run)
     rows = np.stack([np.concatenate(row_tokens + [[n_tokens]]), np.concatenate(row_docs + [[n_docs]])])
     sizes = np.concatenate(row_sizes) if row_sizes else np.zeros(0, np.int64)
@@ -146,7 +161,11 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
                           "fragments are damaged); rerun the ingest with --overwrite")
     data_file = f"data/{meta['files'][0]['path']}"
     files.fsync_file(format_dir / data_file)
-    rows_name = f"rows-{name}.npy"
+    path = record_path(format_dir, name)
+    if path.exists():  # a rebuilt fragment: its old record must not pair the old data with the new index
+        path.unlink()
+        files.fsync_dir(path.parent)
+    rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
     replaced = files.write_atomic(format_dir / rows_name, lambda p: files.save_npy(p, rows.astype(np.int64)))
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
@@ -155,7 +174,6 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )
-    path = record_path(format_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     if replaced:
         files.fsync_dir(format_dir)
@@ -172,7 +190,7 @@ def remove_unused(format_dir: Path, fragments: list[ShardInfo]) -> None:
     for record in [*(format_dir / files.RECORD_DIR).glob("*.json"), *(format_dir / GROUP_DIR).glob("*.json")]:
         if record.stem not in keep_names:
             record.unlink()
-    for pattern in ("data/*.lance", "rows-*.npy"):
+    for pattern in ("data/*.lance", "rows-*.npy", "index-*.npy"):
         for path in format_dir.glob(pattern):
             if path.relative_to(format_dir).as_posix() not in keep_files:
                 path.unlink()
