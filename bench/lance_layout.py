@@ -90,6 +90,8 @@ def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False) -> Callabl
     import pyarrow as pa
     from lance.file import LanceFileReader
 
+    from lmdata.store.windows import concat_ranges
+
     ds = lance.dataset(str(path))
     if raw:
         data_files = sorted((path / "data").iterdir())
@@ -99,8 +101,7 @@ def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False) -> Callabl
     def windows(starts: np.ndarray) -> np.ndarray:
         first = np.searchsorted(row_starts, starts, side="right") - 1
         last = np.searchsorted(row_starts, starts + L - 1, side="right") - 1
-        n = last - first + 1
-        rows = np.unique(np.repeat(first, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+        rows = np.unique(concat_ranges(first, last - first + 1))
         if raw:
             col = file.take_rows(rows.tolist()).to_table().column(0).combine_chunks()
             values = np.frombuffer(col.buffers()[2], dtype=np.uint16)

@@ -80,9 +80,14 @@ def write_record(format_dir: Path, index: int, shard: ShardInfo, *, sync_dirs: I
     ``sync_dirs``: directories to fsync first, those where a shard file replaced an older
     file of the same name (see the module docstring); empty for a fresh shard.
     """
+    write_record_file(record_path(format_dir, index), shard, sync_dirs=sync_dirs)
+
+
+def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path] = ()) -> None:
+    """``write_record`` to any record path (a format may keep records of its own, e.g. Lance fragments)."""
     for d in dict.fromkeys(sync_dirs):
         fsync_dir(Path(d))
-    path = record_path(format_dir, index)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(shard.to_json(), sort_keys=True).encode()
     write_atomic(path, lambda p: p.write_bytes(data))
@@ -93,10 +98,15 @@ def forget(format_dir: Path, index: int) -> ShardInfo | None:
 
     Without this, a crash mid-rewrite could leave the old record naming new files of the same size.
     """
-    path = record_path(format_dir, index)
+    return forget_file(format_dir, record_path(format_dir, index))
+
+
+def forget_file(format_dir: Path, path: Path) -> ShardInfo | None:
+    """``forget`` for any record path."""
+    path = Path(path)
     if not path.exists():
         return None
-    old = read_record(format_dir, index)
+    old = read_record_file(format_dir, path)
     path.unlink()
     fsync_dir(path.parent)
     return old
@@ -104,8 +114,13 @@ def forget(format_dir: Path, index: int) -> ShardInfo | None:
 
 def read_record(format_dir: Path, index: int) -> ShardInfo | None:
     """Shard ``index``'s completion record if it exists, is readable and its files have the recorded sizes."""
+    return read_record_file(format_dir, record_path(format_dir, index))
+
+
+def read_record_file(format_dir: Path, path: Path) -> ShardInfo | None:
+    """The record at ``path`` if it is readable and its files (relative to ``format_dir``) have the recorded sizes."""
     try:
-        shard = ShardInfo.from_json(json.loads(record_path(format_dir, index).read_text()))
+        shard = ShardInfo.from_json(json.loads(Path(path).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no record, or one we cannot read: a shard to redo
     if all(_has_size(Path(format_dir) / f.path, f.bytes) for f in shard.files):

@@ -53,7 +53,7 @@ from lmdata.store.checksum import (
 )
 from lmdata.store.parquet import pieces, row_doc_starts, rows_table
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import check_windows, shard_bounds
+from lmdata.store.windows import check_windows, concat_ranges, shard_bounds
 
 STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
 
@@ -234,11 +234,10 @@ class LanceReader:
                     f"{self.format_dir}: the committed Lance fragments are not the manifest's (an ingest was "
                     "interrupted after its commit); re-run the ingest with --resume or --overwrite"
                 )
-            if self._ds.count_rows() != self._row_base[-1] or len(self._fragments) != len(self.shards):
+            if self._ds.count_rows() != self._row_base[-1]:  # same files, so the same fragment count
                 raise LmdataError(
-                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows in {len(self._fragments)} "
-                    f"fragments, the manifest says {self._row_base[-1]} in {len(self.shards)}; re-run the ingest "
-                    "with --resume or --overwrite"
+                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows, the manifest says "
+                    f"{self._row_base[-1]}; re-run the ingest with --resume or --overwrite"
                 )
         return self._ds
 
@@ -262,12 +261,12 @@ class LanceReader:
                 table = ds.take(pa.array(rows, type=pa.int64()), columns=["tokens"])
             column = table.column(0).combine_chunks()
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
-            shard = self.shards[int(np.searchsorted(self._row_base, rows[0], side="right")) - 1]
+            shard = self.shards[first]
             raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
         offsets = column.offsets.to_numpy()
-        bad = np.flatnonzero(np.diff(offsets) != sizes) if len(offsets) == len(rows) + 1 else np.zeros(1, np.int64)
-        if len(bad):
-            k = int(bad[0])
+        held = np.diff(offsets)
+        if len(held) != len(rows) or (held != sizes).any():
+            k = int(np.argmax(held != sizes)) if len(held) == len(rows) else 0
             shard = self.shards[int(np.searchsorted(self._row_base, rows[k], side="right")) - 1]
             raise LmdataError(
                 f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
@@ -290,7 +289,7 @@ class LanceReader:
         first = np.searchsorted(bounds, starts, side="right") - 1
         count = np.searchsorted(bounds, starts + length - 1, side="right") - first
         window = np.repeat(np.arange(len(starts)), count)
-        frag = first[window] + np.arange(len(window)) - np.repeat(np.cumsum(count) - count, count)
+        frag = concat_ranges(first, count)
         lo = np.maximum(starts[window], bounds[frag])
         hi = np.minimum(starts[window] + length, bounds[frag + 1])
         # each piece covers consecutive rows [r0, r1] of its fragment (global dataset rows)
@@ -299,8 +298,7 @@ class LanceReader:
             at, b = frag == f, self._bounds(f)
             r0[at] = np.searchsorted(b, lo[at], side="right") - 1 + self._row_base[f]
             r1[at] = np.searchsorted(b, hi[at] - 1, side="right") - 1 + self._row_base[f]
-        n = r1 - r0 + 1
-        rows = np.unique(np.repeat(r0, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+        rows = np.unique(concat_ranges(r0, r1 - r0 + 1))
         row_start, sizes = self._row_extents(rows)
         values, offsets = self._take(rows, sizes)
         k = np.searchsorted(rows, r0)

@@ -20,7 +20,6 @@ member's rows are (its staging fragment or its rows inside an older fragment).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,15 +59,8 @@ def record_path(format_dir: Path, name: str) -> Path:
 
 def read_fragments(format_dir: Path) -> dict[str, ShardInfo]:
     """Fragment records whose files are all on disk with the recorded sizes, by name."""
-    found = {}
-    for path in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")):
-        try:
-            shard = ShardInfo.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if all(files._has_size(Path(format_dir) / f.path, f.bytes) for f in shard.files):
-            found[shard.name] = shard
-    return found
+    found = (files.read_record_file(format_dir, p) for p in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")))
+    return {shard.name: shard for shard in found if shard is not None}
 
 
 def members(fragment: ShardInfo) -> dict[int, ShardInfo]:
@@ -131,18 +123,15 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
 
     def batches() -> Iterator[Any]:
         try:
-            yield from rows_of(run)
+            for shard in run:
+                for batch in _member_batches(format_dir, shard, schema.names):
+                    row_tokens.append(batch.column("token_offset").to_numpy() - first_token)
+                    row_docs.append(batch.column("doc_id").to_numpy() - first_doc)
+                    row_sizes.append(pc.list_value_length(batch.column("tokens")).to_numpy())
+                    yield batch
         except BaseException as exc:  # Lance would turn it into a bare error without our message
             failed.append(exc)
             raise
-
-    def rows_of(run: list[ShardInfo]) -> Iterator[Any]:
-        for shard in run:
-            for batch in _member_batches(format_dir, shard, schema.names):
-                row_tokens.append(batch.column("token_offset").to_numpy() - first_token)
-                row_docs.append(batch.column("doc_id").to_numpy() - first_doc)
-                row_sizes.append(pc.list_value_length(batch.column("tokens")).to_numpy())
-                yield batch
 
     reader = pa.RecordBatchReader.from_batches(schema, batches())
     try:
@@ -162,9 +151,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     data_file = f"data/{meta['files'][0]['path']}"
     files.fsync_file(format_dir / data_file)
     path = record_path(format_dir, name)
-    if path.exists():  # a rebuilt fragment: its old record must not pair the old data with the new index
-        path.unlink()
-        files.fsync_dir(path.parent)
+    files.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
     replaced = files.write_atomic(format_dir / rows_name, lambda p: files.save_npy(p, rows.astype(np.int64)))
     fragment = ShardInfo(
@@ -174,11 +161,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if replaced:
-        files.fsync_dir(format_dir)
-    data = json.dumps(fragment.to_json(), sort_keys=True).encode()
-    files.write_atomic(path, lambda p: p.write_bytes(data))
+    files.write_record_file(path, fragment, sync_dirs=[format_dir] if replaced else [])
     return fragment
 
 

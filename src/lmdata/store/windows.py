@@ -45,6 +45,16 @@ def check_windows(starts: np.ndarray, length: int, n_tokens: int) -> np.ndarray:
     return starts
 
 
+def concat_ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(f, f + c) for f, c in zip(first, count)])`` without a Python loop.
+
+    >>> concat_ranges(np.array([5, 0]), np.array([2, 3]))
+    array([5, 6, 0, 1, 2])
+    """
+    first, count = np.asarray(first, dtype=np.int64), np.asarray(count, dtype=np.int64)
+    return np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
+
+
 class Segments:
     """Consecutive segments of a stream, given by their start offsets plus the stream's end."""
 
