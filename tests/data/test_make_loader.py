@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from toyformat import EOT, FailingReader, ForkUnsafeReader, rank_main, write_tokens
 
 from lmdata.data import TokenDataset, make_loader
-from lmdata.data.loader import EpochSampler
+from lmdata.data.loader import EpochSampler, Reads, collate_windows
 from lmdata.errors import LmdataError
 
 L, B = 16, 8
@@ -118,6 +118,50 @@ def test_worker_count_does_not_change_batches(reader, sampling):
     ds = TokenDataset(reader, L)
     runs = [take(make_loader(ds, B, num_workers=w, seed=5, sampling=sampling), 12) for w in (0, 1, 2)]
     assert same(runs[0], runs[1]) and same(runs[0], runs[2])
+
+
+class Uint16Reader:
+    """The fixture's reader, declaring a uint16 store (as the built-in formats do)."""
+
+    dtype = np.dtype(np.uint16)
+
+    def __init__(self, inner):
+        self.inner, self.n_tokens = inner, inner.n_tokens
+
+    def windows(self, starts, length):
+        return self.inner.windows(starts, length).astype(np.uint16)
+
+
+@pytest.mark.parametrize("doc_info", [None, "positions"])
+def test_workers_hand_over_the_store_dtype(reader, doc_info):
+    ds = TokenDataset(Uint16Reader(reader), L, doc_info=doc_info, eot_id=EOT)
+    assert ds.token_dtype == np.uint16 and TokenDataset(reader, L).token_dtype == np.int64
+    handed = Reads(ds).__getitems__([3, 0, 7])
+    windows, info = handed if doc_info else (handed, None)
+    assert windows.dtype == np.uint16 and (info is None or info.dtype == np.int32)
+    want = ds.__getitems__([3, 0, 7])
+    assert np.array_equal(windows, want[0] if doc_info else want)
+    wide = TokenDataset(reader, L, doc_info=doc_info, eot_id=EOT)  # int64 all the way
+    runs = [take(make_loader(d, B, num_workers=w, seed=2), 6) for d, w in ((wide, 0), (ds, 0), (ds, 2))]
+    assert same(runs[0], runs[1]) and same(runs[0], runs[2])
+
+
+@given(st.integers(1, 5), st.integers(1, 9), st.sampled_from([np.uint16, np.uint32, np.int64]))
+def test_collate_widens_any_dtype(b, length, dtype):
+    windows = np.random.default_rng(b).integers(0, np.iinfo(np.uint16).max, (b, length + 1)).astype(dtype)
+    info = np.arange(b * length, dtype=np.int32).reshape(b, length)
+    inputs, targets, got_info = collate_windows((windows, info))
+    assert inputs.dtype == targets.dtype == got_info.dtype == torch.int64
+    assert np.array_equal(inputs.numpy(), windows[:, :-1]) and np.array_equal(targets.numpy(), windows[:, 1:])
+    assert np.array_equal(got_info.numpy(), info)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback without an accelerator")
+def test_pin_memory_without_accelerator_warns_and_loads(reader):
+    with pytest.warns(UserWarning, match="pin_memory"):
+        loader = make_loader(TokenDataset(reader, L), B, pin_memory=True)
+    inputs, _ = next(iter(loader))
+    assert inputs.shape == (B, L) and not inputs.is_pinned()
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -135,3 +135,28 @@ def test_bad_mixtures(sources, tmp_path):
         MixedDataset([(sources[0], 1.0), (other, 1.0)])
     with pytest.raises(LmdataError, match="random"):
         make_loader(MixedDataset([(sources[0], 1.0)]), 4, sampling="random")
+
+
+def test_compact_batch_for_the_loader(sources):
+    """The loader reads a mixture in its widest source dtype; the ids are those of the int64 read."""
+
+    class Uint32Dataset:  # a source holding uint32 ids, without ``batch``
+        token_dtype, seq_len, doc_info = np.dtype(np.uint32), L, None
+
+        def __len__(self):
+            return 50
+
+        def __getitems__(self, idx):
+            return (np.asarray(idx)[:, None] + np.arange(L + 1) + 70_000).astype(np.int64)
+
+    for d in sources:
+        d.token_dtype = np.dtype(np.uint16)  # what a uint16 store's reader declares
+    mix = MixedDataset([(sources[0], 1.0), (sources[1], 1.0)], seed=1)
+    assert mix.token_dtype == np.uint16
+    idx = list(range(0, 40, 3))
+    got = mix.batch(idx, dtype=mix.token_dtype)
+    assert got.dtype == np.uint16 and np.array_equal(got, mix.__getitems__(idx))
+    wide = MixedDataset([(sources[0], 1.0), (Uint32Dataset(), 1.0)], seed=1)
+    assert wide.token_dtype == np.uint32
+    got = wide.batch(idx, dtype=wide.token_dtype)
+    assert got.dtype == np.uint32 and np.array_equal(got, wide.__getitems__(idx)) and got.max() >= 70_000

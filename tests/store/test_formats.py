@@ -45,7 +45,7 @@ def test_windows_equal_slices_of_the_stream(synthetic, fmt):
             [boundary_offsets(store, fmt, length), rng.integers(0, r.n_tokens - length + 1, size=32)]
         )
         got = r.windows(starts, length)
-        assert got.dtype == np.int64 and got.shape == (len(starts), length)
+        assert got.dtype == store.dtype and got.shape == (len(starts), length)
         want = synthetic.stream[starts[:, None] + np.arange(length)]
         np.testing.assert_array_equal(got, want)
 

@@ -7,7 +7,9 @@ class serves memmap, Parquet and Lance alike (and any third-party format).
 
 The dataset holds the reader (which holds paths, not open files), so it pickles small to
 spawn/forkserver workers. ``__getitems__`` reads a whole batch with one ``reader.windows``
-call; torch's DataLoader calls it once per batch.
+call; torch's DataLoader calls it once per batch. ``batch(indices, dtype=...)`` is the same
+read in another dtype: the loader asks for the store's own (``token_dtype``, uint16 for a
+GPT-2 vocab) so a worker hands over a quarter of the bytes, and widens in the main process.
 
 Optional per-sample document information, computed from the window itself (a window does
 not know where its first document began, so counting starts at the window's start):
@@ -65,6 +67,7 @@ class TokenDataset:
         self.doc_info = doc_info
         self.eot_id = None if eot_id is None else int(eot_id)
         self.n_tokens = int(reader.n_tokens)
+        self.token_dtype = np.dtype(getattr(reader, "dtype", np.int64))  # holds every id of the split
         self._len = (self.n_tokens - 1) // self.seq_len
         if self._len < 1:
             raise LmdataError(
@@ -97,20 +100,26 @@ class TokenDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """A batch: windows ``[B, L + 1]`` (and doc info ``[B, L]``), one reader call."""
-        idx = self._indices(indices)
-        return self.read(idx * self.seq_len, labels=idx)
+        return self.batch(indices)
 
-    def read(self, starts: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    def batch(self, indices: Sequence[int], dtype: Any = np.int64) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """``__getitems__`` with windows in ``dtype`` (doc info in int32 unless ``dtype`` is int64)."""
+        idx = self._indices(indices)
+        return self.read(idx * self.seq_len, labels=idx, dtype=dtype)
+
+    def read(self, starts: np.ndarray, labels: np.ndarray | None = None,
+             dtype: Any = np.int64) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Windows of ``L + 1`` ids at arbitrary token offsets (random-offset sampling).
 
         ``labels`` name the samples in error messages (sample indices; offsets if absent).
         """
         starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-        windows = self._windows(starts, labels)
+        windows = self._windows(starts, labels).astype(dtype, copy=False)
         if self.doc_info is None:
             return windows
         fn = doc_positions if self.doc_info == "positions" else doc_ids
-        return windows, fn(windows[:, :-1], self.eot_id)
+        info = fn(windows[:, :-1], self.eot_id)
+        return windows, info if windows.dtype == np.int64 else info.astype(np.int32)
 
     def _windows(self, starts: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
         length = self.seq_len + 1
@@ -123,7 +132,7 @@ class TokenDataset:
                 f"{self.reader!r} returned windows of shape {out.shape} for {len(starts)} samples of "
                 f"{length} tokens; the reader is broken or a shard is short (run `lmdata verify`)"
             )
-        return out.astype(np.int64, copy=False)
+        return out
 
     def _sample_error(self, starts: np.ndarray, labels: np.ndarray | None, exc: Exception) -> LmdataError:
         length = self.seq_len + 1

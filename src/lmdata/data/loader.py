@@ -7,7 +7,8 @@ Who decides what (so worker count can never change a rank's batches):
   ``b*B .. b*B+B-1`` of this rank's share (positions ``i*world_size + rank`` of the epoch,
   the remainder dropped) sent through a keyed ``Permutation`` of all samples. No index
   array is ever built, and resuming at batch ``b`` is O(1): the sampler simply starts there.
-- Workers only read: one ``dataset.__getitems__(indices)`` per batch.
+- Workers only read: one ``dataset.batch(indices)`` per batch, in the store's compact dtype;
+  the main process widens it into int64 ``(inputs, targets)`` (``collate_windows``).
 - ``TokenLoader`` counts the batches *handed to the user*, not those the DataLoader
   prefetched, so ``state_dict()`` after ``k`` batches resumes at batch ``k`` exactly.
 
@@ -78,17 +79,30 @@ class EpochSampler:
         return max(self.batches_per_epoch - self.start, 0)
 
 
-class OffsetReads:
-    """Adapter for ``sampling="random"``: the sampler's "indices" are token offsets."""
+class Reads:
+    """What the DataLoader reads: a batch in the dataset's compact ``token_dtype``, widened later.
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
+    A batch crosses from a worker to the main process as a pickled NumPy array in the
+    store's dtype (64 KiB for 32 x 1,025 uint16 ids), and ``collate_windows`` widens it to
+    int64 in the main process. Handing over int64 tensors through torch's shared-memory
+    path cost ~4x more per batch here (a shared-memory file and a file-descriptor exchange
+    per batch; bench/README.md, "Loader"). With ``random=True`` the sampler's "indices"
+    are token offsets (``sampling="random"``).
+    """
 
-    def __getitems__(self, offsets: list[int]) -> Any:
-        return self.dataset.read(np.asarray(offsets, dtype=np.int64))
+    def __init__(self, dataset: Any, random: bool = False) -> None:
+        self.dataset, self.random = dataset, random
+        self.dtype = np.dtype(getattr(dataset, "token_dtype", np.int64))
 
-    def __getitem__(self, offset: int) -> Any:
-        return self.__getitems__([offset])
+    def __getitems__(self, indices: list[int]) -> Any:
+        if self.random:
+            return self.dataset.read(np.asarray(indices, dtype=np.int64), dtype=self.dtype)
+        if hasattr(self.dataset, "batch"):
+            return self.dataset.batch(indices, dtype=self.dtype)
+        return self.dataset.__getitems__(indices)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])
 
 
 class InFlight:
@@ -123,30 +137,27 @@ class InFlight:
         return [list(s[1:1 + s[0]]) for s in slots if s[0] > 0]
 
 
-def _int64_out(shape: tuple[int, ...]) -> torch.Tensor:
-    """An int64 tensor to fill; inside a worker it lives in shared memory from the start.
-
-    A worker's batch travels to the main process through shared memory; allocating it
-    there directly (as torch's ``default_collate`` does) saves a copy, and one storage
-    for the whole batch means one file descriptor handed over instead of two or three.
-    """
-    if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.int64)
-    proto = torch.empty(0, dtype=torch.int64)
-    storage = proto._typed_storage()._new_shared(int(np.prod(shape)), device="cpu")
-    return proto.new(storage).resize_(*shape)
+def keep_batch(data: Any) -> Any:
+    """The DataLoader's collate: none (the batch is already one array; it is widened in the main process)."""
+    return data
 
 
-def collate_windows(data: Any) -> tuple[torch.Tensor, ...]:
-    """``[B, L + 1]`` windows (and ``[B, L]`` doc info) -> ``(inputs, targets[, info])`` int64.
+def _can_pin() -> bool:
+    acc = getattr(torch, "accelerator", None)
+    return bool(acc.is_available()) if acc is not None else torch.cuda.is_available()
 
-    The outputs are contiguous ``[B, L]`` slabs of one buffer (one copy each).
+
+def collate_windows(data: Any, pin_memory: bool = False) -> tuple[torch.Tensor, ...]:
+    """``[B, L + 1]`` windows (and ``[B, L]`` doc info), any integer dtype -> ``(inputs, targets[, info])`` int64.
+
+    The outputs are contiguous ``[B, L]`` slabs of one buffer (one widening copy each),
+    in pinned memory when ``pin_memory`` (for ``.to(device, non_blocking=True)``).
     """
     info = None
-    if isinstance(data, tuple):
+    if isinstance(data, (tuple, list)):
         data, info = data
     B, L = data.shape[0], data.shape[1] - 1
-    out = _int64_out((2 if info is None else 3, B, L))
+    out = torch.empty((2 if info is None else 3, B, L), dtype=torch.int64, pin_memory=pin_memory)
     buf = out.numpy()
     buf[0], buf[1] = data[:, :-1], data[:, 1:]
     if info is not None:
@@ -158,8 +169,9 @@ class TokenLoader:
     """Iterable of ``(inputs, targets[, info])`` batches with exact mid-epoch resume."""
 
     def __init__(self, dataset: Any, sampler: EpochSampler, dataloader: torch.utils.data.DataLoader,
-                 in_flight: InFlight | None = None) -> None:
+                 in_flight: InFlight | None = None, pin_memory: bool = False) -> None:
         self.dataset, self.sampler, self._dl, self._in_flight = dataset, sampler, dataloader, in_flight
+        self.pin_memory = pin_memory
         self._epoch, self._batch = 0, 0
 
     @property
@@ -189,7 +201,7 @@ class TokenLoader:
             except Exception as exc:
                 raise self._explain(exc) from exc
             self._batch += 1  # counts batches handed out, not batches prefetched
-            yield batch
+            yield collate_windows(batch, self.pin_memory)
         self._epoch, self._batch = self._epoch + 1, 0
 
     def _explain(self, exc: Exception) -> Exception:
@@ -289,11 +301,12 @@ def make_loader(
         raise LmdataError(f"need batch_size >= 1, num_workers >= 0, prefetch >= 1 "
                           f"(got {batch_size}, {num_workers}, {prefetch})")
     rank, world_size = _rank_and_world(rank, world_size)
-    source, n_offsets = dataset, 0
+    n_offsets = 0
     if sampling == "random":
         if not hasattr(dataset, "read"):
             raise LmdataError(f"sampling='random' needs a TokenDataset (random token offsets), not {type(dataset).__name__}")
-        source, n_offsets = OffsetReads(dataset), dataset.n_tokens - dataset.seq_len
+        n_offsets = dataset.n_tokens - dataset.seq_len
+    source = Reads(dataset, random=sampling == "random")
     sampler = EpochSampler(len(dataset), batch_size, seed=seed, rank=rank, world_size=world_size,
                            sampling=sampling, drop_last=drop_last, n_offsets=n_offsets)
     if sampler.batches_per_epoch == 0:
@@ -311,6 +324,9 @@ def make_loader(
         workers = dict(prefetch_factor=prefetch, persistent_workers=persistent_workers,
                        multiprocessing_context=start_method, timeout=timeout)
         source = in_flight = InFlight(source, num_workers, batch_size, start_method)
+    if pin_memory and not _can_pin():
+        warnings.warn("pin_memory=True but no accelerator is available; batches are not pinned", stacklevel=2)
+        pin_memory = False
     dl = torch.utils.data.DataLoader(source, batch_sampler=sampler, num_workers=num_workers,
-                                     collate_fn=collate_windows, pin_memory=pin_memory, **workers)
-    return TokenLoader(dataset, sampler, dl, in_flight)
+                                     collate_fn=keep_batch, **workers)
+    return TokenLoader(dataset, sampler, dl, in_flight, pin_memory)

@@ -117,19 +117,28 @@ class MixedDataset:
         out = self.__getitems__([k])
         return (out[0][0], out[1][0]) if isinstance(out, tuple) else out[0]
 
+    @property
+    def token_dtype(self) -> np.dtype:
+        """A dtype that holds every source's ids (the loader's hand-off dtype)."""
+        return np.result_type(*(np.dtype(getattr(d, "token_dtype", np.int64)) for d in self.datasets))
+
     def __getitems__(self, indices: Sequence[int]) -> Any:
-        """One ``__getitems__`` per source touched, reassembled in the requested order."""
+        return self.batch(indices)
+
+    def batch(self, indices: Sequence[int], dtype: Any = np.int64) -> Any:
+        """One read per source touched, reassembled in the requested order (windows in ``dtype``)."""
         src, local = self.locate(indices)
         windows = info = None
         if not len(src):
-            return np.empty((0, self.seq_len + 1), dtype=np.int64)
+            return np.empty((0, self.seq_len + 1), dtype=dtype)
         for i in np.unique(src):
             at = np.flatnonzero(src == i)
-            part = self.datasets[i].__getitems__(local[at].tolist())
+            d = self.datasets[i]
+            part = d.batch(local[at].tolist(), dtype=dtype) if hasattr(d, "batch") else d.__getitems__(local[at].tolist())
             part_w, part_i = part if isinstance(part, tuple) else (part, None)
             if windows is None:
-                windows = np.empty((len(src),) + part_w.shape[1:], dtype=np.int64)
-                info = None if part_i is None else np.empty((len(src),) + part_i.shape[1:], dtype=np.int64)
+                windows = np.empty((len(src),) + part_w.shape[1:], dtype=dtype)
+                info = None if part_i is None else np.empty((len(src),) + part_i.shape[1:], dtype=part_i.dtype)
             windows[at] = part_w
             if info is not None:
                 info[at] = part_i

@@ -275,7 +275,7 @@ class LanceReader:
         return column.values.to_numpy(zero_copy_only=False), offsets
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """int64 [len(starts), length]: the stream's slices ``[s, s + length)``."""
+        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
         self._open()
         starts = check_windows(starts, length, self.n_tokens)
         try:
@@ -303,7 +303,7 @@ class LanceReader:
         values, offsets = self._take(rows, sizes)
         k = np.searchsorted(rows, r0)
         src = offsets[k] + (lo - row_start[k])  # consecutive rows are adjacent in ``values``
-        out = np.empty((len(starts), length), dtype=np.int64)
+        out = np.empty((len(starts), length), dtype=self.dtype)
         for w, o, a, c in zip(window.tolist(), (lo - starts[window]).tolist(), src.tolist(), (hi - lo).tolist()):
             out[w, o : o + c] = values[a : a + c]
         return out

@@ -239,10 +239,10 @@ class ParquetReader:
         return arr
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """int64 [len(starts), length]: the stream's slices ``[s, s + length)``."""
+        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
         self._here()
         starts = check_windows(starts, length, self.n_tokens)
-        out = np.empty((len(starts), length), dtype=np.int64)
+        out = np.empty((len(starts), length), dtype=self.dtype)
         try:
             for p in plan(starts, length, self._shard_bounds, self._bounds):
                 out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]

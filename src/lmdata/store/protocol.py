@@ -25,8 +25,10 @@ Reader (holds paths only; opens files lazily, so it pickles small to worker proc
     r = Reader(format_dir, shards, dtype)  # shards: list[ShardInfo] from the manifest
     r.check()                              # cheap: every file's size against the manifest
     r.n_tokens                             # tokens in the split
-    r.windows(starts, length) -> np.ndarray[int64] of shape [len(starts), length]
-        the token stream's slices [s, s + length) for each global offset s
+    r.windows(starts, length) -> integer np.ndarray of shape [len(starts), length]
+        the token stream's slices [s, s + length) for each global offset s, best in the
+        store's dtype (``TokenDataset`` widens to int64, and the loader's workers hand
+        over the store's dtype, so a reader that widens early only costs a copy)
     r.document(doc_id) -> np.ndarray       # one document's tokens (eot included)
     r.doc_starts(i) -> np.ndarray[int64]   # shard i's document starts within the shard, then
                                            # its n_tokens (the per-document index: ``inspect``
