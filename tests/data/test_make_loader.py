@@ -14,6 +14,7 @@ from toyformat import EOT, FailingReader, ForkUnsafeReader, rank_main, write_tok
 
 from lmdata.data import TokenDataset, make_loader
 from lmdata.data.loader import EpochSampler, Reads, collate_windows
+from lmdata.data.permutation import Permutation
 from lmdata.errors import LmdataError
 
 L, B = 16, 8
@@ -105,7 +106,13 @@ def test_sampler_properties(n, batch, world, seed, epoch, drop_last, start):
         assert all(len(b) == batch for b in batches) or not drop_last
         s.start = min(start, len(batches))
         assert list(s) == batches[s.start:]  # resuming at batch b is the tail, computed directly
-        shares.append([i for b in batches for i in b])
+        fresh = EpochSampler(n, batch, seed=seed, rank=s.rank, world_size=world, sampling="sequential-shuffle",
+                             drop_last=drop_last)
+        fresh.epoch, fresh.start = epoch, s.start
+        assert list(fresh) == batches[s.start:]  # a fresh sampler's first block starts mid-block
+        flat_share = [i for b in batches for i in b]
+        assert flat_share == Permutation(n, seed, epoch)(np.arange(len(flat_share)) * world + s.rank).tolist()
+        shares.append(flat_share)
     flat = [i for share in shares for i in share]
     assert len(set(flat)) == len(flat) and all(0 <= i < n for i in flat)  # disjoint
     assert len({len(share) for share in shares}) == 1  # equal shares

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lance
+import pytest
 import numpy as np
 
 from lmdata.store import lance_fragments, open_store
@@ -63,3 +64,30 @@ def test_doc_starts_per_fragment_tile_the_split(make_store):
     starts = [reader.doc_starts(i)[:-1] + f.first_token
               for i, f in enumerate(store.manifest.splits["train"].formats["lance"])]
     np.testing.assert_array_equal(np.concatenate(starts), syn.doc_starts[:-1])
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_token_bytes_hold_each_rows_tokens(make_store, dtype):
+    """The reader's column is the contract's ``tokens`` again, as little-endian bytes."""
+    syn = make_store(["lance"], dtype=dtype, n_tokens=30_000)
+    table = lance.dataset(str(syn.path / "train" / "lance")).to_table()
+    assert table.schema.names == ["doc_id", "token_offset", "tokens", "token_bytes"]
+    for tokens, raw in zip(table.column("tokens").to_pylist(), table.column("token_bytes").to_pylist()):
+        assert np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).tolist() == tokens
+    reader = open_store(syn.path).reader("train", "lance")
+    starts = np.random.default_rng(2).integers(0, len(syn.stream) - 500, size=16)
+    got = reader.windows(starts, 500)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, syn.stream[starts[:, None] + np.arange(500)])
+    assert reader._column == "token_bytes"
+
+
+def test_a_store_without_token_bytes_reads_through_tokens(make_store):
+    """Stores written before ``token_bytes`` existed stay readable (the list column is decoded)."""
+    syn = make_store(["lance"], n_tokens=30_000)
+    lance.dataset(str(syn.path / "train" / "lance")).drop_columns(["token_bytes"])  # metadata only: same files
+    reader = open_store(syn.path).reader("train", "lance")
+    starts = np.random.default_rng(3).integers(0, len(syn.stream) - 700, size=16)
+    np.testing.assert_array_equal(reader.windows(starts, 700), syn.stream[starts[:, None] + np.arange(700)])
+    assert reader._column == "tokens"
+    np.testing.assert_array_equal(reader.document(3), syn.stream[syn.doc_starts[3]:syn.doc_starts[4]])

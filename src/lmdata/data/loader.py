@@ -32,6 +32,7 @@ from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
 STATE_VERSION = 1
+BLOCK_BATCHES = 64  # batches whose sample indices are permuted in one call (~0.15 ms -> ~0.01 ms a batch)
 
 
 class EpochSampler:
@@ -45,9 +46,10 @@ class EpochSampler:
         self.per_rank = n_samples // world_size  # equal shares; the remainder is dropped
         self.epoch, self.start = 0, 0
         self._perm: tuple[tuple[int, int], Permutation] | None = None  # last (seed, epoch)'s permutation
+        self._block: tuple[tuple[int, int, int], np.ndarray] | None = None  # last block of permuted indices
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_perm": None}
+        return {**self.__dict__, "_perm": None, "_block": None}
 
     def permutation(self, epoch: int) -> Permutation:
         if self._perm is None or self._perm[0] != (self.seed, epoch):
@@ -65,10 +67,17 @@ class EpochSampler:
         if self.sampling == "random":
             rng = np.random.Generator(np.random.PCG64(derive_key(self.seed, epoch, self.rank, b)))
             return rng.integers(0, self.n_offsets, size=hi - lo, dtype=np.int64)
-        positions = np.arange(lo, hi, dtype=np.int64) * self.world_size + self.rank
         if self.sampling == "sequential":
-            return positions
-        return self.permutation(epoch)(positions)
+            return np.arange(lo, hi, dtype=np.int64) * self.world_size + self.rank
+        # the permutation's cost is mostly per call (a few NumPy passes of cycle-walking),
+        # so the indices of BLOCK_BATCHES batches are computed together and sliced
+        block = b // BLOCK_BATCHES
+        base = block * BLOCK_BATCHES * self.batch_size
+        if self._block is None or self._block[0] != (self.seed, epoch, block):
+            end = min(base + BLOCK_BATCHES * self.batch_size, self.per_rank)
+            positions = np.arange(base, end, dtype=np.int64) * self.world_size + self.rank
+            self._block = ((self.seed, epoch, block), self.permutation(epoch)(positions))
+        return self._block[1][lo - base:hi - base]
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch = self.epoch
