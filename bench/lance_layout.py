@@ -6,10 +6,12 @@ Reads the x1 and x10 stores that ``bench/loader.py`` ingests (``--work``, the sa
 default) and writes the same token stream in other Lance layouts under
 ``<work>/layouts-x<N>/`` (once). Every row reads the same random batches (``np.random``
 seed 1; windows at any offset), each checked against the memmap store's windows, then
-timed over ``--batches`` batches per round, best of ``--rounds`` interleaved rounds:
+timed over ``--batches`` batches per round, best of ``--rounds`` interleaved rounds, once
+with one batch per read and once with four (``make_loader``'s default ``batches_per_read``):
 
-- ``lmdata:lance``       the store's reader: rows of <= 1,024 tokens cut at documents,
-                         fragments of whole shards up to 64 Mi tokens, one ``take`` per batch
+- ``lmdata:lance``       the store's reader: rows of <= 1,024 tokens cut at documents, read
+                         from their ``token_bytes`` column, fragments of whole shards up to
+                         64 Mi tokens, one ``take`` per read
 - ``naive-lance``        documents as rows (bench/loader.py's), one ``take`` of the covering docs
 - ``per-shard``          lmdata's rows, but a fragment per 1 Mi-token ingest shard (the layout
                          before fragments were grouped), one ``take`` per batch
@@ -134,6 +136,7 @@ def main() -> None:
     ap.add_argument("--tiles", default="1,10")
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-read", default="1,4", help="Batches read per call (make_loader's batches_per_read).")
     args = ap.parse_args()
 
     import lance
@@ -141,7 +144,8 @@ def main() -> None:
 
     from lmdata.store import open_store
 
-    print("| reader | x | fragments | CPU ms/batch | wall ms/batch | vs naive (wall) |\n|---|---|---|---|---|---|")
+    print("| reader | x | batches/read | fragments | CPU ms/batch | wall ms/batch | vs naive (wall) |\n"
+          "|---|---|---|---|---|---|---|")
     for tiles in (int(t) for t in args.tiles.split(",")):
         path = args.work / f"prose-x{tiles}"
         if not (path / "manifest.json").is_file():
@@ -149,21 +153,24 @@ def main() -> None:
         store = open_store(path)
         memmap, ours = store.reader("train", "memmap"), store.reader("train", "lance", verify="size")
         _, docs, _ = stream_and_docs(store)
-        naive = NaiveLanceReader(args.work / f"naive-x{tiles}" / "naive-lance", docs)
+        naive = NaiveLanceReader(args.work / f"naive-x{tiles}" / "naive-lance", docs, store.dtype)
         layouts = build_layouts(store, args.work / f"layouts-x{tiles}")
         readers = {"lmdata:lance": lambda s, r=ours: r.windows(s, L), "naive-lance": lambda s, r=naive: r.windows(s, L)}
         for name, (where, rows) in layouts.items():
             readers[name] = row_reader(where, rows, raw=name.endswith("raw"))
-        rng = np.random.default_rng(1)
-        batches = [rng.integers(0, ours.n_tokens - L, B) for _ in range(args.batches)]
-        for name, read in readers.items():  # every reader gives the store's windows
-            assert np.array_equal(read(batches[0]), memmap.windows(batches[0], L)), name
         fragments = {"lmdata:lance": len(ours.shards), "naive-lance": None}
-        best = time_rounds(readers, batches, args.rounds)
-        for name, (cpu, wall) in best.items():
-            frags = fragments.get(name) or len(lance.dataset(str(
-                layouts[name][0] if name in layouts else naive.path)).get_fragments())
-            print(f"| {name} | x{tiles} | {frags} | {cpu:.2f} | {wall:.2f} | {best['naive-lance'][1] / wall:.2f}x |")
+        for per_read in (int(k) for k in args.per_read.split(",")):  # make_loader's batches_per_read
+            rng = np.random.default_rng(1)
+            batches = [rng.integers(0, ours.n_tokens - L, B * per_read) for _ in range(max(10, args.batches // per_read))]
+            for name, read in readers.items():  # every reader gives the store's windows
+                assert np.array_equal(read(batches[0]), memmap.windows(batches[0], L)), name
+            best = time_rounds(readers, batches, args.rounds)
+            for name, (cpu, wall) in best.items():
+                frags = fragments.get(name) or len(lance.dataset(str(
+                    layouts[name][0] if name in layouts else naive.path)).get_fragments())
+                cpu, wall = cpu / per_read, wall / per_read  # per batch of B windows
+                print(f"| {name} | x{tiles} | {per_read} | {frags} | {cpu:.2f} | {wall:.2f} | "
+                      f"{best['naive-lance'][1] / per_read / wall:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -108,11 +108,15 @@ def ensure_naive(store: Any, base: Path) -> dict[str, Path]:
 
 
 class NaiveLanceReader:
-    """Reader protocol over a documents-as-rows Lance dataset: one take of the covering docs."""
+    """Reader protocol over a documents-as-rows Lance dataset: one take of the covering docs.
 
-    def __init__(self, path: Path, doc_starts: np.ndarray) -> None:
+    Like every reader here it returns the store's dtype (``dtype``), so the loader hands its
+    batches over as compactly as ours: the comparison is of the reads alone.
+    """
+
+    def __init__(self, path: Path, doc_starts: np.ndarray, dtype: Any) -> None:
         self.path, self.doc_starts = str(path), doc_starts  # global doc starts, then n_tokens
-        self.n_tokens = int(doc_starts[-1])
+        self.n_tokens, self.dtype = int(doc_starts[-1]), np.dtype(dtype)
         self._ds = None
 
     def __getstate__(self) -> dict:
@@ -129,16 +133,16 @@ class NaiveLanceReader:
         col = self._ds.take(rows.tolist(), columns=["tokens"]).column(0).combine_chunks()
         flat, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
         at = offsets[np.searchsorted(rows, first)] + (starts - self.doc_starts[first])
-        return flat[at[:, None] + np.arange(length)].astype(np.int64)
+        return flat[at[:, None] + np.arange(length)]
 
 
 class NaiveParquetReader:
     """Reader protocol over documents-as-rows Parquet: each window reads every row group it touches."""
 
-    def __init__(self, paths: list[Path], doc_starts: np.ndarray) -> None:
+    def __init__(self, paths: list[Path], doc_starts: np.ndarray, dtype: Any) -> None:
         import pyarrow.parquet as pq
 
-        self.paths, self.n_tokens = [str(p) for p in paths], int(doc_starts[-1])
+        self.paths, self.n_tokens, self.dtype = [str(p) for p in paths], int(doc_starts[-1]), np.dtype(dtype)
         groups, doc = [], 0  # (global token start, file, row group), from the footers
         for f, p in enumerate(self.paths):
             meta = pq.ParquetFile(p).metadata
@@ -155,7 +159,7 @@ class NaiveParquetReader:
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         import pyarrow.parquet as pq
 
-        out = np.empty((len(starts), length), dtype=np.int64)
+        out = np.empty((len(starts), length), dtype=self.dtype)
         for w, s in enumerate(starts.tolist()):
             lo = int(np.searchsorted(self.group_starts, s, side="right") - 1)
             hi = int(np.searchsorted(self.group_starts, s + length - 1, side="right") - 1)
@@ -309,13 +313,13 @@ def cases(store_path: Path, work: Path) -> list[tuple[str, tuple[int, ...], Call
         ("nanogpt get_batch (ceiling)", (0,), lambda w: nanogpt_batches(naive["bin"]), [naive["bin"]]),
         ("lmdata:memmap", WORKERS, lambda w: loader_batches(store.reader("train", "memmap", verify="size"), w), files_under(fmt_dir("memmap"))),
         ("lmdata:lance", WORKERS, lambda w: loader_batches(store.reader("train", "lance", verify="size"), w), files_under(fmt_dir("lance"))),
-        ("naive-lance", WORKERS, lambda w: loader_batches(NaiveLanceReader(naive["lance"], doc_starts), w),
+        ("naive-lance", WORKERS, lambda w: loader_batches(NaiveLanceReader(naive["lance"], doc_starts, store.dtype), w),
          files_under(naive["lance"])),
         ("lance.torch LanceDataset (scan)", (0,), lambda w: lance_torch_batches(fmt_dir("lance")), files_under(fmt_dir("lance"))),
         ("lmdata:parquet", WORKERS, lambda w: loader_batches(store.reader("train", "parquet", verify="size"), w), files_under(fmt_dir("parquet"))),
         ("lmdata:parquet (16 MB cache)", WORKERS,
          lambda w: loader_batches(store.reader("train", "parquet", verify="size", cache_bytes=16 << 20), w), files_under(fmt_dir("parquet"))),
-        ("naive-parquet", WORKERS, lambda w: loader_batches(NaiveParquetReader(naive_pq, doc_starts), w), naive_pq),
+        ("naive-parquet", WORKERS, lambda w: loader_batches(NaiveParquetReader(naive_pq, doc_starts, store.dtype), w), naive_pq),
     ]
     if lit is not None:
         rows.append(("litdata StreamingDataset+TokensLoader", WORKERS, lambda w: litdata_batches(lit, w), files_under(lit)))
@@ -379,7 +383,8 @@ def table(results: dict, sizes: dict, args: argparse.Namespace) -> str:
         " `make_loader` over a different reader, shuffled windows; `nanogpt` draws random offsets, `lance.torch`"
         " scans in order (no shuffle) and `litdata` shuffles 16 MB chunks, so those three are"
         " reference points, not like-for-like. \"main CPU\" is the main process's CPU time per"
-        " batch: with workers it is the cost of receiving a batch (torch's shared-memory hand-off),"
+        " batch: with workers it is the cost of receiving a batch (a pickled array in the store's dtype,"
+        " widened to int64 in the main process),"
         " which is what a training step pays when the reads overlap compute. On this 2-core box,"
         " shared with other jobs, workers compete with the main process for the same cores;"
         " see the script's docstring for the method.",

@@ -172,6 +172,22 @@ def test_pin_memory_without_accelerator_warns_and_loads(reader):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_batches_per_read_changes_nothing(reader, workers):
+    """Reading several batches per call: the same batches, order, short last batch and resume points."""
+    ds = TokenDataset(reader, L, doc_info="positions", eot_id=EOT)
+    kw = dict(seed=4, drop_last=False, num_workers=workers)
+    ref = take(make_loader(ds, 24, batches_per_read=1, **kw), 60)  # 52 batches + one of 2 an epoch
+    assert [len(b[0]) for b in ref[50:55]] == [24, 24, 2, 24, 24]
+    for group in (3, 4):
+        assert same(take(make_loader(ds, 24, batches_per_read=group, **kw), 60), ref)
+        first = make_loader(ds, 24, batches_per_read=group, **kw)
+        assert same(take(first, 5), ref[:5])  # stops inside a read of 3 or 4 batches
+        fresh = make_loader(ds, 24, batches_per_read=group, **kw)
+        fresh.load_state_dict(first.state_dict())
+        assert same(take(fresh, 10), ref[5:15])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("k", [0, 5, 15])
 def test_resume_mid_epoch(reader, workers, k):
     ds = TokenDataset(reader, L, doc_info="positions", eot_id=EOT)
@@ -195,13 +211,13 @@ def test_resume_after_break_in_same_loader(reader):
 
 def test_resume_is_o1(reader, monkeypatch):
     ds = TokenDataset(reader, L)
-    loader = make_loader(ds, B, seed=1)
+    loader = make_loader(ds, B, seed=1, batches_per_read=3)
     loader.load_state_dict({**loader.state_dict(), "batch": 100})
     calls = []
     original = EpochSampler.batch
     monkeypatch.setattr(EpochSampler, "batch", lambda self, e, b: calls.append(b) or original(self, e, b))
     next(iter(loader))
-    assert calls == [100]
+    assert calls == [100, 101, 102]  # the first read's batches, nothing before them
 
 
 def test_state_mismatch_is_an_error(reader):
@@ -245,8 +261,11 @@ def test_dead_worker_raises_naming_the_batch(tmp_path, tokens):
     path = tmp_path / "t.npy"
     np.save(path, tokens)
     ds = TokenDataset(FailingReader(path, bad=L * 40 + 1, die=True), L)
-    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60)
+    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60, batches_per_read=1)
     with pytest.raises(LmdataError, match=r"exited unexpectedly.*reading samples \[40, 41, 42, 43\]"):
+        take(loader, 50)
+    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60)  # 4 batches per read
+    with pytest.raises(LmdataError, match=r"batch 8; .*reading samples \[32, 33, .*\.\.\. \(16 in all\)"):
         take(loader, 50)
 
 
