@@ -163,6 +163,18 @@ def test_collate_widens_any_dtype(b, length, dtype):
     assert np.array_equal(got_info.numpy(), info)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory_on_cuda_gives_pinned_batches(reader, workers):
+    ds = TokenDataset(Uint16Reader(reader), L, doc_info="positions", eot_id=EOT)
+    pinned = take(make_loader(ds, B, num_workers=workers, pin_memory=True, seed=3), 6)
+    plain = take(make_loader(ds, B, num_workers=workers, seed=3), 6)
+    assert same(pinned, plain) and all(t.is_pinned() for batch in pinned for t in batch)
+    on_device = [t.to("cuda", non_blocking=True) for t in pinned[-1]]
+    torch.cuda.synchronize()
+    assert all(torch.equal(d.cpu(), t) for d, t in zip(on_device, pinned[-1]))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback without an accelerator")
 def test_pin_memory_without_accelerator_warns_and_loads(reader):
     with pytest.warns(UserWarning, match="pin_memory"):
