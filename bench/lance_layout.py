@@ -23,6 +23,7 @@ with one batch per read and once with four (``make_loader``'s default ``batches_
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -73,7 +74,8 @@ def build_layouts(store: Any, out: Path) -> dict[str, tuple[Path, np.ndarray]]:
                "fixed+raw": (out / "fixed-raw", fixed)}
     if (out / "done").is_file():
         return layouts
-    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # a half-built run: Lance would append to it
+    out.mkdir(parents=True)
     for lo, hi in zip(shard_bounds[:-1], shard_bounds[1:]):  # one fragment per ingest shard
         rows = cut[(cut >= lo) & (cut <= hi)]
         lance.write_dataset(pa.table({"tokens": list_column(tokens[lo:hi], rows - lo)}), out / "per-shard",
