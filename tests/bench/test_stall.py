@@ -79,6 +79,19 @@ def test_loader_only_rate():
     assert memory["main_rss_mb"] > 0
 
 
+def test_loader_rate_skips_the_workers_first_reads():
+    """Batches 1-4 stand for workers starting up (50 ms each); the steady rate leaves them out."""
+    def start_then_fast():
+        for i in range(12):
+            time.sleep(0.05 if i < 4 else 0)
+            yield None
+
+    _, with_start, _ = stall.time_loader(start_then_fast(), steps=12)  # times batches 2-12
+    assert with_start <= 11 / 0.15  # three 50 ms sleeps are inside the timed span
+    _, steady, _ = stall.time_loader(start_then_fast(), steps=12, warmup=4)  # times batches 5-12
+    assert steady > with_start
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=50))
 def test_summary_invariants(pairs):

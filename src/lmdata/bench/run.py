@@ -179,6 +179,7 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     import torch
 
     from lmdata.data import make_loader
+    from lmdata.data.loader import BATCHES_PER_READ
     from lmdata.store import open_store
 
     store = open_store(cfg.store)
@@ -201,7 +202,9 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     files = cache.format_files(Path(cfg.store) / cfg.split / fmt)
     for mode in cfg.cache:
         _prepare(mode, files)
-        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), steps)
+        # every worker's first read (Lance: opening the dataset) before the rate is timed
+        warmup = max(1, workers * BATCHES_PER_READ)
+        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), steps, warmup=warmup)
         gc.collect()  # the loader's workers exit, its memmaps unmap
         resident = _prepare(mode, files)  # as the training steps start
         times = stall.time_steps(loader(), step, steps, move)

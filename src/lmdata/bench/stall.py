@@ -71,18 +71,27 @@ def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn 
     return LoopTimes(waits, computes, first, wall, memory)
 
 
-def time_loader(batches: Iterable[Batch], steps: int) -> tuple[float, float, dict[str, float]]:
-    """Loader alone, no compute: (time to first batch s, batches/s after the first, memory)."""
+def time_loader(batches: Iterable[Batch], steps: int, warmup: int = 1) -> tuple[float, float, dict[str, float]]:
+    """Loader alone, no compute: (time to first batch s, batches/s after ``warmup`` batches, memory).
+
+    ``warmup``: batches to let pass before the rate is timed, so that every worker has
+    delivered its first read (its start-up is the time to first batch's business, not the
+    steady rate's); at most ``steps - 1``.
+    """
     it: Iterator[Batch] = iter(batches)
     t0 = time.perf_counter()
     next(it)
     t1 = time.perf_counter()
-    for _ in range(steps - 1):
+    warmup = min(max(warmup, 1), max(steps - 1, 1))
+    for _ in range(warmup - 1):
+        next(it)
+    tw = time.perf_counter()
+    for _ in range(steps - warmup):
         next(it)
     t2 = time.perf_counter()
     memory = process_memory()
     del it
-    rate = (steps - 1) / (t2 - t1) if steps > 1 and t2 > t1 else 1.0 / max(t1 - t0, 1e-9)
+    rate = (steps - warmup) / (t2 - tw) if steps > warmup and t2 > tw else 1.0 / max(t1 - t0, 1e-9)
     return t1 - t0, rate, memory
 
 

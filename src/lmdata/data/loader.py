@@ -32,6 +32,7 @@ from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
 STATE_VERSION = 1
+BATCHES_PER_READ = 4  # make_loader's default: batches read with one __getitems__ call
 BLOCK_BATCHES = 64  # batches whose sample indices are permuted in one call (~0.15 ms -> ~0.01 ms a batch)
 
 
@@ -308,7 +309,7 @@ def make_loader(
     start_method: str | None = None,
     persistent_workers: bool = True,
     timeout: float = 300.0,
-    batches_per_read: int = 4,
+    batches_per_read: int = BATCHES_PER_READ,
 ) -> TokenLoader:
     """A resumable loader of ``(inputs, targets)`` int64 ``[B, L]`` tensors over ``dataset``.
 
