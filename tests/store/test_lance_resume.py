@@ -167,3 +167,29 @@ def test_a_damaged_staging_fragment_is_named_when_grouping(tmp_path, parts):
     victim.write_bytes(b"\0" * victim.stat().st_size)  # same size: only reading it finds out
     with pytest.raises(LmdataError, match="shard 00003"):
         w.finish(shards)
+
+
+def test_staging_from_before_token_bytes_is_written_again(tmp_path, parts, monkeypatch):
+    """An ingest interrupted under an older lmdata (rows without ``token_bytes``) resumes into the new layout."""
+    import json
+
+    from lmdata.store import lance_format
+
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    new_schema = lance_format._schema
+    old_schema = lambda dtype: new_schema(dtype).remove(3)  # noqa: E731  (token_bytes is the 4th field)
+    with monkeypatch.context() as m:  # the old writer: no token_bytes column, no marker in its records
+        m.setattr(lance_format, "with_token_bytes", lambda table: table)
+        m.setattr(lance_format, "_schema", old_schema)
+        write(writer(fdir), tokens, range(3))
+    for record in (fdir / "_shards").glob("*.json"):
+        obj = json.loads(record.read_text())
+        obj["extra"].pop("token_bytes")
+        record.write_text(json.dumps(obj))
+    again = writer(fdir)
+    assert again.completed() == {}  # nothing of the old layout is reused
+    again.cleanup_partial()
+    shards = write(again, tokens, range(5))
+    check(fdir, again.finish(shards), stream)
+    assert "token_bytes" in lance.dataset(str(fdir)).schema.names

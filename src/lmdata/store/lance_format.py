@@ -115,7 +115,7 @@ class LanceWriter(files.RecordedShardWriter):
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
-            extra={"rows": len(doc_of_row), "fragment": meta},
+            extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True},
         )
         files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
@@ -124,10 +124,15 @@ class LanceWriter(files.RecordedShardWriter):
         return shard
 
     def completed(self) -> dict[int, ShardInfo]:
-        """Staged shards, and the shards held by intact fragment records (those win: they outlive staging)."""
-        done = files.completed(self.format_dir)
+        """Staged shards, and the shards held by intact fragment records (those win: they outlive staging).
+
+        Records of a layout without ``token_bytes`` (an ingest started by an older lmdata)
+        are not complete: their shards are written again, so every fragment has the column.
+        """
+        done = {i: s for i, s in files.completed(self.format_dir).items() if s.extra.get("token_bytes")}
         for fragment in lance_fragments.read_fragments(self.format_dir).values():
-            done.update(lance_fragments.members(fragment))
+            if fragment.extra.get("token_bytes"):
+                done.update(lance_fragments.members(fragment))
         return dict(sorted(done.items()))
 
     def finish(self, shards: list[ShardInfo]) -> list[ShardInfo]:
@@ -291,12 +296,13 @@ class LanceReader:
             _, byte_offsets, data = column.buffers()
             byte_offsets = np.frombuffer(byte_offsets, dtype=np.int64)[column.offset:column.offset + len(column) + 1]
             width = self.dtype.itemsize
-            values = np.frombuffer(data, dtype=self.dtype.newbyteorder("<")) if data else np.zeros(0, self.dtype)
+            whole = len(data) // width if data else 0  # a padded buffer's tail is never indexed
+            values = np.frombuffer(data, dtype=self.dtype.newbyteorder("<"), count=whole) if whole else np.zeros(0, self.dtype)
             odd, offsets = byte_offsets % width, byte_offsets // width
         else:
             offsets, values = column.offsets.to_numpy(), column.values.to_numpy(zero_copy_only=False)
         held = np.diff(offsets)
-        if len(held) != len(rows) or (held != sizes).any() or np.any(odd):
+        if len(held) != len(rows) or (held != sizes).any() or np.any(odd) or offsets[-1] > len(values):
             k = int(np.argmax(held != sizes)) if len(held) == len(rows) else 0
             shard = self.shards[int(np.searchsorted(self._row_base, rows[k], side="right")) - 1]
             raise LmdataError(
@@ -374,8 +380,8 @@ class LanceReader:
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
         local = np.flatnonzero(self._index(i)[1][:-1] == doc_id - self._doc_bounds[i])
         rows = (local + self._row_base[i]).astype(np.int64)
-        values, _ = self._take(rows, self._row_extents(rows)[1])
-        return values.copy()
+        values, offsets = self._take(rows, self._row_extents(rows)[1])
+        return values[offsets[0]:offsets[-1]].copy()
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Fragment ``i``'s document starts (within it), then its length: from the row index alone."""

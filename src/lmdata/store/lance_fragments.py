@@ -157,7 +157,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],
-        extra={"rows": int(rows.shape[1] - 1), "fragment": meta,
+        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True,
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )
