@@ -287,7 +287,8 @@ class LanceReader:
                 table = self._fragments[first].take(rows - self._row_base[first], columns=columns)
             else:
                 table = ds.take(pa.array(rows, type=pa.int64()), columns=columns)
-            column = table.column(0).combine_chunks()
+            column = table.column(0)
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
             shard = self.shards[first]
             raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
