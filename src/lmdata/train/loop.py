@@ -367,6 +367,9 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     if dist.main and run.steps > start:
         plot_losses(run.out / METRICS, run.out / "loss.png")
     if dist.owns_group:
+        # leave together: a rank that tears gloo down while rank 0 still plots its losses was
+        # seen aborting ("terminate called without an active exception") once in CI
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return result
 
