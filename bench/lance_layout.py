@@ -11,10 +11,13 @@ with one batch per read and once with four (``make_loader``'s default ``batches_
 
 - ``lmdata:lance``       the store's reader: rows of <= 1,024 tokens cut at documents, read
                          from their ``token_bytes`` column, fragments of whole shards up to
-                         64 Mi tokens, one ``take`` per read
+                         64 Mi tokens, one ``take`` per read, through Lance's io_uring reader
+- ``lmdata:lance (file)`` the same reader on Lance's default local reader (``io="file"``)
 - ``naive-lance``        documents as rows (bench/loader.py's), one ``take`` of the covering docs
+- ``naive-lance (io_uring)`` the same through ``file+uring://``
 - ``per-shard``          lmdata's rows, but a fragment per 1 Mi-token ingest shard (the layout
-                         before fragments were grouped), one ``take`` per batch
+                         before fragments were grouped), one ``take`` per batch; also through
+                         io_uring (many fragments: ``LanceDataset.take``'s path)
 - ``fixed``              rows of exactly 1,024 tokens whatever the documents, one fragment, one ``take``
 - ``fixed+raw``          ``fixed`` plus a ``large_binary`` copy of each row, read alone with
                          ``LanceFileReader.take_rows`` (2 more bytes per token on disk)
@@ -88,15 +91,17 @@ def build_layouts(store: Any, out: Path) -> dict[str, tuple[Path, np.ndarray]]:
     return layouts
 
 
-def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False, uring: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """Windows from a Lance dataset whose row r holds tokens [row_starts[r], row_starts[r + 1])."""
     import lance
     import pyarrow as pa
     from lance.file import LanceFileReader
 
+    from urllib.parse import quote
+
     from lmdata.store.windows import concat_ranges
 
-    ds = lance.dataset(str(path))
+    ds = lance.dataset("file+uring://" + quote(str(path.resolve())) if uring else str(path))
     if raw:
         data_files = sorted((path / "data").iterdir())
         assert len(data_files) == 1, "the raw layout is one fragment"
@@ -157,10 +162,15 @@ def main() -> None:
         _, docs, _ = stream_and_docs(store)
         naive = NaiveLanceReader(args.work / f"naive-x{tiles}" / "naive-lance", docs, store.dtype)
         layouts = build_layouts(store, args.work / f"layouts-x{tiles}")
-        readers = {"lmdata:lance": lambda s, r=ours: r.windows(s, L), "naive-lance": lambda s, r=naive: r.windows(s, L)}
+        plain = store.reader("train", "lance", verify="size", io="file")
+        naive_uring = NaiveLanceReader(args.work / f"naive-x{tiles}" / "naive-lance", docs, store.dtype, uring=True)
+        readers = {"lmdata:lance": lambda s, r=ours: r.windows(s, L), "lmdata:lance (file)": lambda s, r=plain: r.windows(s, L),
+                   "naive-lance": lambda s, r=naive: r.windows(s, L),
+                   "naive-lance (io_uring)": lambda s, r=naive_uring: r.windows(s, L)}
         for name, (where, rows) in layouts.items():
             readers[name] = row_reader(where, rows, raw=name.endswith("raw"))
-        fragments = {"lmdata:lance": len(ours.shards), "naive-lance": None}
+        readers["per-shard (io_uring)"] = row_reader(layouts["per-shard"][0], layouts["per-shard"][1], uring=True)
+        fragments = {"lmdata:lance": len(ours.shards), "lmdata:lance (file)": len(ours.shards)}
         for per_read in (int(k) for k in args.per_read.split(",")):  # make_loader's batches_per_read
             rng = np.random.default_rng(1)
             batches = [rng.integers(0, ours.n_tokens - L, B * per_read) for _ in range(max(10, args.batches // per_read))]
@@ -168,8 +178,8 @@ def main() -> None:
                 assert np.array_equal(read(batches[0]), memmap.windows(batches[0], L)), name
             best = time_rounds(readers, batches, args.rounds)
             for name, (cpu, wall) in best.items():
-                frags = fragments.get(name) or len(lance.dataset(str(
-                    layouts[name][0] if name in layouts else naive.path)).get_fragments())
+                where = layouts[name.split(" (")[0]][0] if name.split(" (")[0] in layouts else naive.path
+                frags = fragments.get(name) or len(lance.dataset(str(where)).get_fragments())
                 cpu, wall = cpu / per_read, wall / per_read  # per batch of B windows
                 print(f"| {name} | x{tiles} | {per_read} | {frags} | {cpu:.2f} | {wall:.2f} | "
                       f"{best['naive-lance'][1] / per_read / wall:.2f}x |")

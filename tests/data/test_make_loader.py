@@ -69,6 +69,22 @@ def test_epoch_is_a_shuffle_and_epochs_advance(index_tokens):
     assert sample_ids(list(make_loader(ds, B, seed=3, sampling="sequential")))[:B] == list(range(B))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_leaving_a_loop_at_an_epochs_last_batch_then_looping_again_starts_the_next_epoch(index_tokens, workers):
+    ds = TokenDataset(index_tokens, L)
+    loader = make_loader(ds, B, seed=3, num_workers=workers)
+    e0 = []
+    for batch in loader:  # the training loop stops at its step budget: the epoch's last batch
+        e0.append(batch)
+        if len(e0) == len(loader):
+            break
+    assert loader.epoch == 0 and loader.state_dict()["batch"] == len(loader)
+    e1 = list(loader)
+    reference = make_loader(ds, B, seed=3)
+    assert same(e0, list(reference)) and same(e1, list(reference))
+    assert loader.epoch == 2
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 5])
 def test_rank_shares_disjoint_and_covering(index_tokens, world_size):
     ds = TokenDataset(index_tokens, L)  # 400 samples

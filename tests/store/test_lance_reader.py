@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import lance
-import pytest
-import numpy as np
+import os
+import subprocess
+import sys
 
-from lmdata.store import lance_fragments, open_store
+import lance
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store import lance_format, lance_fragments, open_store
 
 
 def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):
@@ -91,3 +96,107 @@ def test_a_store_without_token_bytes_reads_through_tokens(make_store):
     np.testing.assert_array_equal(reader.windows(starts, 700), syn.stream[starts[:, None] + np.arange(700)])
     assert reader._column == "tokens"
     np.testing.assert_array_equal(reader.document(3), syn.stream[syn.doc_starts[3]:syn.doc_starts[4]])
+
+
+def _windows(syn, reader, seed=4, n=24, length=900):
+    starts = np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
+    got = reader.windows(starts, length)
+    np.testing.assert_array_equal(got, syn.stream[starts[:, None] + np.arange(length)])
+    return got
+
+
+def test_io_modes_read_the_same_windows(tmp_path, store_builder):
+    """io_uring where it works (the default on Linux), plain files on request; a path Lance must unquote."""
+    syn = store_builder(tmp_path / "a b%20c", ["lance"], n_tokens=40_000)
+    store = open_store(syn.path)
+    plain = store.reader("train", "lance", io="file")
+    _windows(syn, plain)
+    assert not plain._ds.uri.startswith("file+uring")
+    auto = store.reader("train", "lance")
+    assert auto.io == "auto"
+    _windows(syn, auto)
+    if lance_format.open_uring(auto.format_dir, "token_bytes", "auto") is None:
+        pytest.skip("Lance's io_uring reader does not work on this machine")
+    assert auto._ds.uri.startswith("file+uring://")
+    uring = store.reader("train", "lance", io="uring")
+    _windows(syn, uring)
+    np.testing.assert_array_equal(uring.document(5), syn.stream[syn.doc_starts[5]:syn.doc_starts[6]])
+
+
+def test_bad_io_mode_is_named(make_store, monkeypatch):
+    syn = make_store(["lance"], n_tokens=20_000)
+    with pytest.raises(LmdataError, match="io 'mmap'.*auto, uring, file"):
+        open_store(syn.path).reader("train", "lance", io="mmap")
+    monkeypatch.setenv(lance_format.IO_ENV, "fast")
+    with pytest.raises(LmdataError, match="LMDATA_LANCE_IO"):
+        open_store(syn.path).reader("train", "lance")
+
+
+FALLBACK = """
+import sys, warnings
+import numpy as np
+from lmdata.errors import LmdataError
+from lmdata.store import open_store
+store = open_store(sys.argv[1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    reader = store.reader("train", "lance")
+    got = reader.windows(np.array([0, 1000, 5000]), 700)
+print("warned" if any("io_uring reader does not work" in str(w.message) for w in caught) else "silent")
+print("plain" if not reader._ds.uri.startswith("file+uring") else "uring")
+print(got.sum())
+try:
+    store.reader("train", "lance", io="uring").windows(np.array([0]), 10)
+except LmdataError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="io_uring is Linux's; elsewhere auto reads plain files")
+def test_a_machine_without_io_uring_falls_back_to_plain_files(make_store):
+    """Where io_uring is forbidden, Lance fails each read (no hang): ``auto`` warns and reads plain files."""
+    syn = make_store(["lance"], n_tokens=20_000)
+    env = {**os.environ, "LANCE_URING_THREAD_COUNT": "0"}  # Lance's own knob: no ring, as under a strict seccomp
+    env.pop(lance_format.IO_ENV, None)
+    out = subprocess.run([sys.executable, "-c", FALLBACK, str(syn.path)], check=False, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    starts = np.array([0, 1000, 5000])
+    expected = int(syn.stream[starts[:, None] + np.arange(700)].astype(np.int64).sum())
+    assert lines[:3] == ["warned", "plain", str(expected)]
+    assert "refused:" in lines[3] and "LMDATA_LANCE_IO=file" in lines[3]
+
+
+def _child_reads(path, io, queue):
+    reader = open_store(path).reader("train", "lance", io=io)
+    try:
+        got = reader.windows(np.array([10, 3000]), 400)
+        queue.put((reader._ds.uri.startswith("file+uring"), got.tolist()))
+    except LmdataError as exc:
+        queue.put(("refused", str(exc)))
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="io_uring is Linux's")
+def test_a_child_forked_after_io_uring_started_reads_plain_files(make_store):
+    """Lance's io_uring threads do not survive a fork: a child that used them would wait forever."""
+    import multiprocessing as mp
+
+    syn = make_store(["lance"], n_tokens=20_000)
+    parent = open_store(syn.path).reader("train", "lance")
+    parent.windows(np.array([0]), 10)
+    if not parent._ds.uri.startswith("file+uring"):
+        pytest.skip("Lance's io_uring reader does not work on this machine")
+    ctx = mp.get_context("fork")
+    for io, want in (("auto", False), ("uring", "refused")):
+        queue = ctx.Queue()
+        proc = ctx.Process(target=_child_reads, args=(syn.path, io, queue))
+        proc.start()
+        uses_uring, got = queue.get(timeout=60)
+        proc.join(timeout=60)
+        assert uses_uring == want
+        if want == "refused":
+            assert "forked" in got
+        else:
+            assert got == syn.stream[np.array([10, 3000])[:, None] + np.arange(400)].tolist()

@@ -205,6 +205,8 @@ class TokenLoader:
         self._epoch, self._batch = int(epoch), 0
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self._batch and self._batch >= self.sampler.batches_per_epoch:  # left right after an epoch's last batch
+            self._epoch, self._batch = self._epoch + 1, 0
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         it = iter(self._dl)
         while True:
