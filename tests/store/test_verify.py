@@ -79,3 +79,28 @@ def test_missing_end_of_text_is_named(make_store):
     (syn.path / "manifest.json").write_text(json.dumps(manifest))
     problems = verify_store(syn.path).problems
     assert problems and "shard 00000" in problems[0] and "end-of-text" in problems[0]
+
+
+def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store_builder, tmp_path, monkeypatch):
+    """The loader reads ``token_bytes``, DuckDB reads ``tokens``: verify reads both and compares them."""
+    import pyarrow as pa
+
+    from lmdata.store import lance_format
+
+    real = lance_format.with_token_bytes
+
+    def one_token_off(table):  # an ingest bug: token 10 of each shard differs in token_bytes alone
+        out = real(table)
+        col = out.column("token_bytes").combine_chunks()
+        data = bytearray(col.buffers()[2].to_pybytes())
+        data[20] ^= 1
+        raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(col), [None, col.buffers()[1], pa.py_buffer(bytes(data))])
+        return out.set_column(out.schema.get_field_index("token_bytes"), "token_bytes", raw)
+
+    monkeypatch.setattr(lance_format, "with_token_bytes", one_token_off)
+    syn = make_store(["lance"])
+    problems = verify_store(syn.path).problems
+    assert problems and "format 'lance (tokens column)' shard" in problems[0] and "token 10 " in problems[0]
+    monkeypatch.setattr(lance_format, "with_token_bytes", real)
+    sound = store_builder(tmp_path / "sound", ["lance"])
+    assert verify_store(sound.path).ok

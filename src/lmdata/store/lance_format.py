@@ -193,13 +193,16 @@ class LanceReader:
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
-        io: str | None = None,
+        io: str | None = None, column: str | None = None,
     ) -> None:
         self.format_dir = Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype)
         self.verify = check_verify_mode(verify)
         self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io)
+        if column not in (None, "tokens"):
+            raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None reads token_bytes)")
+        self.column = column
         self._shard_bounds = shard_bounds(self.shards)
         self.n_tokens = int(self._shard_bounds[-1])
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
@@ -260,7 +263,7 @@ class LanceReader:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
-            self._column = "token_bytes" if "token_bytes" in ds.schema.names else "tokens"
+            self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
             self._ds = open_uring(self.format_dir, self._column, self.io) or ds
             self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
             committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
@@ -366,6 +369,18 @@ class LanceReader:
             b, local = self._bounds(f), rows[at] - self._row_base[f]
             start[at], size[at] = b[local], b[local + 1] - b[local]
         return start, size
+
+    def alternates(self) -> dict[str, LanceReader]:
+        """Readers of the same stream through other columns, for ``lmdata verify`` to compare.
+
+        The loader reads ``token_bytes``; DuckDB, Polars and other tools read ``tokens``.
+        Both are covered by the files' sha256, but only a read of each shows they agree.
+        """
+        self._open()
+        if self._column != "token_bytes":
+            return {}
+        return {"tokens column": LanceReader(self.format_dir, self.shards, self.dtype, verify=self.verify,
+                                             io=self.io, column="tokens")}
 
     def document(self, doc_id: int) -> np.ndarray:
         """One document's tokens: a ``take`` of its rows."""

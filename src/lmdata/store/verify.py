@@ -8,7 +8,9 @@ Checks, per split and format, in this order (each problem names the shard):
 3. content, read through the format's own reader in chunks: each shard holds exactly
    ``n_docs`` end-of-text ids and ends with one (only the ingest writes eot ids, so this
    is the document count), and every format of a split holds the identical token stream
-   (each chunk compared with the first format that passed 1-2).
+   (each chunk compared with the first format that passed 1-2), as does every other
+   encoding a reader offers (``alternates``: Lance's ``tokens`` column beside the
+   ``token_bytes`` the loader reads).
 
 ``verify_store`` returns a ``VerifyReport``; ``report.raise_if_bad()`` raises an
 ``LmdataError`` naming the first bad shard (the CLI's exit status).
@@ -109,16 +111,20 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
     store = Store(path, manifest)
     info = manifest.splits[split]
     problems: list[str] = []
-    readers: dict[str, Any] = {}
+    readers: dict[str, Any] = {}  # "fmt" or "fmt (alternate)" -> reader
+    fmt_of: dict[str, str] = {}
     for fmt in formats:
         try:
             readers[fmt] = store.reader(split, fmt)
+            fmt_of[fmt] = fmt
+            for label, alt in getattr(readers[fmt], "alternates", dict)().items():
+                readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
         except LmdataError as exc:
             problems.append(f"split {split!r} format {fmt!r}: {exc}")
     ref = next(iter(readers), None)
     if ref is None:
         return problems
-    eot = _EotCount(info.formats[ref], manifest.eot_id)
+    eot = _EotCount(info.formats[fmt_of[ref]], manifest.eot_id)
     compared = 0
     for start in range(0, info.n_tokens, CHUNK_TOKENS):
         n = min(CHUNK_TOKENS, info.n_tokens - start)
@@ -135,7 +141,7 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
             bad = np.flatnonzero(chunk != chunks[ref])
             if len(bad):
                 offset = start + int(bad[0])
-                shard = _shard_at(info.formats[fmt], offset)
+                shard = _shard_at(info.formats[fmt_of[fmt]], offset)
                 problems.append(f"split {split!r} format {fmt!r} shard {shard.name}: token {offset} is "
                                 f"{chunk[bad[0]]}, format {ref!r} has {chunks[ref][bad[0]]}")
                 del readers[fmt]
