@@ -59,7 +59,8 @@ class BenchSection:
     gpu: str = _f("h100", "Accelerator for the keep-up rate (see `lmdata plan --help`).")
     mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")
     cache: list = _f(["warm"], "Page-cache states to measure: warm, cold or both.")
-    prefetch: int = _f(2, "Batches each worker reads ahead.")
+    prefetch: int = _f(2, "Reads each worker does ahead (a read is batches_per_read batches).")
+    batches_per_read: int = _f(4, "Consecutive batches read with one call (one Lance take).")
     seed: int = _f(0, "Seed of the batch order.")
     device: str = _f("auto", "auto, cpu or cuda[:N].")
 

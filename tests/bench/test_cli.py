@@ -85,6 +85,10 @@ def test_real_model_steps_are_timed(sample_store):
     cfg = BenchConfig(store=sample_store, workers=[0], batch_size=2, seq_len=32, steps=3, compute="model",
                       model="tiny", cache=["warm"], device="cpu")
     (row,) = measure_cell(cfg, "memmap", 0, 3, None, vocab, "cpu")
+    one = BenchConfig(store=sample_store, workers=[0], batch_size=2, seq_len=32, steps=3, compute="simulated",
+                      step_ms=1.0, cache=["warm"], device="cpu", batches_per_read=1)
+    (single,) = measure_cell(one, "lance", 0, 3, 1.0, vocab, "cpu")  # one batch per read works too
+    assert single["steps"] == 2 and single["loader_tokens_per_s"] > 0
     assert row["steps"] == 2 and row["compute_ms_mean"] > 0 and row["synthetic"]["compute_ms_mean"] > 0
     assert 0.0 <= row["stall_fraction"] < 1.0
 
@@ -94,6 +98,8 @@ def test_bench_errors_are_one_line(sample_store, tmp_path, capsys):
     assert code == 1 and "--format 'zarr'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--gpu", "tpu9")  # unknown accelerator
     assert code == 1 and "tpu9" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--step-ms", "1", "--batches-per-read", "0")
+    assert code == 1 and "--batches-per-read 0" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_main(capsys, "bench", "--store", str(tmp_path / "nope"), "--step-ms", "1")
     assert code == 1 and "nope" in err and len(err.strip().splitlines()) == 1
 

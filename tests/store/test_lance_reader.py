@@ -105,8 +105,9 @@ def _windows(syn, reader, seed=4, n=24, length=900):
     return got
 
 
-def test_io_modes_read_the_same_windows(tmp_path, store_builder):
+def test_io_modes_read_the_same_windows(tmp_path, store_builder, monkeypatch):
     """io_uring where it works (the default on Linux), plain files on request; a path Lance must unquote."""
+    monkeypatch.delenv(lance_format.IO_ENV, raising=False)
     syn = store_builder(tmp_path / "a b%20c", ["lance"], n_tokens=40_000)
     store = open_store(syn.path)
     plain = store.reader("train", "lance", io="file")
@@ -184,7 +185,7 @@ def test_a_child_forked_after_io_uring_started_reads_plain_files(make_store):
     import multiprocessing as mp
 
     syn = make_store(["lance"], n_tokens=20_000)
-    parent = open_store(syn.path).reader("train", "lance")
+    parent = open_store(syn.path).reader("train", "lance", io="auto")
     parent.windows(np.array([0]), 10)
     if not parent._ds.uri.startswith("file+uring"):
         pytest.skip("Lance's io_uring reader does not work on this machine")

@@ -84,6 +84,12 @@ def test_resume_continues_exactly(sample_store, tmp_path, workers, doc_mask):
     assert [p.name for p in list_checkpoints(tmp_path / "cut" / "checkpoints")] == ["ckpt-00000020.pt", "ckpt-00000030.pt"]
 
 
+def test_batches_per_read_changes_how_batches_are_read_not_what_is_learned(sample_store, tmp_path):
+    one = train(cfg(sample_store, tmp_path / "one", steps=12, batches_per_read=1, eval_every=0, ckpt_every=0))
+    three = train(cfg(sample_store, tmp_path / "three", steps=12, batches_per_read=3, eval_every=0, ckpt_every=0))
+    assert one.losses == three.losses and one.val_loss == three.val_loss
+
+
 def test_checkpoint_contents_load_weights_only(sample_store, tmp_path):
     train(cfg(sample_store, tmp_path / "run", steps=10))
     payload = read_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-00000010.pt")
@@ -125,6 +131,7 @@ def test_existing_run_needs_resume(sample_store, tmp_path):
     (dict(split="nope"), "no split 'nope'; splits: train, validation"),
     (dict(val_split="nope"), "--val-split: .* no split 'nope'"),
     (dict(device="tpu"), "--device: 'tpu'"),
+    (dict(batches_per_read=0), "--batches-per-read: must be >= 1"),
 ])
 def test_bad_input(sample_store, tmp_path, change, match):
     with pytest.raises(LmdataError, match=match):

@@ -36,13 +36,15 @@ def _int_list(value: str, flag: str) -> list[int]:
 @click.option("--mfu", default=0.4, show_default=True, type=float, help="Model FLOP utilization assumed for --gpu.")
 @click.option("--cache", default="warm", show_default=True, type=click.Choice(["warm", "cold", "both"]),
               help="Page cache before each run: files read once (warm) or evicted (cold).")
-@click.option("--prefetch", default=2, show_default=True, type=int, help="Batches each worker prefetches.")
+@click.option("--prefetch", default=2, show_default=True, type=int, help="Reads each worker does ahead.")
+@click.option("--batches-per-read", default=4, show_default=True, type=int,
+              help="Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Directory for bench.json, table.txt, PNGs.")
 def bench(store: Path, split: str, fmt: str, workers: str, batch_size: int, seq_len: int, steps: int,
           compute: str, step_ms: float | None, model: str, gpu: str | None, mfu: float, cache: str,
-          prefetch: int, seed: int, device: str, out: Path | None) -> None:
+          prefetch: int, batches_per_read: int, seed: int, device: str, out: Path | None) -> None:
     """Measure GPU stall time per storage format, worker count and page-cache state."""
     from lmdata.bench import report
     from lmdata.bench.run import BenchConfig, run_bench
@@ -51,7 +53,8 @@ def bench(store: Path, split: str, fmt: str, workers: str, batch_size: int, seq_
         store=store, split=split, formats=[] if fmt == "all" else [f.strip() for f in fmt.split(",")],
         workers=_int_list(workers, "--workers"), batch_size=batch_size, seq_len=seq_len, steps=steps,
         compute=compute, step_ms=step_ms, model=model, gpu=gpu, mfu=mfu,
-        cache=["warm", "cold"] if cache == "both" else [cache], device=device, prefetch=prefetch, seed=seed,
+        cache=["warm", "cold"] if cache == "both" else [cache], device=device, prefetch=prefetch,
+        batches_per_read=batches_per_read, seed=seed,
     )
     result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
     click.echo("\n".join(report.header_lines(result)))

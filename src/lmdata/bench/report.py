@@ -46,7 +46,8 @@ def header_lines(result: dict[str, Any]) -> list[str]:
     compute = (f"simulated {c['step_ms']:.3g} ms/step" if c["compute"] == "simulated"
                else f"model {c['model']} on {c['device']}")
     lines = [f"store {c['store']} split {c['split']}: batch {c['batch_size']} x seq_len {c['seq_len']}, "
-             f"{c['steps_run']} steps, compute {compute}, prefetch {c['prefetch']}; "
+             f"{c['steps_run']} steps, compute {compute}, prefetch {c['prefetch']}"
+             + (f" reads of {c['batches_per_read']} batches" if "batches_per_read" in c else "") + "; "
              f"{result['machine']['cpus']} CPUs, load avg {result['machine']['loadavg_1m_at_start']:.1f} at start"]
     rate = f"{result['consume_tokens_per_s']:,.0f} tokens/s"
     if p := result.get("plan"):

@@ -55,6 +55,7 @@ class BenchConfig:
     cache: list[str] = field(default_factory=lambda: ["warm"])
     device: str = "auto"
     prefetch: int = 2
+    batches_per_read: int = 4  # make_loader's BATCHES_PER_READ (not imported: that imports torch)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -81,7 +82,9 @@ class BenchConfig:
         if self.step_ms is not None and self.step_ms < 0:
             raise LmdataError(f"--step-ms {self.step_ms}: must be >= 0")
         if self.prefetch < 1:
-            raise LmdataError(f"--prefetch {self.prefetch}: must be >= 1 (batches each worker reads ahead)")
+            raise LmdataError(f"--prefetch {self.prefetch}: must be >= 1 (reads each worker does ahead)")
+        if self.batches_per_read < 1:
+            raise LmdataError(f"--batches-per-read {self.batches_per_read}: must be >= 1 (batches read with one call)")
         if self.compute == "model" or self.gpu:
             flops.preset(self.model)  # an unknown --model fails here, not inside a cell
 
@@ -179,7 +182,6 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     import torch
 
     from lmdata.data import make_loader
-    from lmdata.data.loader import BATCHES_PER_READ
     from lmdata.store import open_store
 
     store = open_store(cfg.store)
@@ -196,6 +198,7 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
         # run pays once per shard and process would read whole shards and warm a cold cache.
         ds = store.dataset(cfg.split, cfg.seq_len, format=fmt, verify="size")
         return make_loader(ds, cfg.batch_size, num_workers=workers, prefetch=cfg.prefetch,
+                           batches_per_read=cfg.batches_per_read,
                            pin_memory=device.startswith("cuda"), seed=cfg.seed, rank=0, world_size=1)
 
     rows = []
@@ -203,7 +206,7 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     for mode in cfg.cache:
         _prepare(mode, files)
         # every worker's first read (Lance: opening the dataset) before the rate is timed
-        warmup = max(1, workers * BATCHES_PER_READ)
+        warmup = max(1, workers * cfg.batches_per_read)
         ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), steps, warmup=warmup)
         gc.collect()  # the loader's workers exit, its memmaps unmap
         resident = _prepare(mode, files)  # as the training steps start

@@ -58,7 +58,8 @@ class TrainConfig:
     out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.")
     resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
     workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process).")
-    prefetch: int = _f(2, "Batches each worker reads ahead.")
+    prefetch: int = _f(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
+    batches_per_read: int = _f(4, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
     doc_mask: bool = _f(False, "Attention stays inside documents; RoPE positions restart per document.")
     progress: bool = _f(True, "Show a progress bar.")
 
@@ -70,7 +71,7 @@ class TrainConfig:
             raise LmdataError(f"--precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if not self.store:
             raise LmdataError("--store: no store given; pass --store DIR or set store in the pipeline's [train]")
-        for name in ("batch_size", "log_every", "eval_batches", "prefetch"):
+        for name in ("batch_size", "log_every", "eval_batches", "prefetch", "batches_per_read"):
             if getattr(self, name) < 1:
                 raise LmdataError(f"--{flag(name)}: must be >= 1, got {getattr(self, name)}")
         for name in ("steps", "tokens", "warmup", "eval_every", "ckpt_every", "keep", "workers", "seq_len"):

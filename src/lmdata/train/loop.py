@@ -166,7 +166,7 @@ class Run:
             )
         self.loader = make_loader(
             self.train_ds, cfg.batch_size, num_workers=cfg.workers, prefetch=cfg.prefetch,
-            pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
+            batches_per_read=cfg.batches_per_read, pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
         )
         self.val_ds, self.val_batch = self._val_dataset(fmt, doc_kw)
         tokens_per_step = cfg.batch_size * self.seq_len * dist.world_size
