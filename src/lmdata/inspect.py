@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,10 +226,11 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def connect(store: str | Path, errors: list[LmdataError] | None = None) -> Any:
+def connect(store: str | Path, errors: list[LmdataError] | None = None, sources: dict[str, Any] | None = None) -> Any:
     """A DuckDB connection with the store's lazy views, then locked away from every file.
 
-    ``errors`` collects the ``LmdataError``s met while DuckDB scans the docs view.
+    ``errors`` collects the ``LmdataError``s met while DuckDB scans the docs view;
+    ``sources`` receives the reader behind each registered rows stream (``_rows_<j>_<k>``).
     """
     import duckdb
     import pyarrow as pa
@@ -244,7 +246,10 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None) -> Any:
     first: list[str] = []
     for j, split in enumerate(splits):
         for k, fmt in enumerate(_formats_with(st, split, "arrow_rows")):
-            con.register(f"_rows_{j}_{k}", st.reader(split, fmt).arrow_rows())
+            reader = st.reader(split, fmt)
+            con.register(f"_rows_{j}_{k}", reader.arrow_rows())
+            if sources is not None:
+                sources[f"_rows_{j}_{k}"] = reader
             part = f"SELECT {j} AS _s, doc_id, token_offset, tokens FROM _rows_{j}_{k}"
             per_format.setdefault(fmt, []).append(part)
             first += [part] if k == 0 else []
@@ -262,6 +267,19 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None) -> Any:
     return con
 
 
+def _damaged_shard(reader: Any) -> str | None:
+    """After a scan of ``reader``'s rows failed inside DuckDB (whose message names no file):
+    the first shard whose files fail their sha256, as the error to show, else None."""
+    from lmdata.store.checksum import verify_shard
+
+    for shard in getattr(reader, "shards", []):
+        try:
+            verify_shard(reader.format_dir, shard, "first-use")
+        except LmdataError as exc:
+            return str(exc)
+    return None
+
+
 @contextmanager
 def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
     """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
@@ -274,11 +292,15 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
     if len(statements) != 1:
         raise LmdataError(f"sql: the query holds {len(statements)} statements; give exactly one")
     errors: list[LmdataError] = []
+    sources: dict[str, Any] = {}
 
     def error(exc: Exception) -> LmdataError:
-        return LmdataError(f"sql: {errors[0] if errors else str(exc).splitlines()[0]}")
+        text = str(exc).splitlines()[0]
+        stream = re.search(r"'(_rows_\d+_\d+)'", text)
+        damaged = _damaged_shard(sources[stream.group(1)]) if not errors and stream and stream.group(1) in sources else None
+        return LmdataError(f"sql: {errors[0] if errors else damaged or text}")
 
-    con = connect(store, errors)
+    con = connect(store, errors, sources)
     try:
         try:
             cur = con.execute(statements[0])

@@ -167,8 +167,8 @@ def test_views_are_lazy(sample_store, tmp_path):
     assert sql(store, "SELECT count(*) FROM tokens WHERE split = 'validation'")[1][0][0] > 0
     with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its docs index
         sql(store, "SELECT count(*) FROM docs")
-    with pytest.raises(LmdataError, match="^sql: "):  # its pages: CRC checksums
-        sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")
+    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its pages' CRCs,
+        sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")  # named by a checksum pass
 
 
 def test_output_is_capped_or_streamed(sample_store):
