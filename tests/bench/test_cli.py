@@ -87,8 +87,14 @@ def test_real_model_steps_are_timed(sample_store):
     (row,) = measure_cell(cfg, "memmap", 0, 3, None, vocab, "cpu")
     one = BenchConfig(store=sample_store, workers=[0], batch_size=2, seq_len=32, steps=3, compute="simulated",
                       step_ms=1.0, cache=["warm"], device="cpu", batches_per_read=1)
-    (single,) = measure_cell(one, "lance", 0, 3, 1.0, vocab, "cpu")  # one batch per read works too
-    assert single["steps"] == 2 and single["loader_tokens_per_s"] > 0
+    import lmdata.data
+
+    asked = []
+    real = lmdata.data.make_loader
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lmdata.data, "make_loader", lambda *a, **kw: asked.append(kw["batches_per_read"]) or real(*a, **kw))
+        (single,) = measure_cell(one, "lance", 0, 3, 1.0, vocab, "cpu")  # one batch per read works too
+    assert single["steps"] == 2 and single["loader_tokens_per_s"] > 0 and asked and set(asked) == {1}
     assert row["steps"] == 2 and row["compute_ms_mean"] > 0 and row["synthetic"]["compute_ms_mean"] > 0
     assert 0.0 <= row["stall_fraction"] < 1.0
 

@@ -98,16 +98,20 @@ def test_a_store_without_token_bytes_reads_through_tokens(make_store):
     np.testing.assert_array_equal(reader.document(3), syn.stream[syn.doc_starts[3]:syn.doc_starts[4]])
 
 
-def _windows(syn, reader, seed=4, n=24, length=900):
+def _windows(syn, reader, seed=4, n=24, length=900, reader_out=False):
     starts = np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
     got = reader.windows(starts, length)
     np.testing.assert_array_equal(got, syn.stream[starts[:, None] + np.arange(length)])
-    return got
+    return reader if reader_out else got
 
 
 def test_io_modes_read_the_same_windows(tmp_path, store_builder, monkeypatch):
     """io_uring where it works (the default on Linux), plain files on request; a path Lance must unquote."""
     monkeypatch.delenv(lance_format.IO_ENV, raising=False)
+    monkeypatch.setattr(lance_format, "_uring", None)  # this process has not probed yet
+    simple = store_builder(tmp_path / "simple", ["lance"], n_tokens=20_000)
+    if not _windows(simple, open_store(simple.path).reader("train", "lance"), reader_out=True)._ds.uri.startswith("file+uring"):
+        pytest.skip("Lance's io_uring reader does not work on this machine")
     syn = store_builder(tmp_path / "a b%20c", ["lance"], n_tokens=40_000)
     store = open_store(syn.path)
     plain = store.reader("train", "lance", io="file")
@@ -116,9 +120,7 @@ def test_io_modes_read_the_same_windows(tmp_path, store_builder, monkeypatch):
     auto = store.reader("train", "lance")
     assert auto.io == "auto"
     _windows(syn, auto)
-    if lance_format.open_uring(auto.format_dir, "token_bytes", "auto") is None:
-        pytest.skip("Lance's io_uring reader does not work on this machine")
-    assert auto._ds.uri.startswith("file+uring://")
+    assert auto._ds.uri.startswith("file+uring://")  # the quoted path opened the right dataset
     uring = store.reader("train", "lance", io="uring")
     _windows(syn, uring)
     np.testing.assert_array_equal(uring.document(5), syn.stream[syn.doc_starts[5]:syn.doc_starts[6]])
@@ -192,12 +194,34 @@ def test_a_child_forked_after_io_uring_started_reads_plain_files(make_store):
     ctx = mp.get_context("fork")
     for io, want in (("auto", False), ("uring", "refused")):
         queue = ctx.Queue()
-        proc = ctx.Process(target=_child_reads, args=(syn.path, io, queue))
+        proc = ctx.Process(target=_child_reads, args=(syn.path, io, queue), daemon=True)
         proc.start()
-        uses_uring, got = queue.get(timeout=60)
-        proc.join(timeout=60)
+        try:
+            uses_uring, got = queue.get(timeout=60)  # a child on its parent's ring threads would wait forever
+        finally:
+            proc.kill()
+            proc.join(timeout=60)
         assert uses_uring == want
         if want == "refused":
             assert "forked" in got
         else:
             assert got == syn.stream[np.array([10, 3000])[:, None] + np.arange(400)].tolist()
+
+
+def test_damaged_data_is_not_taken_for_a_missing_io_uring(make_store, monkeypatch):
+    """The probe take fails on plain files too: the reads name the shard, no io_uring warning."""
+    import warnings
+
+    monkeypatch.setattr(lance_format, "_uring", None)
+    syn = make_store(["lance"], n_tokens=20_000)
+    shard = open_store(syn.path).manifest.splits["train"].formats["lance"][0]
+    victim = syn.path / "train" / "lance" / shard.files[0].path
+    data = bytearray(victim.read_bytes())
+    data[-40:] = bytes(40)  # the file's footer: Lance cannot read it, the size still matches
+    victim.write_bytes(bytes(data))
+    reader = open_store(syn.path).reader("train", "lance", verify="size")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(LmdataError, match=f"shard {shard.name}"):
+            reader.windows(np.array([0]), 100)
+    assert lance_format._uring in (None, (os.getpid(), True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -98,9 +99,25 @@ def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store
         return out.set_column(out.schema.get_field_index("token_bytes"), "token_bytes", raw)
 
     monkeypatch.setattr(lance_format, "with_token_bytes", one_token_off)
-    syn = make_store(["lance"])
-    problems = verify_store(syn.path).problems
-    assert problems and "format 'lance (tokens column)' shard" in problems[0] and "token 10 " in problems[0]
+    syn = store_builder(tmp_path / "lance-only", ["lance"])
+    (problem,) = verify_store(syn.path).problems  # two encodings, no third to ask: both named
+    assert re.search(r"format 'lance' shard 00000\S*: its encodings disagree at token 10: 'lance \(tokens column\)' has", problem)
+    for order in (["memmap", "lance"], ["lance", "memmap"]):  # memmap is the reference either way
+        syn = store_builder(tmp_path / "-".join(order), order)
+        (problem,) = verify_store(syn.path).problems
+        assert re.match(r"split 'train' format 'lance' shard 00000\S*: token 10 is", problem)
+        assert problem.endswith(f"format 'memmap' has {syn.stream[10]}")
     monkeypatch.setattr(lance_format, "with_token_bytes", real)
     sound = store_builder(tmp_path / "sound", ["lance"])
     assert verify_store(sound.path).ok
+
+
+@pytest.mark.parametrize("order", [["lance", "memmap"], ["memmap", "lance"]])
+def test_a_lance_dataset_that_cannot_be_opened_is_named_once_and_the_rest_compared(store_builder, tmp_path, order):
+    import shutil
+
+    syn = store_builder(tmp_path / "store", order)
+    shutil.rmtree(syn.path / "train" / "lance" / "_versions")  # no committed version: Lance cannot open it
+    report = verify_store(syn.path)
+    assert len(report.problems) == 1 and "format 'lance'" in report.problems[0] and "cannot be opened" in report.problems[0]
+    assert report.tokens["train"] == len(syn.stream)  # memmap was still read through

@@ -84,10 +84,27 @@ def test_resume_continues_exactly(sample_store, tmp_path, workers, doc_mask):
     assert [p.name for p in list_checkpoints(tmp_path / "cut" / "checkpoints")] == ["ckpt-00000020.pt", "ckpt-00000030.pt"]
 
 
-def test_batches_per_read_changes_how_batches_are_read_not_what_is_learned(sample_store, tmp_path):
+def test_batches_per_read_changes_how_batches_are_read_not_what_is_learned(sample_store, tmp_path, monkeypatch):
+    from lmdata.data import loader as loader_module
+
+    asked = []
+    real = loader_module.make_loader
+    monkeypatch.setattr(loader_module, "make_loader", lambda *a, **kw: asked.append(kw.get("batches_per_read")) or real(*a, **kw))
     one = train(cfg(sample_store, tmp_path / "one", steps=12, batches_per_read=1, eval_every=0, ckpt_every=0))
     three = train(cfg(sample_store, tmp_path / "three", steps=12, batches_per_read=3, eval_every=0, ckpt_every=0))
     assert one.losses == three.losses and one.val_loss == three.val_loss
+    assert 1 in asked and 3 in asked  # the training loaders were built with each value
+
+
+def test_batches_per_read_defaults_agree():
+    from lmdata.bench.cli import bench
+    from lmdata.bench.run import BenchConfig
+    from lmdata.data.loader import BATCHES_PER_READ
+    from lmdata.pipeline import BenchSection
+
+    cli_default = next(p.default for p in bench.params if p.name == "batches_per_read")
+    assert TrainConfig().batches_per_read == BenchConfig(store=".").batches_per_read == BenchSection().batches_per_read \
+        == cli_default == BATCHES_PER_READ
 
 
 def test_checkpoint_contents_load_weights_only(sample_store, tmp_path):

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -213,13 +215,12 @@ class LanceReader:
         self._pid = os.getpid()
         self._ds: Any = None
         self._fragments: list[Any] = []
-        self._sessions: dict[int, Any] = {}  # fragment -> its open session (Lance: for repeated takes)
         self._column = "token_bytes"  # "tokens" in a store written before token_bytes
         self._row_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fragment -> ``_index``
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_ds=None, _fragments=[], _sessions={}, _row_bounds={}, _pid=-1)
+        state.update(_ds=None, _fragments=[], _row_bounds={}, _pid=-1)
         return state
 
     def check(self) -> None:
@@ -264,7 +265,7 @@ class LanceReader:
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
-            self._ds = open_uring(self.format_dir, self._column, self.io) or ds
+            self._ds = open_uring(self.format_dir, ds, self._column, self.io) or ds
             self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
             committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
                          for f in self._fragments]
@@ -283,9 +284,11 @@ class LanceReader:
     def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
 
-        One take for the whole batch (through the fragment's session when the rows are in one
-        fragment, ~10% cheaper than ``LanceFragment.take``; else ``LanceDataset.take``, which
-        reads the fragments concurrently): a take's fixed cost is paid once, not per fragment.
+        One take for the whole batch (``LanceFragment.take`` when the rows are in one fragment,
+        else ``LanceDataset.take``, which reads the fragments concurrently): a take's fixed
+        cost is paid once, not per fragment. (A ``LanceFragment.open_session`` per fragment
+        was ~10% cheaper in a micro-bench but holds a file open per fragment touched, without
+        bound: not kept.)
         """
         import pyarrow as pa
 
@@ -296,10 +299,7 @@ class LanceReader:
         columns = [self._column]
         try:
             if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
-                session = self._sessions.get(first)
-                if session is None:
-                    session = self._sessions[first] = self._fragments[first].open_session(columns)
-                table = session.take(rows - self._row_base[first])
+                table = self._fragments[first].take(rows - self._row_base[first], columns=columns)
             else:
                 table = ds.take(pa.array(rows, type=pa.int64()), columns=columns)
             column = table.column(0)
@@ -410,7 +410,9 @@ class LanceReader:
 
 IO_ENV = "LMDATA_LANCE_IO"
 IO_MODES = ("auto", "uring", "file")
-_uring_pid: int | None = None  # the process whose Lance started io_uring threads (inherited by a fork)
+# (pid, works): the process whose Lance started io_uring threads, and whether they work there.
+# A fork inherits it, and so learns that its parent's ring threads did not come along.
+_uring: tuple[int, bool] | None = None
 
 
 def check_io_mode(io: str) -> str:
@@ -419,43 +421,62 @@ def check_io_mode(io: str) -> str:
     return io
 
 
-def open_uring(format_dir: Path, column: str, io: str) -> Any:
-    """The dataset through Lance's io_uring reader (``file+uring://``), or None to read plain files.
+def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
+    """The dataset through Lance's io_uring reader (``file+uring://``), or None to read ``plain`` files.
 
-    A take through io_uring costs about half the wall time and a third of the CPU of the
+    A take through io_uring costs about a third less wall time and half the CPU of the
     default local reader here (bench/README.md, "Lance layout"). ``auto`` uses it on Linux
     when a probe take works (a kernel or container may forbid io_uring: Lance then fails
-    every read with an OSError, it does not hang); ``uring`` insists, ``file`` never tries.
+    every read with an OSError, it does not hang), and probes once per process; ``uring``
+    insists, ``file`` never tries. A probe that fails on plain files too is the data's
+    fault, not io_uring's: the dataset is returned and the read names the shard.
     """
-    import sys
-    import warnings
     from urllib.parse import quote
 
     import lance
 
-    global _uring_pid
+    global _uring
     if io == "file" or (io == "auto" and not sys.platform.startswith("linux")):
         return None
-    if _uring_pid not in (None, os.getpid()):
+    pid = os.getpid()
+    if _uring is not None and _uring[0] != pid:
         # forked from a process whose io_uring threads did not come along: a read would wait forever
         if io == "uring":
             raise LmdataError(f"{format_dir}: Lance's io_uring reader cannot run in a process forked after it "
                               "started; use spawn or forkserver, or io='file'")
         return None
+    if _uring is not None and not _uring[1]:  # probed and failed in this process: warned then
+        if io == "uring":
+            raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here; set {IO_ENV}=file or io='file'")
+        return None
+    _uring = (pid, True)  # before the ring threads start: a fork from here on must not use them
+    probe = [0] if plain.count_rows() else []
     try:
         ds = lance.dataset("file+uring://" + quote(os.path.abspath(format_dir)))
         fragments = ds.get_fragments()
-        if fragments:
-            fragments[0].take([0], columns=[column])
-        _uring_pid = os.getpid()
+    except Exception as exc:
+        return _no_uring(format_dir, io, exc, pid)
+    try:
+        if probe:
+            fragments[0].take(probe, columns=[column])
         return ds
     except Exception as exc:
-        if io == "uring":
-            raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); "
-                              f"set {IO_ENV}=file or io='file'") from exc
-        warnings.warn(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); reading plain files "
-                      f"(set {IO_ENV}=file to skip this probe)", RuntimeWarning, stacklevel=3)
-        return None
+        try:
+            plain.get_fragments()[0].take(probe, columns=[column])
+        except Exception:
+            return ds  # damaged data, not io_uring: the reads name the shard
+        return _no_uring(format_dir, io, exc, pid)
+
+
+def _no_uring(format_dir: Path, io: str, exc: Exception, pid: int) -> None:
+    """Remember that io_uring fails in this process; ``uring`` raises, ``auto`` warns (once)."""
+    global _uring
+    _uring = (pid, False)
+    if io == "uring":
+        raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); "
+                          f"set {IO_ENV}=file or io='file'") from exc
+    warnings.warn(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); reading plain files "
+                  f"(set {IO_ENV}=file to skip this probe)", RuntimeWarning, stacklevel=2)
 
 
 def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:

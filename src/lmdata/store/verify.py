@@ -115,13 +115,18 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
     fmt_of: dict[str, str] = {}
     for fmt in formats:
         try:
-            readers[fmt] = store.reader(split, fmt)
-            fmt_of[fmt] = fmt
-            for label, alt in getattr(readers[fmt], "alternates", dict)().items():
-                readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
+            reader = store.reader(split, fmt)
+            alternates = getattr(reader, "alternates", dict)()
         except LmdataError as exc:
             problems.append(f"split {split!r} format {fmt!r}: {exc}")
-    ref = next(iter(readers), None)
+            continue
+        readers[fmt], fmt_of[fmt] = reader, fmt
+        for label, alt in alternates.items():
+            readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
+    # The reference: a format of one encoding when there is one. A format whose two encodings
+    # disagree cannot tell which is wrong; a third reading of the stream can.
+    single = [n for n in readers if fmt_of[n] == n and sum(fmt_of[m] == n for m in readers) == 1]
+    ref = next(iter(single or readers), None)
     if ref is None:
         return problems
     eot = _EotCount(info.formats[fmt_of[ref]], manifest.eot_id)
@@ -142,8 +147,13 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
             if len(bad):
                 offset = start + int(bad[0])
                 shard = _shard_at(info.formats[fmt_of[fmt]], offset)
-                problems.append(f"split {split!r} format {fmt!r} shard {shard.name}: token {offset} is "
-                                f"{chunk[bad[0]]}, format {ref!r} has {chunks[ref][bad[0]]}")
+                if fmt_of[fmt] == fmt_of[ref]:  # one format's two encodings, nothing else to ask
+                    problems.append(f"split {split!r} format {fmt_of[fmt]!r} shard {shard.name}: its encodings "
+                                    f"disagree at token {offset}: {fmt!r} has {chunk[bad[0]]}, {ref!r} has "
+                                    f"{chunks[ref][bad[0]]}")
+                else:
+                    problems.append(f"split {split!r} format {fmt!r} shard {shard.name}: token {offset} is "
+                                    f"{chunk[bad[0]]}, format {ref!r} has {chunks[ref][bad[0]]}")
                 del readers[fmt]
         eot.add(start, chunks[ref])
         compared = start + n
