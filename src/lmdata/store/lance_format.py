@@ -5,7 +5,7 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
     data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
                            tokens list<uint16|uint32>, token_bytes large_binary), documents
                            cut into pieces of at most 1,024 tokens; each fragment holds a run
-                           of whole ingest shards, up to 64 Mi tokens (``lance_fragments``)
+                           of whole ingest shards, up to 256 Mi tokens (``lance_fragments``)
     _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
     rows-00000.npy         int64 [2, n_rows + 1], a shard's row index: each row's first token
                            within it (then n_tokens) and each row's document (then n_docs)
@@ -15,7 +15,7 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
     _fragments/<name>.json record of a fragment of several shards (``lance_fragments``)
 
 The manifest's Lance shards are the committed fragments, so they are fewer than the other
-formats' shards (names like ``00000-00063``). ``finish`` groups the staging fragments and
+formats' shards (names like ``00000-00255``). ``finish`` groups the staging fragments and
 commits the groups (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
 the ``r``-th row of the stream); ``cleanup_partial`` deletes data files no record references.
 

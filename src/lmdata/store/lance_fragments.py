@@ -1,12 +1,12 @@
 """Lance fragments: the ingest's shards grouped into few large fragments when a split is finished.
 
-Why: a Lance ``take`` pays a fixed cost for every fragment it touches (~0.05 ms here, on top
-of ~1 ms for a batch of 32 x 1,025 tokens), so a store of 1 Mi-token fragments (one per
-ingest shard) read 2-3x slower than the same rows in one fragment (bench/README.md,
+Why: a Lance ``take`` pays a fixed cost for every fragment it touches (~0.05 ms per take
+here, on top of ~1.2 ms for four batches of 32 x 1,025 tokens), so a store of 1 Mi-token
+fragments (one per ingest shard) read 2-3x slower than the same rows in one fragment (bench/README.md,
 "Lance layout"). The ingest still writes one uncommitted *staging* fragment per shard, which
 is what makes it resumable shard by shard; ``finish`` then streams runs of consecutive
 shards, up to ``FRAGMENT_TOKENS`` tokens, into one fragment each and commits those. The
-manifest's Lance shards are these fragments (named ``00000-00063`` after the ingest shards
+manifest's Lance shards are these fragments (named ``00000-00255`` after the ingest shards
 they hold; a fragment of one shard keeps that shard's staging files and name).
 
 Crash safety: a rebuilt fragment's old record is removed first; the new fragment's file and
@@ -31,7 +31,12 @@ from lmdata.store import files
 from lmdata.store.checksum import file_info
 from lmdata.store.protocol import ShardInfo
 
-FRAGMENT_TOKENS = 1 << 26  # 64 Mi tokens (128 MB of uint16) per fragment, at most (a larger shard: alone)
+# 256 Mi tokens per fragment, at most (a larger shard: alone); ~1 GB of Lance file with
+# token_bytes. A take pays ~14 us per batch of 32 for every fragment its windows touch
+# (x10 corpus: 57 fragments 1.06 ms, 15 0.53, 4 0.38, 1 0.33), so a 9 G-token split costs
+# ~+1.8 ms per batch in 64 Mi-token fragments and ~+0.45 ms in these. Ingest of 294 M tokens:
+# same time, peak RSS 369 -> 401 MB (bench/README.md, "Lance layout").
+FRAGMENT_TOKENS = 1 << 28
 GROUP_DIR = "_fragments"
 
 
