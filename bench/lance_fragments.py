@@ -22,7 +22,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer  # bench/ is on sys.path when a script runs
+from common import (  # bench/ is on sys.path when a script runs
+    CACHED_TOKENIZER,
+    CORPUS,
+    ensure_tokenizer,
+)
 
 B, L, PER_READ = 32, 1025, 4
 
@@ -51,8 +55,7 @@ def tiled(corpus: Path, tiles: int, work: Path) -> Path:
     if not out.is_file() or out.stat().st_size != tiles * corpus.stat().st_size:
         data = corpus.read_bytes()
         with open(out, "wb") as fh:
-            for _ in range(tiles):
-                fh.write(data)
+            fh.writelines(data for _ in range(tiles))
     return out
 
 
