@@ -97,11 +97,10 @@ def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False, uring: boo
     import pyarrow as pa
     from lance.file import LanceFileReader
 
-    from urllib.parse import quote
-
+    from lmdata.store.lance_format import uring_uri
     from lmdata.store.windows import concat_ranges
 
-    ds = lance.dataset("file+uring://" + quote(str(path.resolve())) if uring else str(path))
+    ds = lance.dataset(uring_uri(path) if uring else str(path))
     if raw:
         data_files = sorted((path / "data").iterdir())
         assert len(data_files) == 1, "the raw layout is one fragment"

@@ -117,10 +117,10 @@ class NaiveLanceReader:
     """
 
     def __init__(self, path: Path, doc_starts: np.ndarray, dtype: Any, uring: bool = False) -> None:
-        from urllib.parse import quote
+        from lmdata.store.lance_format import uring_uri
 
         self.path, self.doc_starts = str(path), doc_starts  # global doc starts, then n_tokens
-        self.uri = "file+uring://" + quote(os.path.abspath(path)) if uring else self.path
+        self.uri = uring_uri(path) if uring else self.path
         self.n_tokens, self.dtype = int(doc_starts[-1]), np.dtype(dtype)
         self._ds = None
 

@@ -349,7 +349,7 @@ class LanceReader:
         r0, first_token = row[:n], first[:n]
         rows = np.sort(concat_ranges(r0, row[n:] - r0 + 1))
         rows = rows[np.concatenate([[True], rows[1:] != rows[:-1]])]  # unique: sorting is most of np.unique
-        values, offsets = self._take(rows, self._row_extents(rows)[1])
+        values, offsets = self._take(rows, self._row_sizes(rows))
         src = offsets[np.searchsorted(rows, r0)] + (starts - first_token)
         return np.lib.stride_tricks.sliding_window_view(values, length)[src]
 
@@ -362,13 +362,13 @@ class LanceReader:
             row[at], first[at] = local + self._row_base[f], b[local]
         return row, first
 
-    def _row_extents(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Global first token and token count of each of the (sorted) dataset ``rows``."""
-        start, size = np.empty_like(rows), np.empty_like(rows)
+    def _row_sizes(self, rows: np.ndarray) -> np.ndarray:
+        """Token count of each of the (sorted) dataset ``rows``, from the row index."""
+        size = np.empty_like(rows)
         for f, at in _by_fragment(np.searchsorted(self._row_base, rows, side="right") - 1):
             b, local = self._bounds(f), rows[at] - self._row_base[f]
-            start[at], size[at] = b[local], b[local + 1] - b[local]
-        return start, size
+            size[at] = b[local + 1] - b[local]
+        return size
 
     def alternates(self) -> dict[str, LanceReader]:
         """Readers of the same stream through other columns, for ``lmdata verify`` to compare.
@@ -390,7 +390,7 @@ class LanceReader:
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
         local = np.flatnonzero(self._index(i)[1][:-1] == doc_id - self._doc_bounds[i])
         rows = (local + self._row_base[i]).astype(np.int64)
-        values, offsets = self._take(rows, self._row_extents(rows)[1])
+        values, offsets = self._take(rows, self._row_sizes(rows))
         return values[offsets[0]:offsets[-1]].copy()
 
     def doc_starts(self, i: int) -> np.ndarray:
@@ -421,6 +421,13 @@ def check_io_mode(io: str) -> str:
     return io
 
 
+def uring_uri(path: str | Path) -> str:
+    """``path`` as Lance's io_uring URI: absolute, percent-quoted (Lance unquotes it)."""
+    from urllib.parse import quote
+
+    return "file+uring://" + quote(os.path.abspath(path))
+
+
 def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
     """The dataset through Lance's io_uring reader (``file+uring://``), or None to read ``plain`` files.
 
@@ -431,8 +438,6 @@ def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
     insists, ``file`` never tries. A probe that fails on plain files too is the data's
     fault, not io_uring's: the dataset is returned and the read names the shard.
     """
-    from urllib.parse import quote
-
     import lance
 
     global _uring
@@ -452,7 +457,7 @@ def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
     _uring = (pid, True)  # before the ring threads start: a fork from here on must not use them
     probe = [0] if plain.count_rows() else []
     try:
-        ds = lance.dataset("file+uring://" + quote(os.path.abspath(format_dir)))
+        ds = lance.dataset(uring_uri(format_dir))
         fragments = ds.get_fragments()
     except Exception as exc:
         return _no_uring(format_dir, io, exc, pid)
