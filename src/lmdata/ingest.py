@@ -370,10 +370,9 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             pool, run_split = ingest_ray.RayEngine(ray_address, str(tokenizer_dir), workers), ingest_ray.ingest_split
         created = ingest_output.missing_root(Path(out))
         out = ingest_output.open_output(Path(out))
-        lock = ingest_output.lock(out)
+        lock = ingest_output.claim(out, resume=resume, overwrite=overwrite)
         fresh = writing = False
         try:
-            ingest_output.prepare(out, resume=resume, overwrite=overwrite)
             fresh = ingest_output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
             store_tok = ingest_output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
             plan_json = ingest_output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)

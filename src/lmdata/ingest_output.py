@@ -10,10 +10,15 @@ is identical, which is what makes a resumed store equal to an uninterrupted one.
 States of ``<store>`` and what each flag does::
 
     missing / empty            -> start
-    manifest.json present      -> refused; --overwrite replaces, --resume re-checks and finishes
-    ingest-plan.json, no manifest (an interrupted ingest)
+    our manifest.json present  -> refused; --overwrite replaces, --resume re-checks and finishes
+    our ingest-plan.json, no manifest (an interrupted ingest)
                                -> refused; --resume continues, --overwrite starts over
     anything else              -> refused even with --overwrite (not ours to delete)
+
+"Ours" means the manifest or plan parses as lmdata's (``store_layout``), never that a file
+is *named* ``manifest.json``; and even in our store, a name that no ingest of its layout
+writes (``foreign_files``: a user's ``README.md``, ``.git/``, a stray file among the shards)
+makes ``--overwrite`` and ``--resume`` refuse, naming it, rather than delete or mix with it.
 
 When an ingest fails on bad input (an ``LmdataError``), what it wrote cannot be resumed:
 fixing the input changes its sha256 in the plan. So a run that started from nothing
@@ -29,17 +34,21 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import IO, Any
 
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
-from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir
+from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
+from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir, read_manifest
 
 LOCK_NAME = ".lock"
 PLAN_NAME = "ingest-plan.json"
 TOKENIZER_DIR = "tokenizer"
+_PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
+_PROBE = re.compile(r"\.write-test-\d+")  # open_output's writability probe
 
 
 class ResumableError(LmdataError):
@@ -101,6 +110,59 @@ def lock(out: Path) -> IO[bytes]:
     return fh
 
 
+def claim(out: Path, *, resume: bool, overwrite: bool) -> IO[bytes]:
+    """Lock ``out`` and ``prepare`` it; a refusal leaves ``out`` as it was (no lock file left in a user's folder)."""
+    had_lock = (Path(out) / LOCK_NAME).exists()
+    fh = lock(out)
+    try:
+        prepare(out, resume=resume, overwrite=overwrite)
+    except BaseException:
+        if not had_lock:
+            (Path(out) / LOCK_NAME).unlink(missing_ok=True)
+        fh.close()
+        raise
+    return fh
+
+
+def store_layout(out: Path) -> dict[str, set[str]] | None:
+    """Each split's formats as the store's own marker names them (its manifest, else its ingest
+    plan); None when ``out`` carries no marker of ours (a file merely *named* manifest.json is not one)."""
+    out = Path(out)
+    if (out / MANIFEST_NAME).is_file():
+        try:
+            manifest = read_manifest(out)
+        except LmdataError:
+            manifest = None
+        if manifest is not None:
+            return {name: set(s.formats) for name, s in manifest.splits.items()}
+    try:
+        plan = json.loads((out / PLAN_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(plan, dict) and set(plan) == _PLAN_KEYS and isinstance(plan["splits"], dict)
+            and isinstance(plan["formats"], list) and all(isinstance(f, str) for f in plan["formats"])):
+        return None
+    return {name: set(plan["formats"]) for name in plan["splits"] if isinstance(name, str)}
+
+
+def foreign_files(out: Path, layout: dict[str, set[str]]) -> list[str]:
+    """Paths under ``out`` (relative) that no ingest of this layout writes: a user's files."""
+    from lmdata.store.registry import get_format
+
+    out = Path(out)
+    top = {MANIFEST_NAME, PLAN_NAME, LOCK_NAME, TOKENIZER_DIR, *layout}
+    foreign = [n for n in foreign_entries(out, lambda n: n in top or _PROBE.fullmatch(n) is not None)]
+    for split, formats in layout.items():
+        if not (out / split).is_dir():
+            continue
+        foreign += [f"{split}/{n}" for n in foreign_entries(out / split, formats.__contains__)]
+        for fmt in formats:
+            owned = getattr(get_format(fmt).writer, "OWNED", None)
+            if owned is not None and (out / split / fmt).is_dir():
+                foreign += [f"{split}/{fmt}/{n}" for n in foreign_entries(out / split / fmt, owned.fullmatch)]
+    return foreign
+
+
 def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Refuse or clear an existing store according to the flags (see the module docstring)."""
     if resume and overwrite:
@@ -108,12 +170,14 @@ def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
     entries = [p for p in Path(out).iterdir() if p.name != LOCK_NAME]
     if not entries:
         return
-    names = {p.name for p in entries}
-    ours = MANIFEST_NAME in names or PLAN_NAME in names
-    if not ours:
+    layout = store_layout(out)
+    if layout is None:
         raise LmdataError(
-            f"{out} is not empty and holds no lmdata store; refusing to write or delete there; choose another --out"
+            f"--out {out} is not empty and holds no lmdata store; refusing to write or delete there (no "
+            f"manifest.json or ingest-plan.json of lmdata's; it holds "
+            f"{describe_foreign(out, sorted(p.name for p in entries))}); choose another --out"
         )
+    refuse_foreign(Path(out), foreign_files(out, layout), "--out", "a store")
     if overwrite:
         for p in entries:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -121,7 +185,7 @@ def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
         return
     if resume:
         return
-    if MANIFEST_NAME in names:
+    if (Path(out) / MANIFEST_NAME).is_file():
         raise LmdataError(f"{out} already holds a store; pass --overwrite to replace it")
     raise LmdataError(
         f"{out} holds the partial output of an interrupted ingest; pass --resume to continue it "

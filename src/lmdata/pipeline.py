@@ -33,7 +33,6 @@ from lmdata.config import PipelineConfig, TokenizerConfig, load_pipeline
 from lmdata.errors import LmdataError
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json")
 
 
 def _f(default: Any, help: str) -> Any:
@@ -142,10 +141,13 @@ def load_sections(path: str | Path) -> tuple[PipelineConfig, Any, BenchSection, 
 
 def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str], None]) -> Path:
     """The pipeline's tokenizer directory, trained first (as `lmdata tokenizer train`) when missing."""
+    from lmdata.tokenizer.saved import check_replaceable, is_lmdata_tokenizer_dir
+
     d = Path(cfg.dir)
-    if (d / "tokenizer.json").is_file():
+    if is_lmdata_tokenizer_dir(d) or (not cfg.train_files and d.is_dir()):
         log(f"tokenizer: reusing {d}")
         return d
+    check_replaceable(d, "[tokenizer] dir")  # a Hugging Face or other folder is never trained over
     if not cfg.train_files:
         raise LmdataError(f"[tokenizer] dir {d} holds no tokenizer and train_files is empty; set one of them")
     from lmdata.sources import expand
@@ -167,13 +169,13 @@ def ensure_store(pipe: PipelineConfig, tokenizer_dir: Path, *, overwrite: bool =
     ``overwrite`` re-ingests (the ingest refuses to delete a directory that is not a store).
     """
     from lmdata.ingest import ingest
-    from lmdata.ingest_output import PLAN_NAME
+    from lmdata.ingest_output import PLAN_NAME, store_layout
     from lmdata.sources import SourceSpec
     from lmdata.store.manifest import MANIFEST_NAME
 
     cfg = pipe.ingest
     out = Path(cfg.out)
-    if (out / MANIFEST_NAME).is_file() and not overwrite:
+    if (out / MANIFEST_NAME).is_file() and not overwrite and store_layout(out) is not None:
         log(f"ingest: reusing {out} (delete it or pass --fresh to redo it)")
         return True
     resume = (out / PLAN_NAME).is_file() and not overwrite
@@ -255,6 +257,8 @@ def ensure_bench(store: Path, cfg: BenchSection, *, log: Callable[[str], None]) 
     from lmdata.bench import report
     from lmdata.bench.run import BenchConfig, run_bench
 
+    report.check_out(out, "[bench] out")
+
     values = dataclasses.asdict(cfg)
     del values["out"]
     values["step_ms"] = None if cfg.step_ms < 0 else cfg.step_ms
@@ -266,17 +270,31 @@ def ensure_bench(store: Path, cfg: BenchSection, *, log: Callable[[str], None]) 
 
 
 def clear_outputs(pipe: PipelineConfig, train_cfg: Any, bench: BenchSection, log: Callable[[str], None]) -> None:
-    """``--fresh``: delete what these steps write (the store is replaced by the ingest itself)."""
+    """``--fresh``: delete what these steps wrote (the store is replaced by the ingest itself).
+
+    Every directory is checked first, and nothing is deleted unless all of them are lmdata's
+    own output holding only lmdata's files: a Hugging Face folder named as ``[tokenizer] dir``,
+    or a ``[train] out`` with a user's files, is refused with the names of those files.
+    """
+    from lmdata.bench.report import OUT_FILES, check_out
+    from lmdata.tokenizer.saved import FILES, check_replaceable, is_lmdata_tokenizer_dir
+    from lmdata.train.checkpoint import CHECKPOINT_DIR, check_run_dir
+
     tok = Path(pipe.tokenizer.dir)
-    if pipe.tokenizer.train_files and (tok / "tokenizer.json").is_file():
-        for name in TOKENIZER_FILES:
+    retrain = bool(pipe.tokenizer.train_files) and tok.is_dir()
+    if retrain:
+        check_replaceable(tok, "[tokenizer] dir")
+    train_out, bench_out = Path(train_cfg.out), Path(bench.out)
+    check_run_dir(train_out, "[train] out")
+    check_out(bench_out, "[bench] out")
+    if retrain and is_lmdata_tokenizer_dir(tok):
+        for name in FILES:
             (tok / name).unlink(missing_ok=True)
         if not any(tok.iterdir()):
             tok.rmdir()
-    train_out = Path(train_cfg.out)
-    shutil.rmtree(train_out / "checkpoints", ignore_errors=True)
+    shutil.rmtree(train_out / CHECKPOINT_DIR, ignore_errors=True)
     for path in [train_out / n for n in ("metrics.jsonl", "loss.png", "sample.txt")] + \
-                [Path(bench.out) / n for n in BENCH_FILES]:
+                [bench_out / n for n in OUT_FILES]:
         path.unlink(missing_ok=True)
     log("fresh: removed the tokenizer (if trained here), checkpoints, metrics, sample and bench report")
 
@@ -285,6 +303,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
                  progress: bool = True, log: Callable[[str], None] | None = print) -> RunResult:
     """The main job of ``path`` (see the module docstring); ``steps`` overrides ``[train] steps``."""
     from lmdata.store.verify import verify_store
+    from lmdata.tokenizer.saved import is_lmdata_tokenizer_dir
     from lmdata.train.loop import resolve_device
 
     log = log or (lambda msg: None)
@@ -301,7 +320,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
         clear_outputs(pipe, train_cfg, bench_cfg, log)
 
     log(f"== 1/6 tokenizer ({pipe.tokenizer.dir})")
-    tok_reused = (Path(pipe.tokenizer.dir) / "tokenizer.json").is_file()
+    tok_reused = is_lmdata_tokenizer_dir(Path(pipe.tokenizer.dir))
     tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log)
     reused += ["tokenizer"] if tok_reused else []
     log(f"== 2/6 ingest -> {pipe.ingest.out}")

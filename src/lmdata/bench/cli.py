@@ -56,6 +56,8 @@ def bench(store: Path, split: str, fmt: str, workers: str, batch_size: int, seq_
         cache=["warm", "cold"] if cache == "both" else [cache], device=device, prefetch=prefetch,
         batches_per_read=batches_per_read, seed=seed,
     )
+    if out is not None:
+        report.claim_out(out)  # refuse a folder of user files before the bench, not after it
     result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
     click.echo("\n".join(report.header_lines(result)))
     click.echo(report.table(result))

@@ -149,10 +149,36 @@ def plot_waits(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+OUT_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
+
+
+def _legacy_bench_dir(out: Path) -> bool:
+    """A bench directory written before the ``lmdata.json`` marker: its bench.json is ours."""
+    try:
+        result = json.loads((Path(out) / "bench.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(result, dict) and isinstance(result.get("runs"), list) and "config" in result
+
+
+def check_out(out: Path, flag: str = "--out") -> None:
+    """Refuse a bench ``out`` that holds files a bench did not write (missing or empty is fine)."""
+    from lmdata._ownership import check_owned_dir
+
+    if Path(out).is_dir() and any(Path(out).iterdir()):
+        check_owned_dir(Path(out), "bench", frozenset(OUT_FILES), flag=flag, legacy=_legacy_bench_dir)
+
+
+def claim_out(out: Path, flag: str = "--out") -> Path:
+    """Make ``out`` a bench output directory, refusing one that holds files lmdata did not write."""
+    from lmdata._ownership import claim_output_dir
+
+    return claim_output_dir(Path(out), "bench", frozenset(OUT_FILES), flag=flag, legacy=_legacy_bench_dir)
+
+
 def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     """bench.json, stall.png, waits.png and table.txt under ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_out(out)
     paths = {"json": out / "bench.json", "table": out / "table.txt",
              "stall_png": out / "stall.png", "waits_png": out / "waits.png"}
     text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n"

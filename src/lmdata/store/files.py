@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -184,7 +185,11 @@ class RecordedShardWriter:
 
     Subclasses write ``write_shard``; ``finish`` makes names and records durable and drops
     shards of an interrupted longer run; ``cleanup_partial`` removes temporaries.
+    ``OWNED`` matches every name a writer may create in its format directory: an
+    ``--overwrite`` deletes those and refuses when anything else is there.
     """
+
+    OWNED: re.Pattern[str] = re.compile(RECORD_DIR)
 
     def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
         self.format_dir = Path(format_dir)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -94,6 +95,9 @@ def with_token_bytes(table: Any) -> Any:
 
 class LanceWriter(files.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
+
+    OWNED = re.compile(r"data|_versions|_transactions|_indices|_deletions|_refs|_shards|_fragments"
+                       r"|rows-\d{5}\.npy|index-[0-9-]+\.npy")
 
     def __init__(self, format_dir: Path, dtype: np.dtype, *, fragment_tokens: int | None = None) -> None:
         super().__init__(format_dir, dtype)

@@ -6,7 +6,7 @@ store (no ``..``, no absolute paths, no symlink escapes) -- ``resolve_inside`` e
 
 Example (abridged)::
 
-    {"format_version": 1, "lmdata_version": "0.1.0",
+    {"format": "lmdata-store", "format_version": 1, "lmdata_version": "0.1.0",
      "tokenizer": {"hash": "3f2a...", "vocab_size": 8192, "dir": "tokenizer"},
      "dtype": "uint16", "eot_id": 8191, "shard_tokens": 1048576,
      "splits": {"train": {"n_docs": 61, "n_tokens": 212345,
@@ -30,6 +30,7 @@ from lmdata.store.protocol import ShardInfo
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+STORE_FORMAT = "lmdata-store"  # the manifest's "format": what makes a directory an lmdata store
 DTYPES = ("uint16", "uint32")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the store's own entries beside the split directories (ingest-plan.json: see ``ingest_output``)
@@ -73,6 +74,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format": STORE_FORMAT,
             "format_version": self.format_version,
             "lmdata_version": self.lmdata_version,
             "tokenizer": {"hash": self.tokenizer_hash, "vocab_size": self.vocab_size, "dir": "tokenizer"},
@@ -94,6 +96,9 @@ class Manifest:
     @classmethod
     def from_json(cls, obj: dict[str, Any], where: str = MANIFEST_NAME) -> "Manifest":
         try:
+            if obj.get("format", STORE_FORMAT) != STORE_FORMAT:  # absent in manifests written before it
+                raise LmdataError(f"{where}: not an lmdata store manifest (format {obj.get('format')!r}, "
+                                  f"expected {STORE_FORMAT!r})")
             version = int(obj["format_version"])
             if version > FORMAT_VERSION:
                 raise LmdataError(

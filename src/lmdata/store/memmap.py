@@ -18,6 +18,7 @@ boundary is copied piece by piece.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ def _names(index: int) -> tuple[str, str]:
 
 class MemmapWriter(files.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
+
+    OWNED = re.compile(r"tokens-\d{5}\.bin|docs-\d{5}\.npy|_shards")
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int

@@ -26,6 +26,7 @@ columns (no tokens); ``arrow_rows`` (for ``lmdata sql``) is a pyarrow dataset of
 from __future__ import annotations
 
 import os
+import re
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
@@ -123,6 +124,8 @@ def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
 
 class ParquetWriter(files.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
+
+    OWNED = re.compile(r"shard-\d{5}\.parquet|_shards")
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.tokenizer.pretokenize import GPT2_PATTERN
 
@@ -39,17 +40,40 @@ def content_hash(vocab_text: str, merges_text: str, special_tokens: list[str]) -
     return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest(), files
 
 
+def is_lmdata_tokenizer_dir(path: Path) -> bool:
+    """Whether ``path`` holds our metadata file, parsing, with our format and version fields (a
+    Hugging Face folder's ``tokenizer.json`` is not ours: only these fields make a directory ours)."""
+    try:
+        meta = json.loads((Path(path) / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT and isinstance(meta.get("version"), int)
+
+
+def check_replaceable(out: Path, flag: str = "--out") -> None:
+    """Refuse ``out`` unless it is missing, empty, or an lmdata tokenizer holding only our files."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise LmdataError(f"{flag} {out}: exists and is not a directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not is_lmdata_tokenizer_dir(out):
+        raise LmdataError(
+            f"{flag} {out}: is a non-empty directory that is not an lmdata tokenizer (it holds "
+            f"{describe_foreign(out, sorted(p.name for p in out.iterdir()))}); lmdata never replaces "
+            f"another tool's files -- choose another {flag}"
+        )
+    refuse_foreign(out, foreign_entries(out, set(FILES).__contains__), flag, "a tokenizer directory")
+
+
 def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list[str], vocab_size: int) -> str:
     """Write the three files into a temp dir beside ``out``, then rename it into place.
 
-    An existing tokenizer directory at ``out`` is replaced; any other non-empty
-    directory is left alone and reported.  Returns the hash.
+    An lmdata tokenizer directory at ``out`` holding only our files is replaced; any
+    other non-empty directory is left alone and reported (``check_replaceable``).  Returns the hash.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise LmdataError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "tokenizer.json").exists():
-        raise LmdataError(f"--out {out}: is a non-empty directory that is not a tokenizer; choose another --out")
+    check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     digest, files = content_hash(vocab_text, merges_text, special_tokens)
     meta = {

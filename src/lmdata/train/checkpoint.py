@@ -30,6 +30,40 @@ VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 
 
+CHECKPOINT_DIR = "checkpoints"
+RUN_FILES = frozenset({CHECKPOINT_DIR, "metrics.jsonl", "loss.png", "sample.txt"})  # what a run writes in --out
+
+
+def _checkpoint_dir_foreign(ckpt_dir: Path) -> list[str]:
+    from lmdata._ownership import foreign_entries
+
+    if not ckpt_dir.is_dir():
+        return []
+    return [f"{CHECKPOINT_DIR}/{n}" for n in
+            foreign_entries(ckpt_dir, lambda n: n == "tokenizer" or _NAME.match(n) is not None)]
+
+
+def check_run_dir(out: str | Path, flag: str = "--out") -> None:
+    """Refuse a training ``--out`` that holds anything a run did not write (checkpoints included)."""
+    from lmdata._ownership import check_owned_dir, refuse_foreign
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise LmdataError(f"{flag} {out}: exists and is not a directory; choose another {flag}")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    check_owned_dir(out, "train", RUN_FILES, flag=flag, legacy=lambda d: (d / CHECKPOINT_DIR).is_dir())
+    refuse_foreign(out, _checkpoint_dir_foreign(out / CHECKPOINT_DIR), flag, "a training output")
+
+
+def claim_run_dir(out: str | Path, flag: str = "--out") -> Path:
+    """``check_run_dir``, then create ``out`` with its ``lmdata.json`` marker."""
+    from lmdata._ownership import claim_output_dir
+
+    check_run_dir(out, flag)
+    return claim_output_dir(Path(out), "train", RUN_FILES, flag=flag, legacy=lambda d: True)
+
+
 def checkpoint_name(step: int) -> str:
     return f"ckpt-{step:08d}.pt"
 

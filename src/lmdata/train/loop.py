@@ -28,7 +28,7 @@ import torch
 
 from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM, model_config
-from lmdata.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from lmdata.train.checkpoint import check_run_dir, claim_run_dir, latest_checkpoint, load_checkpoint, save_checkpoint
 from lmdata.train.config import TrainConfig
 from lmdata.train.loss import cross_entropy
 from lmdata.train.optim import AdamW, clip_gradients
@@ -295,13 +295,14 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     from tqdm import tqdm
 
     cfg.check()
+    check_run_dir(cfg.out)  # every rank: a folder of user files is refused before any rank writes
     dist = init_distributed(cfg.device)
     log = log or print
     say = log if dist.main else (lambda msg: None)
     run = Run(cfg, dist, say)
     start = run.resume()
     if dist.main:
-        run.out.mkdir(parents=True, exist_ok=True)
+        claim_run_dir(run.out)
         _truncate_metrics(run.out / METRICS, start)
         run.save_tokenizer()
     say(f"model {cfg.model}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
