@@ -247,7 +247,10 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None, sources:
     for j, split in enumerate(splits):
         for k, fmt in enumerate(_formats_with(st, split, "arrow_rows")):
             reader = st.reader(split, fmt)
-            con.register(f"_rows_{j}_{k}", reader.arrow_rows())
+            rows = reader.arrow_rows()
+            if hasattr(rows, "batches") and hasattr(rows, "schema"):  # our errors reach the user as they were
+                rows = _Rescannable(rows.schema, rows.batches, docs.errors)
+            con.register(f"_rows_{j}_{k}", rows)
             if sources is not None:
                 sources[f"_rows_{j}_{k}"] = reader
             part = f"SELECT {j} AS _s, doc_id, token_offset, tokens FROM _rows_{j}_{k}"

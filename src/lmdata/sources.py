@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -186,6 +187,26 @@ class _ZstdReader(io.RawIOBase):
 
 # ---------------------------------------------------------------------------- decoding
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str:
+    """``text`` if it is valid Unicode; a lone UTF-16 surrogate (JSON's ``"\\ud800"`` escape of half
+    a character, which no UTF-8 encoder, tokenizer or Arrow string can hold) is an error naming
+    where it is, or with ``errors="replace"`` becomes U+FFFD and is counted like bad UTF-8."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return text
+    if errors == "strict":
+        raise LmdataError(
+            f"{where}: lone UTF-16 surrogate {found.group()!r} at character {found.start()} (a JSON escape of half "
+            "a character, not text); fix the line or pass --errors replace"
+        )
+    fixed, n = _SURROGATE.subn("\ufffd", text)
+    stats.replaced += n
+    return fixed
+
+
 
 def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats) -> str:
     """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence."""
@@ -265,7 +286,7 @@ def _jsonl_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterat
         if not isinstance(value, str):
             raise LmdataError(f"{where}: field {spec.text_field!r} is {type(value).__name__}, not a string")
         if value:
-            yield Document(value, len(line))
+            yield Document(no_surrogates(value, spec.errors, f"{where}: field {spec.text_field!r}", stats), len(line))
 
 
 def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:

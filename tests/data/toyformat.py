@@ -194,3 +194,41 @@ def build_store(path: Path, formats: list[str], n_tokens: int = 30_000, shard_to
     write_manifest(path, Manifest(tokenizer_hash="0" * 64, vocab_size=eot + 1, dtype="uint16", eot_id=eot,
                                   shard_tokens=shard_tokens, splits={"train": info}))
     return np.concatenate(docs).astype(np.int64)
+
+
+class SiblingKillerReader(NpyReader):
+    """Issue 19: worker 1 stalls in its first read; worker 0, on the token ``trigger``, SIGKILLs it.
+
+    So worker 1 dies mid-read with a further read queued for it (what the OOM killer does to
+    a worker whose reads are prefetched); each worker records its pid under ``pid_dir``.
+    """
+
+    def __init__(self, path: Path, trigger: int, pid_dir: Path) -> None:
+        super().__init__(path)
+        self.trigger, self.pid_dir = trigger, str(pid_dir)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "trigger": self.trigger, "pid_dir": self.pid_dir}
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        import signal
+
+        import torch
+
+        worker = torch.utils.data.get_worker_info().id
+        mine = Path(self.pid_dir) / f"worker-{worker}"
+        first = not mine.exists()
+        mine.write_text(str(os.getpid()))
+        starts = np.asarray(starts, dtype=np.int64)
+        if worker == 1 and first:
+            time.sleep(30.0)  # killed long before this ends
+        if worker == 0 and np.any((starts <= self.trigger) & (self.trigger < starts + length)):
+            other = Path(self.pid_dir) / "worker-1"
+            for _ in range(200):
+                if other.exists():
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)  # worker 1 is inside its stalled read now
+            os.kill(int(other.read_text()), signal.SIGKILL)
+            time.sleep(2.0)
+        return super().windows(starts, length)

@@ -195,6 +195,28 @@ def test_bad_input_names_the_file_like_the_local_engine(ray_cluster, tokenizer_d
     assert fingerprint(tmp_path / "r-ray")["extra"]["splits"]["train"]["replaced"] == 1
 
 
+@needs_ray
+def test_a_lone_surrogate_is_one_line_like_the_local_engine(ray_cluster, tokenizer_dir, tmp_path):
+    """Issue 19: JSON's "\\ud800" is half a character; the Ray engine met it as a UnicodeEncodeError
+    traceback (Arrow cannot hold it). Both engines refuse it in the source, naming line and field."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": "half \\ud800 a pair"}\n{"text": "ok"}\n')
+    messages = []
+    for engine in ("local", "ray"):
+        with pytest.raises(LmdataError) as err:
+            ingest({"train": SourceSpec((str(bad),), kind="jsonl")}, tokenizer_dir, tmp_path / engine,
+                   formats=["memmap"], workers=1, progress=False, log=None, engine=engine)
+        messages.append(str(err.value))
+        assert not (tmp_path / engine).exists()
+    assert messages[0] == messages[1]
+    assert f"{bad}:2: field 'text': lone UTF-16 surrogate" in messages[0] and "--errors replace" in messages[0]
+    for engine in ("local", "ray"):  # --errors replace: U+FFFD, counted, the same store
+        ingest({"train": SourceSpec((str(bad),), kind="jsonl", errors="replace")}, tokenizer_dir,
+               tmp_path / f"r-{engine}", formats=FORMATS, workers=1, progress=False, log=None, engine=engine)
+    assert fingerprint(tmp_path / "r-ray") == fingerprint(tmp_path / "r-local")
+    assert fingerprint(tmp_path / "r-ray")["extra"]["splits"]["train"]["replaced"] == 1
+
+
 def test_without_ray_the_engine_says_how_to_install(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None\n"

@@ -145,10 +145,10 @@ class InFlight:
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])
 
-    def reading(self) -> list[list[int]]:
-        """Index lists being read right now, one per busy worker."""
+    def reading(self) -> dict[int, list[int]]:
+        """Index lists being read right now, by worker id (busy workers only)."""
         slots = [self.board[i:i + self.width] for i in range(0, len(self.board), self.width)]
-        return [list(s[1:1 + s[0]]) for s in slots if s[0] > 0]
+        return {w: list(s[1:1 + s[0]]) for w, s in enumerate(slots) if s[0] > 0}
 
 
 def keep_batch(data: Any) -> Any:
@@ -215,7 +215,7 @@ class TokenLoader:
             except StopIteration:
                 break
             except Exception as exc:
-                raise self._explain(exc) from exc
+                raise self._explain(exc, it) from exc
             windows, info = group if isinstance(group, (tuple, list)) else (group, None)
             at = 0
             for b in range(self._batch, min(self._batch + self.sampler.group, self.sampler.batches_per_epoch)):
@@ -226,20 +226,45 @@ class TokenLoader:
                 yield collate_windows(part, self.pin_memory)
         self._epoch, self._batch = self._epoch + 1, 0
 
-    def _explain(self, exc: Exception) -> Exception:
+    def _explain(self, exc: Exception, it: Any = None) -> Exception:
         """Worker errors as one LmdataError naming the batch and its samples."""
         text = str(exc)
         if isinstance(exc, LmdataError) and "LmdataError: " in text:  # re-raised from a worker
             return LmdataError(text.rsplit("LmdataError: ", 1)[1].strip() + " (in a DataLoader worker)")
         if isinstance(exc, RuntimeError) and "DataLoader" in text:  # dead worker or timeout
             what = "offsets" if self.sampler.sampling == "random" else "samples"
-            busy = self._in_flight.reading() if self._in_flight is not None else []
-            shown = "; ".join(f"{ids[:8]}{f'... ({len(ids)} in all)' if len(ids) > 8 else ''}" for ids in busy) or "none recorded"
+            busy = self._in_flight.reading() if self._in_flight is not None else {}
+            dead, held = self._held(it)
+            if dead:
+                shown = "; ".join(_worker_held(w, busy.get(w, []), held.get(w, []), what) for w in sorted(dead))
+            else:
+                shown = f"workers were reading {what} " + ("; ".join(map(_shown, busy.values())) or "none recorded")
             return LmdataError(
-                f"{text.splitlines()[0]} (epoch {self._epoch}, waiting for batch {self._batch}; "
-                f"workers were reading {what} {shown}; rerun with num_workers=0 for the full error)"
+                f"{text.splitlines()[0]} (epoch {self._epoch}, waiting for batch {self._batch}; {shown}; "
+                "rerun with num_workers=0 for the full error)"
             )
         return exc
+
+    def _held(self, it: Any) -> tuple[set[int], dict[int, list[int]]]:
+        """The dead workers, and the sample indices of every read handed to one and never returned.
+
+        A worker killed between reads (the OOM killer picks its moment) was reading nothing,
+        but the reads queued for it die with it: the DataLoader iterator's task table
+        (``_task_info``: read number -> (worker,) until its data arrives) names them, and read
+        ``k`` of this pass is the sampler's ``k``-th group from ``start``. Another torch
+        without these internals: no dead workers known, and the ``InFlight`` board alone.
+        """
+        workers, tasks = getattr(it, "_workers", None), getattr(it, "_task_info", None)
+        if not workers or not isinstance(tasks, dict):
+            return set(), {}
+        dead = {w for w, proc in enumerate(workers) if not proc.is_alive()}
+        s, held = self.sampler, {}
+        for k, info in sorted(tasks.items()):
+            if len(info) == 1 and info[0] in dead:
+                first = s.start + k * s.group
+                for b in range(first, min(first + s.group, s.batches_per_epoch)):
+                    held.setdefault(info[0], []).extend(s.batch(s.epoch, b).tolist())
+        return dead, held
 
     def state_dict(self) -> dict[str, Any]:
         """Where the user is: the next batch to hand out, plus what must match on resume."""
@@ -266,6 +291,21 @@ class TokenLoader:
         self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
             self._epoch, self._batch = self._epoch + 1, 0
+
+
+def _shown(ids: list[int]) -> str:
+    """The first few of ``ids`` (a message names samples, it does not list thousands)."""
+    return f"{ids[:8]}{f'... ({len(ids)} in all)' if len(ids) > 8 else ''}"
+
+
+def _worker_held(worker: int, reading: list[int], held: list[int], what: str) -> str:
+    """What a dead worker took with it: the read it was in, the reads queued for it."""
+    queued = [i for i in held if i not in set(reading)]
+    if not reading and not queued:
+        return f"worker {worker} died between reads, holding no {what}"
+    parts = [f"was reading {what} {_shown(reading)}"] if reading else []
+    parts += [f"held {what} {_shown(queued)} queued for it"] if queued else []
+    return f"worker {worker} " + " and ".join(parts)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

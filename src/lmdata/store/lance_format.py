@@ -65,7 +65,8 @@ from lmdata.store.checksum import (
     shard_file_path,
     verify_shard,
 )
-from lmdata.store.parquet import pieces, row_doc_starts, rows_table
+from lmdata.store.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
+from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, concat_ranges, shard_bounds
 
@@ -196,6 +197,7 @@ class LanceReader:
     # Lance's runtime, once started in a process, crashes forked children (pylance warns
     # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
     fork_safe = False
+    MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2), "extra": {"rows": int}}  # data file ... row index last
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
@@ -406,10 +408,15 @@ class LanceReader:
                               f"the manifest says {shard.n_docs}; run `lmdata verify`")
         return starts
 
-    def arrow_rows(self) -> _Rows:
-        """The split's rows for DuckDB: a fresh scanner per scan (a registered Lance dataset would
-        need DuckDB's lance extension, and a plain Arrow dataset of it fails on WHERE)."""
-        return _Rows(self)
+    def arrow_rows(self) -> VerifiedRows:
+        """The split's rows for ``lmdata sql``: a fresh fragment scan per shard, each verified
+        before it is served (``VerifiedRows``); a registered Lance dataset would need DuckDB's
+        lance extension, and a plain Arrow dataset of it fails on WHERE."""
+        def scan(i: int) -> Any:
+            self._open()
+            return self._fragments[i].to_batches(columns=list(ROW_COLUMNS), batch_size=4096)
+
+        return VerifiedRows(self, scan)
 
 
 IO_ENV = "LMDATA_LANCE_IO"
@@ -496,14 +503,3 @@ def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:
     if lo == hi:
         return [(lo, slice(None))]
     return [(f, frag == f) for f in np.unique(frag).tolist()]
-
-
-class _Rows:
-    """An Arrow stream DuckDB can scan any number of times: a fresh Lance scanner each time."""
-
-    def __init__(self, reader: LanceReader) -> None:
-        self.reader = reader
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        scanner = self.reader._open().scanner(columns=["doc_id", "token_offset", "tokens"])
-        return scanner.to_reader().__arrow_c_stream__(requested_schema)

@@ -52,6 +52,132 @@ def check_split_name(name: str, where: str) -> str:
     return name
 
 
+# ---------------------------------------------------------------------------- schema
+# One validator for every manifest field, run before any field is used: a wrong type or an
+# impossible value is one LmdataError naming the field's path (``splits.train.formats.memmap
+# .shards[3].files[0].path``), never a TypeError/ValueError deep in a reader, inspect or SQL.
+# A spec is a Python type for a leaf (``int`` means a JSON integer in [0, 2**62): bool and
+# float are refused, and no count or offset is negative or overflows int64 arithmetic), a
+# ``dict`` of field specs (keys ending in ``?`` are optional; unknown keys are kept, for
+# fields a later version adds), a ``[spec]`` for a list, and ``Each(spec)`` for a mapping
+# of user-chosen keys (split and format names) to values of one spec.
+
+_MAX_INT = 1 << 62
+
+
+@dataclass(frozen=True)
+class Each:
+    """A JSON object whose keys are names (splits, formats) and whose values all match ``spec``."""
+
+    spec: Any
+
+
+@dataclass(frozen=True)
+class Many:
+    """A list of at least ``at_least`` items, each matching ``spec`` (``[spec]`` is ``Many(spec)``)."""
+
+    spec: Any
+    at_least: int = 0
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string matching ``pattern`` (by default any non-empty one)."""
+
+    pattern: str = r".+"
+
+
+FILE_SPEC = {"path": Text(), "bytes": int, "sha256": Text(r"[0-9a-f]{64}")}
+_MEMBER = {"name": Text(), "n_docs": int, "n_tokens": int, "rows?": int}
+# the keys built-in formats record in a shard's ``extra`` (Parquet: rows, row_groups; Lance:
+# rows, fragment, members, token_bytes); a plug-in's own keys pass unchecked
+_SHARD_EXTRA = {"rows?": int, "row_groups?": int, "token_bytes?": bool, "fragment?": dict, "members?": [_MEMBER]}
+_SHARD = {"name": Text(), "n_docs": int, "n_tokens": int, "first_doc": int, "first_token": int,
+          "files?": [FILE_SPEC], "extra?": _SHARD_EXTRA}
+_SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each({"shards": [_SHARD]})}
+_SPLIT_EXTRA = {"text_bytes?": (int, type(None)), "replaced?": int}
+SCHEMA = {
+    "format?": Text(), "format_version": int, "lmdata_version?": str,
+    "tokenizer": {"hash": Text(), "vocab_size": int, "dir?": str},
+    "dtype": Text(), "eot_id": int, "shard_tokens": int,
+    "splits": Each(_SPLIT), "extra?": {"splits?": Each(_SPLIT_EXTRA)},
+}
+
+
+def check_format_fields(obj: dict[str, Any], where: str) -> None:
+    """Each format's own shard fields (a reader's ``MANIFEST_SHARD`` spec: how many files a shard
+    has, the ``extra`` keys it reads), after ``SCHEMA``; a format not installed here is skipped."""
+    from lmdata.store.registry import get_format
+
+    for split, info in obj["splits"].items():
+        for fmt, entry in info.get("formats", {}).items():
+            try:
+                spec = getattr(get_format(fmt).reader, "MANIFEST_SHARD", None)
+            except LmdataError:
+                continue
+            if spec is not None:
+                check_schema(entry["shards"], [spec], where, f"splits.{split}.formats.{fmt}.shards")
+
+
+def _json_type(value: Any) -> str:
+    return {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _leaf_problem(value: Any, spec: Any) -> str | None:
+    """Why ``value`` does not match the leaf ``spec`` (None when it does)."""
+    if isinstance(spec, tuple):
+        problems = [_leaf_problem(value, s) for s in spec]
+        return None if None in problems else problems[0]
+    if isinstance(spec, Text):
+        if not isinstance(value, str):
+            return f"is {_json_type(value)}, expected a string"
+        return None if re.fullmatch(spec.pattern, value) else f"is {value[:40]!r}, expected a string matching {spec.pattern}"
+    if spec is int:
+        if type(value) is not int:
+            return f"is {_json_type(value)} ({json.dumps(value)[:40]}), expected an integer"
+        return None if 0 <= value < _MAX_INT else f"is {value}, expected an integer in [0, 2**62)"
+    names = {str: "a string", bool: "a boolean", dict: "an object", list: "a list", type(None): "null"}
+    return None if type(value) is spec else f"is {_json_type(value)}, expected {names.get(spec, spec.__name__)}"
+
+
+def check_schema(value: Any, spec: Any, where: str, field: str = "") -> None:
+    """Raise an ``LmdataError`` naming the first field of ``value`` that does not match ``spec``."""
+    def fail(problem: str) -> LmdataError:
+        return LmdataError(f"{where}: field {field or '(top level)'} {problem}; the manifest is corrupt "
+                           "(re-run the ingest with --overwrite)")
+
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise fail(f"is {_json_type(value)}, expected an object")
+        for key, sub in spec.items():
+            name, optional = key.rstrip("?"), key.endswith("?")
+            path = f"{field}.{name}" if field else name
+            if name not in value:
+                if optional:
+                    continue
+                raise LmdataError(f"{where}: field {path} is missing; the manifest is corrupt "
+                                  "(re-run the ingest with --overwrite)")
+            check_schema(value[name], sub, where, path)
+    elif isinstance(spec, (list, Many)):
+        spec = spec if isinstance(spec, Many) else Many(spec[0])
+        if not isinstance(value, list):
+            raise fail(f"is {_json_type(value)}, expected a list")
+        if len(value) < spec.at_least:
+            raise fail(f"holds {len(value)} items, expected at least {spec.at_least}")
+        for i, item in enumerate(value):
+            check_schema(item, spec.spec, where, f"{field}[{i}]")
+    elif isinstance(spec, Each):
+        if not isinstance(value, dict):
+            raise fail(f"is {_json_type(value)}, expected an object")
+        for key, item in value.items():
+            check_schema(item, spec.spec, where, f"{field}.{key}")
+    else:
+        problem = _leaf_problem(value, spec)
+        if problem is not None:
+            raise fail(problem)
+
+
 @dataclass
 class SplitInfo:
     n_docs: int
@@ -94,17 +220,24 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any], where: str = MANIFEST_NAME) -> "Manifest":
+    def from_json(cls, obj: Any, where: str = MANIFEST_NAME) -> "Manifest":
+        """The manifest in ``obj``, after ``check_schema``: a bad field is an error naming it."""
+        if not isinstance(obj, dict):
+            raise LmdataError(f"{where}: the manifest is {_json_type(obj)}, not an object; re-run the ingest "
+                              "with --overwrite")
+        if obj.get("format", STORE_FORMAT) != STORE_FORMAT:  # absent in manifests written before it
+            raise LmdataError(f"{where}: not an lmdata store manifest (format {obj.get('format')!r}, "
+                              f"expected {STORE_FORMAT!r})")
+        check_schema({"format_version": obj.get("format_version")}, {"format_version": int}, where)
+        version = obj["format_version"]
+        if version > FORMAT_VERSION:  # before the schema: a newer version may have another one
+            raise LmdataError(
+                f"{where}: store format version {version} is newer than this lmdata supports "
+                f"({FORMAT_VERSION}); upgrade lmdata to read it"
+            )
+        check_schema(obj, SCHEMA, where)
+        check_format_fields(obj, where)
         try:
-            if obj.get("format", STORE_FORMAT) != STORE_FORMAT:  # absent in manifests written before it
-                raise LmdataError(f"{where}: not an lmdata store manifest (format {obj.get('format')!r}, "
-                                  f"expected {STORE_FORMAT!r})")
-            version = int(obj["format_version"])
-            if version > FORMAT_VERSION:
-                raise LmdataError(
-                    f"{where}: store format version {version} is newer than this lmdata supports "
-                    f"({FORMAT_VERSION}); upgrade lmdata to read it"
-                )
             dtype = str(obj["dtype"])
             if dtype not in DTYPES:
                 raise LmdataError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}; the manifest is "

@@ -28,6 +28,7 @@ from lmdata.errors import LmdataError
 from lmdata.store import files
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     shard_file_path, verify_shard
+from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments, shard_bounds
 
@@ -65,6 +66,8 @@ class MemmapWriter(files.RecordedShardWriter):
 
 class MemmapReader:
     """Windows and documents from the raw shards; holds paths only until first use."""
+
+    MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2)}  # tokens-NNNNN.bin, docs-NNNNN.npy
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY

@@ -39,6 +39,7 @@ from lmdata.errors import LmdataError
 from lmdata.store import files
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     read_error, shard_file_path, verify_shard
+from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, plan, shard_bounds
 
@@ -122,6 +123,59 @@ def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False)
 
 
+ROW_COLUMNS = ("doc_id", "token_offset", "tokens")
+
+
+class VerifiedRows:
+    """A split's rows (doc_id, token_offset, tokens) for DuckDB and other tools, served as
+    strictly as the loader serves windows (issue 19): each shard is checked against the
+    manifest (``verify``: sha256 or size) before its first row, and its row and token counts
+    after its last; a damaged shard is an ``LmdataError`` naming it, never fewer rows.
+
+    ``scan(i)`` yields shard ``i``'s record batches (the format's own read); ``batches()``
+    is a fresh pass, and ``__arrow_c_stream__`` a fresh stream per call (DuckDB may scan a
+    view twice in one query). The price: a scan reads (and hashes) every shard, where a
+    pyarrow dataset let DuckDB skip row groups by statistics.
+    """
+
+    def __init__(self, reader: Any, scan: Any) -> None:
+        import pyarrow as pa
+
+        self.reader, self.scan = reader, scan
+        self.schema = pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()),
+                                 ("tokens", pa.list_(pa.from_numpy_dtype(reader.dtype)))])
+
+    def batches(self) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        r, want = self.reader, self.schema.field("tokens").type
+        for i, shard in enumerate(r.shards):
+            verify_shard(r.format_dir, shard, r.verify)
+            path = shard_file_path(r.format_dir, shard, shard.files[0])
+            rows = tokens = 0
+            try:
+                for batch in self.scan(i):
+                    columns = [batch.column(name) for name in ROW_COLUMNS]
+                    if columns[2].type != want:
+                        columns[2] = columns[2].cast(want)
+                    rows += batch.num_rows
+                    tokens += int(pc.sum(pc.list_value_length(columns[2])).as_py() or 0)
+                    yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
+            except LmdataError:
+                raise
+            except Exception as exc:  # pyarrow/Lance decode errors, a missing column: name the shard
+                raise read_error(path, shard, exc) from exc
+            if (rows, tokens) != (shard.extra.get("rows", rows), shard.n_tokens):
+                raise LmdataError(f"{path}: shard {shard.name} holds {rows} rows of {tokens} tokens, the manifest "
+                                  f"says {shard.extra.get('rows')} of {shard.n_tokens}; run `lmdata verify`")
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches()).__arrow_c_stream__(requested_schema)
+
+
 class ParquetWriter(files.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
 
@@ -155,6 +209,8 @@ class ParquetWriter(files.RecordedShardWriter):
 
 class ParquetReader:
     """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
+
+    MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -287,14 +343,13 @@ class ParquetReader:
                               f"{shard.n_docs}; run `lmdata verify`")
         return starts
 
-    def arrow_rows(self) -> Any:
-        """The split's rows as a pyarrow dataset, which DuckDB scans with WHERE pushed down
-        (page checksums verified, as the reader does)."""
-        import pyarrow.dataset as pads
+    def arrow_rows(self) -> VerifiedRows:
+        """The split's rows for ``lmdata sql``, each shard verified before it is served (``VerifiedRows``)."""
+        def scan(i: int) -> Any:
+            self._here()
+            return self._file(i).iter_batches(batch_size=4096, columns=list(ROW_COLUMNS), use_threads=False)
 
-        paths = [str(shard_file_path(self.format_dir, s, s.files[0])) for s in self.shards]
-        options = pads.ParquetFragmentScanOptions(page_checksum_verification=True)
-        return pads.dataset(paths, format=pads.ParquetFileFormat(default_fragment_scan_options=options))
+        return VerifiedRows(self, scan)
 
 
 def _row_group_index(meta: Any, shard: ShardInfo, path: Path) -> tuple[array, array]:

@@ -94,7 +94,7 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "ShardInfo":
-        files = [FileInfo(**f) for f in obj.get("files", [])]
+        files = [FileInfo(path=f["path"], bytes=int(f["bytes"]), sha256=f["sha256"]) for f in obj.get("files", [])]
         return cls(
             name=obj["name"],
             n_docs=int(obj["n_docs"]),
