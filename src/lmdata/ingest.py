@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import __version__, ingest_output
+from lmdata._diskspace import NoSpaceError
 from lmdata.errors import LmdataError
 from lmdata.sources import SourceSpec, SourceStats, SplitSource, expand, iter_documents, kind_of, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
@@ -396,6 +397,11 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             write_manifest(out, manifest)
             return result
         except LmdataError as exc:
+            if isinstance(exc, NoSpaceError):  # what is written is sound: keep it for --resume
+                raise ingest_output.ResumableError(
+                    f"{exc}; the partial store {out} (no manifest: not a store yet) is kept: free space and rerun "
+                    "with --resume, or delete it"
+                ) from None
             if isinstance(exc, ingest_output.ResumableError) or not (fresh or writing):
                 raise
             if fresh:

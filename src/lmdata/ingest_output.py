@@ -43,8 +43,8 @@ from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir, read_manifest
+from lmdata.store.readlock import LOCK_NAME, holders
 
-LOCK_NAME = ".lock"
 PLAN_NAME = "ingest-plan.json"
 TOKENIZER_DIR = "tokenizer"
 _PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
@@ -103,6 +103,14 @@ def lock(out: Path) -> IO[bytes]:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.close()
+        readers = holders(Path(out) / LOCK_NAME, "READ")
+        if readers:  # the readers' lock (``store.readlock``): a training run, verify, sql... reads it
+            mine = " (this process)" if readers == [os.getpid()] else ""
+            raise LmdataError(
+                f"{out}: the store is being read right now by pid {', '.join(map(str, readers))}{mine} (readers' "
+                f"lock {out / LOCK_NAME}); replacing it would change the data under that reader: stop the reader "
+                "first, or ingest into another --out and point the job at it"
+            ) from None
         raise LmdataError(
             f"{out}: another ingest is writing this store right now (lock {out / LOCK_NAME} is held); "
             "wait for it to finish or choose another --out"

@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from lmdata._diskspace import space_for
 from lmdata.store.manifest import fsync_dir, fsync_path
 from lmdata.store.protocol import ShardInfo
 
@@ -47,15 +48,17 @@ def fsync_file(path: Path) -> None:
     fsync_path(path)
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> bool:
+def write_atomic(path: Path, write: Callable[[Path], None], needed: int = 0) -> bool:
     """Run ``write(tmp)`` then fsync and rename ``tmp`` to ``path`` (directory fsync is the caller's).
 
     Returns whether ``path`` existed before (then fsync its directory before a record names it).
+    A full disk is a ``NoSpaceError`` naming ``path`` and the ``needed`` bytes (about).
     """
     tmp = temp_path(path)
     try:
-        write(tmp)
-        fsync_file(tmp)
+        with space_for(path, needed):
+            write(tmp)
+            fsync_file(tmp)
         replaced = os.path.lexists(path)
         os.replace(tmp, path)
     except BaseException:
@@ -91,7 +94,7 @@ def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(shard.to_json(), sort_keys=True).encode()
-    write_atomic(path, lambda p: p.write_bytes(data))
+    write_atomic(path, lambda p: p.write_bytes(data), len(data))
 
 
 def forget(format_dir: Path, index: int) -> ShardInfo | None:

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._diskspace import space_for
 from lmdata.errors import LmdataError
 from lmdata.store import files, lance_fragments
 from lmdata.store.checksum import (
@@ -112,10 +113,11 @@ class LanceWriter(files.RecordedShardWriter):
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
         stale = files.forget(self.format_dir, index)
-        frag = LanceFragment.create(
-            str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
-            data_storage_version=STORAGE_VERSION,
-        )
+        with space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
+            frag = LanceFragment.create(
+                str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
+                data_storage_version=STORAGE_VERSION,
+            )
         meta = frag.to_json()
         data_files = [f"data/{f['path']}" for f in meta["files"]]
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
@@ -159,13 +161,15 @@ class LanceWriter(files.RecordedShardWriter):
             if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
-                fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
+                with space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
+                    fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
         # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
         files.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / files.RECORD_DIR,
                         self.format_dir / lance_fragments.GROUP_DIR)
-        lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
+        with space_for(self.format_dir):
+            lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
         for sub in ("_versions", "_transactions"):
             d = self.format_dir / sub
             if d.is_dir():

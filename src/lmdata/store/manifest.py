@@ -272,11 +272,17 @@ class Manifest:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via tmp + fsync + rename + directory fsync."""
     path = Path(path)
+    from lmdata._diskspace import space_for
+
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with space_for(path, len(data)), open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never a half manifest beside the store
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

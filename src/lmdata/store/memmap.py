@@ -50,8 +50,8 @@ class MemmapWriter(files.RecordedShardWriter):
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         files.forget(self.format_dir, index)
         replaced = [
-            files.write_atomic(self.format_dir / tok_name, tokens.tofile),
-            files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts)),
+            files.write_atomic(self.format_dir / tok_name, tokens.tofile, tokens.nbytes),
+            files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts), doc_starts.nbytes),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",

@@ -197,7 +197,7 @@ class ParquetWriter(files.RecordedShardWriter):
             )
 
         files.forget(self.format_dir, index)
-        replaced = files.write_atomic(self.format_dir / name, write)
+        replaced = files.write_atomic(self.format_dir / name, write, tokens.nbytes)  # zstd: at most about this
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(

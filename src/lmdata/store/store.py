@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.store import readlock
 from lmdata.store.checksum import check_sizes
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
@@ -30,9 +31,11 @@ DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
 class Store:
     """A validated store: paths and the manifest; readers are made on demand."""
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: Path, manifest: Manifest, manifest_id: tuple[int, int, int] | None = None) -> None:
         self.path = Path(path)
         self.manifest = manifest
+        # the manifest file this store was opened from: a reader made after an overwrite refuses
+        self.manifest_id = manifest_id if manifest_id is not None else readlock.manifest_identity(self.path)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, splits={self.splits})"
@@ -82,7 +85,10 @@ class Store:
             raise LmdataError(
                 f"{self.path}: split {split!r} has no format {fmt!r}; formats there: {', '.join(self.formats(split))}"
             )
-        return get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
+        reader = get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
+        readlock.hold(self.path, reader)  # no ingest replaces the store while this reader lives
+        readlock.check_unchanged(self.path, self.manifest_id)
+        return reader
 
     def dataset(
         self, split: str, seq_len: int, format: str | None = None, *, reader_options: dict[str, Any] | None = None,
@@ -142,6 +148,7 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     job pins the tokenizer its model was built for).
     """
     path = Path(path)
+    manifest_id = readlock.manifest_identity(path)  # before the read: a replaced manifest is then noticed
     manifest = read_manifest(path)
     if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
         raise LmdataError(
@@ -157,4 +164,4 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
                     f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
                 )
             check_sizes(path / split / fmt, shards)
-    return Store(path, manifest)
+    return Store(path, manifest, manifest_id)

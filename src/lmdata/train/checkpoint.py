@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from lmdata._diskspace import space_for
 from lmdata.errors import LmdataError
 
 VERSION = 1
@@ -141,10 +142,16 @@ def save_checkpoint(
     }
     path = ckpt_dir / checkpoint_name(step)
     tmp = ckpt_dir / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    then = (f"the previous checkpoint ({latest.name}) is intact" if (latest := latest_checkpoint(ckpt_dir))
+            else "no checkpoint was written") + "; free space, or pass another --out and resume from it"
+    try:
+        with space_for(path, _payload_bytes(payload), then), open(tmp, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never a half checkpoint left behind, under any name
+        raise
     os.replace(tmp, path)
     fd = os.open(ckpt_dir, os.O_RDONLY)
     try:
@@ -155,6 +162,17 @@ def save_checkpoint(
         for old in list_checkpoints(ckpt_dir)[:-keep]:
             old.unlink(missing_ok=True)
     return path
+
+
+def _payload_bytes(obj: Any) -> int:
+    """Bytes of the tensors in ``obj`` (what ``torch.save`` writes, less a small header)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_payload_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_payload_bytes(v) for v in obj)
+    return 0
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
