@@ -63,7 +63,7 @@ def run_case(case: str, corpus: Path, tokenizer_dir: Path, work: Path, workers: 
 def _encode_only(spec, tokenizer_dir: Path, workers: int) -> dict:
     import multiprocessing as mp
 
-    from lmdata import ingest as job
+    from lmdata.ingest import job
     from lmdata.sources import iter_documents
 
     batches = job._batches(iter_documents(spec), 0, "uint32", lambda n: None)

@@ -167,7 +167,7 @@ def ensure_store(pipe: PipelineConfig, tokenizer_dir: Path, *, overwrite: bool =
     ``overwrite`` re-ingests (the ingest refuses to delete a directory that is not a store).
     """
     from lmdata.ingest import ingest
-    from lmdata.ingest_output import PLAN_NAME
+    from lmdata.ingest.output import PLAN_NAME
     from lmdata.sources import SourceSpec
     from lmdata.store.manifest import MANIFEST_NAME
 

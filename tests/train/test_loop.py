@@ -97,7 +97,7 @@ def test_batches_per_read_changes_how_batches_are_read_not_what_is_learned(sampl
 
 
 def test_batches_per_read_defaults_agree():
-    from lmdata.bench.cli import bench
+    from lmdata.cli.bench import bench
     from lmdata.bench.run import BenchConfig
     from lmdata.data.loader import BATCHES_PER_READ
     from lmdata.pipeline import BenchSection

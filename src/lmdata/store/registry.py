@@ -26,9 +26,9 @@ ENTRY_POINT_GROUP = "lmdata.formats"
 
 # name -> "module:WriterClass:ReaderClass" of the built-in formats, in default-read order.
 _BUILTINS: dict[str, str] = {
-    "memmap": "lmdata.store.memmap:MemmapWriter:MemmapReader",
-    "lance": "lmdata.store.lance_format:LanceWriter:LanceReader",
-    "parquet": "lmdata.store.parquet:ParquetWriter:ParquetReader",
+    "memmap": "lmdata.store.formats.memmap:MemmapWriter:MemmapReader",
+    "lance": "lmdata.store.formats.lance:LanceWriter:LanceReader",
+    "parquet": "lmdata.store.formats.parquet:ParquetWriter:ParquetReader",
 }
 
 

@@ -15,7 +15,7 @@
 - ``resume`` re-reads the documents of shards every format already completed (cheap: no
   tokenizing) and skips them; later shards are recomputed, so cut points match an
   uninterrupted run. See ``ingest_output`` for the lock, the refusals and the plan check.
-- ``engine="ray"`` hands the same splits to ``lmdata.ingest_ray`` (a Ray cluster encodes
+- ``engine="ray"`` hands the same splits to ``lmdata.ingest.ray`` (a Ray cluster encodes
   and writes; this module still plans, locks, checks and writes the manifest).
 - Before any tokenizing, every source file is hashed once for the manifest and the plan
   (a read at disk speed, small next to tokenizing at a few MB/s per core), and each split
@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import __version__, ingest_output
+from lmdata import __version__
+from lmdata.ingest import output as ingest_output
 from lmdata.errors import LmdataError
 from lmdata.sources import SourceSpec, SourceStats, SplitSource, expand, iter_documents, kind_of, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
@@ -328,14 +329,14 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     """Tokenize ``splits`` into a store at ``out`` in every format of ``formats``; manifest last.
 
     ``formats`` defaults to the built-ins (``DEFAULT_FORMATS``), never to plug-ins.
-    ``engine="ray"`` runs the same job on Ray (``lmdata.ingest_ray``, at ``ray_address``);
+    ``engine="ray"`` runs the same job on Ray (``lmdata.ingest.ray``, at ``ray_address``);
     the store is the same. On bad input found mid-stream, a store this run started from
     nothing is removed again (see ``ingest_output``).
     """
     if engine not in ("local", "ray"):
         raise LmdataError(f"--engine {engine!r}: choose local or ray")
     if engine == "ray":
-        from lmdata.ingest_ray import require_ray
+        from lmdata.ingest.ray import require_ray
 
         require_ray()  # before any work: a missing Ray is an install hint, not a half store
     formats = list(dict.fromkeys(DEFAULT_FORMATS if formats is None else formats))
@@ -365,7 +366,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     pool, run_split = None, _ingest_split
     try:
         if engine == "ray":  # connect before the store is touched: a bad --ray-address leaves nothing behind
-            from lmdata import ingest_ray
+            from lmdata.ingest import ray as ingest_ray
 
             pool, run_split = ingest_ray.RayEngine(ray_address, str(tokenizer_dir), workers), ingest_ray.ingest_split
         created = ingest_output.missing_root(Path(out))

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import ingest as local
+from lmdata.ingest import job as local
 from lmdata.errors import LmdataError
-from lmdata.ingest_output import ResumableError
+from lmdata.ingest.output import ResumableError
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
