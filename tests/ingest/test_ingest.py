@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
 from lmdata.ingest import ingest
-from lmdata.ingest.job import ShardCutter
+from lmdata.ingest.shards import ShardCutter
 from lmdata.sources import SourceSpec, iter_documents
 from lmdata.store import open_store, verify_store
 

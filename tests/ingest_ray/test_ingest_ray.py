@@ -56,7 +56,7 @@ def stream(store: Path, split: str, fmt: str) -> np.ndarray:
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """~16 KB of text per task, so the sample makes ~60 batches to run in parallel and re-order."""
-    monkeypatch.setattr("lmdata.ingest.job.BATCH_BYTES", 1 << 14)
+    monkeypatch.setattr("lmdata.ingest.encode.BATCH_BYTES", 1 << 14)
 
 
 def run(out: Path, tokenizer_dir: Path, engine: str, **kw) -> None:
