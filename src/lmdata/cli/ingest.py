@@ -1,17 +1,18 @@
-"""CLI commands of the ingest side: ``ingest``, ``inspect``, ``sql``, ``show``, ``verify``.
+"""``lmdata ingest [PIPELINE.toml] [--flags]``: a thin click shell over ``lmdata.ingest.ingest``.
 
-Each parses its flags and calls one library function (``lmdata.ingest.ingest``,
-``lmdata.inspect.*``, ``lmdata.store.verify.verify_store``), so everything here is also
-callable from Python with the same arguments.
+The ``[ingest]`` keys (``IngestConfig``) and the per-split keys (``SplitConfig``: kind,
+separator, text_field; they apply to every split) are flags; flags override the file.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 
 import click
 
+from lmdata.cli.options import config_options, given
+from lmdata.config import IngestConfig, SplitConfig, TokenizerConfig, check_ingest, load_pipeline
 from lmdata.errors import LmdataError
 
 
@@ -28,28 +29,19 @@ def _split_arg(values: tuple[str, ...]) -> dict[str, list[str]]:
     return splits
 
 
-def _formats_arg(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    if not names:
-        raise LmdataError("--format is empty; pass e.g. --format memmap,parquet,lance")
-    return names
-
-
-def _tokenizer_from_config(cfg: object) -> Path:
+def _tokenizer_from_config(cfg: TokenizerConfig) -> Path:
     """The pipeline's tokenizer directory, trained first if it does not exist yet."""
-    d = Path(cfg.dir)  # type: ignore[attr-defined]
+    d = Path(cfg.dir)
     if (d / "tokenizer.json").is_file():
         return d
-    if not cfg.train_files:  # type: ignore[attr-defined]
+    if not cfg.train_files:
         raise LmdataError(f"[tokenizer] dir {d} holds no tokenizer and train_files is empty; set one of them")
     from lmdata.sources import expand
     from lmdata.tokenizer import Tokenizer, train_bpe
 
-    files = [str(f) for f in expand(cfg.train_files)]  # type: ignore[attr-defined]
-    vocab, merges = train_bpe(files, cfg.vocab_size, cfg.special_tokens)  # type: ignore[attr-defined]
-    Tokenizer(vocab, merges, cfg.special_tokens).save(d)  # type: ignore[attr-defined]
+    files = [str(f) for f in expand(cfg.train_files)]
+    vocab, merges = train_bpe(files, cfg.vocab_size, cfg.special_tokens)
+    Tokenizer(vocab, merges, cfg.special_tokens).save(d)
     click.echo(f"trained tokenizer ({len(vocab):,} ids) -> {d}", err=True)
     return d
 
@@ -59,28 +51,17 @@ def _tokenizer_from_config(cfg: object) -> Path:
 @click.option("--input", "inputs", multiple=True, help="Input file or glob (repeatable): the split `train`.")
 @click.option("--split", "split_args", multiple=True, metavar="NAME=PATH", help="Input of split NAME (repeatable).")
 @click.option("--tokenizer", "tokenizer_dir", help="Saved tokenizer directory.")
-@click.option("--out", help="Store directory to write.")
-@click.option("--format", "formats", help="Comma-separated formats (default: memmap,parquet,lance).")
-@click.option("--shard-tokens", type=int, help="Tokens per shard (default 1,048,576).")
-@click.option("--workers", type=int, help="Tokenizer processes (default: all cores).")
-@click.option("--kind", help="How inputs are cut into documents: auto|text|lines|jsonl|parquet.")
-@click.option("--separator", help="Document separator line for kind=text (default <|endoftext|>).")
-@click.option("--text-field", help="JSONL field / Parquet column with the text (default: text).")
-@click.option("--errors", type=click.Choice(["strict", "replace"]), help="Invalid UTF-8: fail (default) or replace and count.")
+@config_options(IngestConfig, skip=("splits", "holdout"))
+@config_options(SplitConfig, skip=("sources",))
 @click.option("--holdout", type=int, help="Move the last N documents of `train` into split `validation`.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted ingest from its completed shards.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store (or an interrupted one).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--engine", type=click.Choice(["local", "ray"]),
-              help="Where to tokenize and write: this machine's cores (default), or a Ray cluster (same store).")
-@click.option("--ray-address", help="Ray cluster to join with --engine ray (default: start a local Ray).")
-def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tuple[str, ...], tokenizer_dir: str | None,
-                   out: str | None, formats: str | None, shard_tokens: int | None, workers: int | None,
-                   kind: str | None, separator: str | None, text_field: str | None, errors: str | None,
-                   holdout: int | None, resume: bool, overwrite: bool, no_progress: bool, engine: str | None,
-                   ray_address: str | None) -> None:
+@click.pass_context
+def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, ...], split_args: tuple[str, ...],
+                   tokenizer_dir: str | None, holdout: int | None, resume: bool, overwrite: bool, no_progress: bool,
+                   **flags) -> None:
     """Tokenize raw text into a store (memmap, Parquet, Lance): a PIPELINE.toml, or flags."""
-    from lmdata.config import IngestConfig, SplitConfig, check_ingest, load_pipeline
     from lmdata.ingest import ingest
     from lmdata.sources import SourceSpec
 
@@ -99,16 +80,9 @@ def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tu
     if cli_splits:  # flags replace the pipeline's splits
         cfg.splits = {n: SplitConfig(sources=p) for n, p in cli_splits.items()}
         cfg.holdout = None
-    for split in cfg.splits.values():
-        split.kind = kind or split.kind
-        split.separator = separator or split.separator
-        split.text_field = text_field or split.text_field
-    cfg.out = out or cfg.out
-    cfg.formats = _formats_arg(formats) or cfg.formats
-    cfg.shard_tokens = shard_tokens if shard_tokens is not None else cfg.shard_tokens
-    cfg.workers = workers if workers is not None else cfg.workers
-    cfg.errors = errors or cfg.errors
-    cfg.engine, cfg.ray_address = engine or cfg.engine, ray_address or cfg.ray_address
+    per_split = given(ctx, SplitConfig, flags)
+    cfg.splits = {n: dataclasses.replace(s, **per_split) for n, s in cfg.splits.items()}
+    cfg = dataclasses.replace(cfg, **given(ctx, IngestConfig, flags))
     if not cfg.splits:
         raise LmdataError("no input given; pass --input PATH, --split NAME=PATH or a PIPELINE.toml")
     if tok is None:
@@ -126,37 +100,3 @@ def ingest_command(pipeline: str | None, inputs: tuple[str, ...], split_args: tu
     ingest(specs, tok, cfg.out, formats=cfg.formats or None, shard_tokens=cfg.shard_tokens, workers=cfg.workers,
            resume=resume, overwrite=overwrite, holdout=hold, progress=not no_progress, log=click.echo,
            engine=cfg.engine, ray_address=cfg.ray_address or None)
-
-
-@click.command("inspect")
-@click.argument("store", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
-def inspect_command(store: str, as_json: bool) -> None:
-    """Per split and format: documents, tokens, shards, bytes, document lengths, tokenizer."""
-    from lmdata.inspect import format_inspect, inspect
-
-    report = inspect(store)
-    click.echo(json.dumps(report, indent=1) if as_json else format_inspect(report))
-
-
-@click.command("show")
-@click.argument("store", type=click.Path())
-@click.option("--split", default="train", show_default=True)
-@click.option("--doc", type=int, required=True, help="Document id within the split.")
-@click.option("--format", "fmt", help="Read from this format (default: the store's fastest).")
-def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
-    """Decode one document of a store back to text."""
-    from lmdata.inspect import show
-
-    click.echo(show(store, split, doc, fmt))
-
-
-@click.command("verify")
-@click.argument("store", type=click.Path())
-def verify_command(store: str) -> None:
-    """Checksums, counts against the manifest, identical token streams across formats."""
-    from lmdata.store.verify import verify_store
-
-    report = verify_store(store)
-    report.raise_if_bad()  # exit 1 naming the first bad shard
-    click.echo(f"{store}: ok ({report.files:,} files, {report.bytes:,} bytes checked; every format holds the same tokens)")

@@ -29,7 +29,7 @@ import torch
 from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM, model_config
 from lmdata.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from lmdata.train.config import TrainConfig
+from lmdata.config import TrainConfig
 from lmdata.train.loss import cross_entropy
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
