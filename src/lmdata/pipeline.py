@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lmdata import _atomic
 from lmdata.config import BenchConfig, PipelineConfig, SampleConfig, TokenizerConfig, load_sections
 from lmdata.errors import LmdataError
 
@@ -162,9 +163,7 @@ def write_sample(ckpt: Path, cfg: SampleConfig, out: Path, device: str, log: Cal
 
     text = cfg.prompt + sample(ckpt, cfg.prompt, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                                top_p=cfg.top_p, seed=cfg.seed, device=device)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(out)
+    _atomic.write_text(out, text + "\n")
     log(f"sample ({ckpt.name}, temperature {cfg.temperature}):\n{text}\n")
     return out
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from lmdata.errors import LmdataError
-from lmdata.store.formats import lance_fragments, open_store
+from lmdata.store import open_store
+from lmdata.store.formats import lance_fragments
 from lmdata.store.registry import get_format
 
 U16 = np.dtype(np.uint16)

@@ -33,9 +33,11 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from lmdata import _atomic
+from lmdata._atomic import fsync_dir
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
-from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir
+from lmdata.store.manifest import MANIFEST_NAME
 
 LOCK_NAME = ".lock"
 PLAN_NAME = "ingest-plan.json"
@@ -145,17 +147,7 @@ def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], t
                 f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
             )
         return dest
-    tmp = Path(out) / f".{TOKENIZER_DIR}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, data in files.items():
-        with open(tmp / name, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    fsync_dir(tmp)
-    os.replace(tmp, dest)
-    fsync_dir(Path(out))
+    _atomic.write_dir(dest, files)
     return dest
 
 
@@ -190,7 +182,7 @@ def check_plan(out: Path, plan: dict[str, Any]) -> None:
                 "inputs and options, or start over with --overwrite"
             )
         return
-    atomic_write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
+    _atomic.write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
 
 
 def _first_difference(a: Any, b: Any, where: str = "") -> str:

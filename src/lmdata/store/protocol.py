@@ -1,6 +1,6 @@
 """The tiny protocol every storage format implements: one writer, one reader.
 
-A format is one module in ``lmdata/store/`` that calls ``register_format(name, Writer,
+A format is one module in ``lmdata/store/formats/`` that calls ``register_format(name, Writer,
 Reader)``. Nothing outside ``store/`` knows a format by name.
 
 Writer (one per split per ingest, in the ingest's main process)::

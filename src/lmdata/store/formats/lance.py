@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.checksum import (
@@ -114,11 +115,11 @@ class LanceWriter(base.RecordedShardWriter):
         meta = frag.to_json()
         data_files = [f"data/{f['path']}" for f in meta["files"]]
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
-            base.fsync_file(self.format_dir / rel)
+            _atomic.fsync_path(self.format_dir / rel)
         row_starts, doc_of_row = pieces(doc_starts)
         rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1)])
         rows_name = f"rows-{index:05d}.npy"
-        replaced = base.write_atomic(self.format_dir / rows_name, lambda p: base.save_npy(p, rows))
+        replaced = _atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
@@ -166,9 +167,9 @@ class LanceWriter(base.RecordedShardWriter):
             if d.is_dir():
                 for p in d.iterdir():
                     if p.is_file():
-                        base.fsync_file(p)
-                base.fsync_dir(d)
-        base.fsync_dir(self.format_dir)
+                        _atomic.fsync_path(p)
+                _atomic.fsync_dir(d)
+        _atomic.fsync_dir(self.format_dir)
         lance_fragments.remove_unused(self.format_dir, fragments)
         return fragments
 

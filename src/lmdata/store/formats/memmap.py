@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
@@ -46,8 +47,8 @@ class MemmapWriter(base.RecordedShardWriter):
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         base.forget(self.format_dir, index)
         replaced = [
-            base.write_atomic(self.format_dir / tok_name, tokens.tofile),
-            base.write_atomic(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts)),
+            _atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False),
+            _atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
@@ -140,7 +141,7 @@ class ParquetWriter(base.RecordedShardWriter):
             )
 
         base.forget(self.format_dir, index)
-        replaced = base.write_atomic(self.format_dir / name, write)
+        replaced = _atomic.write_file(self.format_dir / name, write, sync_dir=False)
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
