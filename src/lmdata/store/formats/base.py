@@ -29,39 +29,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from lmdata.store.manifest import fsync_dir, fsync_path
+from lmdata import _atomic
+from lmdata._atomic import TMP_MARK, fsync_dir
 from lmdata.store.protocol import ShardInfo
 
 RECORD_DIR = "_shards"
-_TMP_MARK = ".tmp-"
-
-
-def temp_path(path: Path) -> Path:
-    """The temporary name ``path`` is written under (hidden, tagged with our pid)."""
-    path = Path(path)
-    return path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
-
-
-def fsync_file(path: Path) -> None:
-    """Flush a file written by a library that does not fsync (pyarrow, numpy, lance)."""
-    fsync_path(path)
-
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> bool:
-    """Run ``write(tmp)`` then fsync and rename ``tmp`` to ``path`` (directory fsync is the caller's).
-
-    Returns whether ``path`` existed before (then fsync its directory before a record names it).
-    """
-    tmp = temp_path(path)
-    try:
-        write(tmp)
-        fsync_file(tmp)
-        replaced = os.path.lexists(path)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return replaced
 
 
 def sync_dirs(*dirs: Path) -> None:
@@ -91,7 +63,7 @@ def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(shard.to_json(), sort_keys=True).encode()
-    write_atomic(path, lambda p: p.write_bytes(data))
+    _atomic.write_file(path, lambda p: p.write_bytes(data), sync_dir=False)
 
 
 def forget(format_dir: Path, index: int) -> ShardInfo | None:
@@ -173,7 +145,7 @@ def remove_temporaries(directory: Path) -> list[Path]:
     removed = []
     if not Path(directory).is_dir():
         return removed
-    for path in Path(directory).rglob(f".*{_TMP_MARK}*"):
+    for path in Path(directory).rglob(f".*{TMP_MARK}*"):
         if path.is_file():
             path.unlink()
             removed.append(path)

@@ -7,7 +7,7 @@ On disk, per split (``<store>/<split>/parquet/``)::
                             token_offset  int64   global offset of the row's first token
                             tokens        list<uint16|uint32>, at most PIECE_TOKENS ids
                           row groups of ROW_GROUP_ROWS rows; statistics on doc_id/token_offset
-    _shards/00000.json    completion record (see ``files.py``)
+    _shards/00000.json    completion record (see ``base.py``)
 
 ``ShardInfo.extra`` is ``{"rows": 1381, "row_groups": 87}``. A reader indexes a shard's
 row groups from its footer's doc_id/token_offset statistics when it first opens the
@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     read_error, shard_file_path, verify_shard
 from lmdata.store.protocol import ShardInfo
@@ -122,7 +123,7 @@ def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False)
 
 
-class ParquetWriter(files.RecordedShardWriter):
+class ParquetWriter(base.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
 
     OWNED = re.compile(r"shard-\d{5}\.parquet|_shards")
@@ -142,15 +143,15 @@ class ParquetWriter(files.RecordedShardWriter):
                 use_dictionary=False, write_statistics=["doc_id", "token_offset"], write_page_checksum=True,
             )
 
-        files.forget(self.format_dir, index)
-        replaced = files.write_atomic(self.format_dir / name, write)
+        base.forget(self.format_dir, index)
+        replaced = _atomic.write_file(self.format_dir / name, write, sync_dir=False)
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, name)], extra=extra,
         )
-        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
 class ParquetReader:

@@ -6,7 +6,7 @@ On disk, per split (``<store>/<split>/memmap/``)::
                        (the manifest holds dtype and count; size = n_tokens * itemsize)
     docs-00000.npy     int64 [n_docs + 1]: each document's start within the shard, then
                        the shard's length (NumPy .npy, so it is self-describing)
-    _shards/00000.json completion record of the shard (see ``files.py``)
+    _shards/00000.json completion record of the shard (see ``base.py``)
 
 The reader maps each shard lazily (once per process: a memmap is never pickled, and a
 forked child maps its own), after checking the shard against the manifest the first time
@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     shard_file_path, verify_shard
 from lmdata.store.protocol import ShardInfo
@@ -36,7 +37,7 @@ def _names(index: int) -> tuple[str, str]:
     return f"tokens-{index:05d}.bin", f"docs-{index:05d}.npy"
 
 
-class MemmapWriter(files.RecordedShardWriter):
+class MemmapWriter(base.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
 
     OWNED = re.compile(r"tokens-\d{5}\.bin|docs-\d{5}\.npy|_shards")
@@ -47,10 +48,10 @@ class MemmapWriter(files.RecordedShardWriter):
         tok_name, doc_name = _names(index)
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
-        files.forget(self.format_dir, index)
+        base.forget(self.format_dir, index)
         replaced = [
-            files.write_atomic(self.format_dir / tok_name, tokens.tofile),
-            files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts)),
+            _atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False),
+            _atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",
@@ -60,7 +61,7 @@ class MemmapWriter(files.RecordedShardWriter):
             first_token=first_token,
             files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name)],
         )
-        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
         return shard
 
 class MemmapReader:
