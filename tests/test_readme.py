@@ -119,9 +119,9 @@ def test_every_command_has_help_text() -> None:
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
 def test_pipeline_parses(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lmdata.config import load_pipeline
-    from lmdata.pipeline import load_sections
+    from lmdata.config import load_sections
     from lmdata.sources import expand
-    from lmdata.train.config import load_train_config
+    from lmdata.config import load_train_config
 
     monkeypatch.chdir(REPO)  # pipeline paths are relative to the repository root
     pipe = load_pipeline(path)

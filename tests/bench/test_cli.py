@@ -78,7 +78,8 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_real_model_steps_are_timed(sample_store):
     # One cell in this process (the CLI runs it in a spawned one, as the test above shows).
-    from lmdata.bench.run import BenchConfig, measure_cell
+    from lmdata.bench.run import measure_cell
+    from lmdata.config import BenchConfig
     from lmdata.store import open_store
 
     vocab = open_store(sample_store).manifest.vocab_size

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+    import tomli as tomllib
 from pathlib import Path
 
 import pytest

@@ -100,7 +100,7 @@ class LegacyReader:
     """A plug-in reader written before ``doc_starts``: only the protocol's first four members."""
 
     def __init__(self, format_dir, shards, dtype):
-        from lmdata.store.memmap import MemmapReader
+        from lmdata.store.formats.memmap import MemmapReader
 
         self._r = MemmapReader(format_dir, shards, dtype)
         self.n_tokens = self._r.n_tokens
@@ -119,7 +119,7 @@ class LegacyReader:
 def test_a_store_of_only_a_plugin_format(sample_store, tokenizer_dir, tmp_path, legacy):
     """inspect and the docs view ask the readers, never a format name; no rows, no tokens view."""
     from lmdata.ingest import ingest
-    from lmdata.store.memmap import MemmapReader, MemmapWriter
+    from lmdata.store.formats.memmap import MemmapReader, MemmapWriter
     from lmdata.store.registry import register_format, unregister_format
     from ingest_common import SAMPLE_SHARD_TOKENS
 

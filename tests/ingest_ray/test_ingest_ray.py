@@ -56,7 +56,7 @@ def stream(store: Path, split: str, fmt: str) -> np.ndarray:
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """~16 KB of text per task, so the sample makes ~60 batches to run in parallel and re-order."""
-    monkeypatch.setattr("lmdata.ingest.BATCH_BYTES", 1 << 14)
+    monkeypatch.setattr("lmdata.ingest.encode.BATCH_BYTES", 1 << 14)
 
 
 def run(out: Path, tokenizer_dir: Path, engine: str, **kw) -> None:
@@ -116,7 +116,7 @@ def test_cli_ray_engine_writes_the_local_store(ray_cluster, local_store, tokeniz
     """Three input files (the held-out documents span two of them) through `--engine ray`."""
     from click.testing import CliRunner
 
-    from lmdata.ingest_cli import ingest_command
+    from lmdata.cli.ingest import ingest_command
     from lmdata.store.verify import verify_store
 
     out = tmp_path / "ray"
@@ -220,7 +220,7 @@ def test_a_lone_surrogate_is_one_line_like_the_local_engine(ray_cluster, tokeniz
 def test_without_ray_the_engine_says_how_to_install(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "from lmdata.ingest_ray import require_ray\n"
+        "from lmdata.ingest.ray import require_ray\n"
         "try:\n    require_ray()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -234,8 +234,8 @@ def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, t
     import lance
     from lance.fragment import LanceFragment
 
-    from lmdata.ingest_ray import check_committed
-    from lmdata.store.lance_format import STORAGE_VERSION, LanceWriter
+    from lmdata.ingest.ray import check_committed
+    from lmdata.store.formats.lance import STORAGE_VERSION, LanceWriter
     from lmdata.store.manifest import read_manifest
 
     out = tmp_path / "store"
@@ -262,7 +262,7 @@ def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, t
 def test_an_address_without_ray_fails_fast():
     import socket
 
-    from lmdata.ingest_ray import _check_address
+    from lmdata.ingest.ray import _check_address
 
     with socket.socket() as s:  # a port nobody listens on once closed
         s.bind(("127.0.0.1", 0))

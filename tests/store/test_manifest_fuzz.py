@@ -73,7 +73,7 @@ def _consumers(store: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory, store_builder):
-    from lmdata.store import lance_fragments
+    from lmdata.store.formats import lance_fragments
 
     old, lance_fragments.FRAGMENT_TOKENS = lance_fragments.FRAGMENT_TOKENS, 30_000
     try:

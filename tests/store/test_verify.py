@@ -86,7 +86,7 @@ def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store
     """The loader reads ``token_bytes``, DuckDB reads ``tokens``: verify reads both and compares them."""
     import pyarrow as pa
 
-    from lmdata.store import lance_format
+    from lmdata.store.formats import lance as lance_format
 
     real = lance_format.with_token_bytes
 

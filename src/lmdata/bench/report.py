@@ -7,9 +7,10 @@ leaves a half-written ``bench.json`` that looks valid.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from lmdata import _atomic
 
 COLUMNS = [
     # header, key, format
@@ -72,18 +73,8 @@ def table(result: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_json(result: dict[str, Any], path: Path) -> None:
-    _atomic_write(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
+    _atomic.write_file(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
 
 
 def plot_stall(result: dict[str, Any], path: Path) -> None:
@@ -115,7 +106,7 @@ def plot_stall(result: dict[str, Any], path: Path) -> None:
     axes[0][0].legend(loc="upper center", ncol=len(formats), fontsize=8)
     fig.suptitle("\n".join(header_lines(result)[:1]), fontsize=8)
     fig.tight_layout()
-    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -145,7 +136,7 @@ def plot_waits(result: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel("fraction of steps")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -182,7 +173,7 @@ def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     paths = {"json": out / "bench.json", "table": out / "table.txt",
              "stall_png": out / "stall.png", "waits_png": out / "waits.png"}
     text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n"
-    _atomic_write(paths["table"], lambda p: p.write_text(text))
+    _atomic.write_file(paths["table"], lambda p: p.write_text(text))
     plot_stall(result, paths["stall_png"])
     plot_waits(result, paths["waits_png"])
     write_json(result, paths["json"])  # last: its presence means the run finished

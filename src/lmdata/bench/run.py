@@ -23,71 +23,15 @@ import os
 import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from lmdata.bench import cache, flops, stall
+from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
-
-COMPUTE = ("simulated", "model")
-CACHE = ("warm", "cold")
-
-
-@dataclass
-class BenchConfig:
-    """One bench invocation; the CLI flags of ``lmdata bench`` map 1:1 onto these fields."""
-
-    store: Path
-    split: str = "train"
-    formats: list[str] = field(default_factory=list)  # empty: every format the split has
-    workers: list[int] = field(default_factory=lambda: [0, 1, 2])
-    batch_size: int = 32
-    seq_len: int = 256
-    steps: int = 100
-    compute: str = "simulated"
-    step_ms: float | None = None  # simulated step; derived from model + gpu when None
-    model: str = "small"
-    gpu: str | None = None
-    mfu: float = flops.DEFAULT_MFU
-    cache: list[str] = field(default_factory=lambda: ["warm"])
-    device: str = "auto"
-    prefetch: int = 2
-    batches_per_read: int = 4  # make_loader's BATCHES_PER_READ (not imported: that imports torch)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        self.store = Path(self.store)
-        if isinstance(self.cache, str):
-            self.cache = [self.cache]
-        if "both" in self.cache:  # the CLI's --cache both, also accepted from a pipeline's [bench]
-            self.cache = ["warm", "cold"]
-
-    def check(self) -> None:
-        """Reject flag values that cannot run, naming the flag."""
-        if self.compute not in COMPUTE:
-            raise LmdataError(f"--compute {self.compute!r}: choose one of {', '.join(COMPUTE)}")
-        if bad := [c for c in self.cache if c not in CACHE]:
-            raise LmdataError(f"--cache {bad[0]!r}: choose warm, cold or both")
-        if not self.workers or min(self.workers) < 0:
-            raise LmdataError(f"--workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
-        if self.steps < 2:
-            raise LmdataError(f"--steps {self.steps}: need at least 2 (the first step is start-up)")
-        if self.batch_size < 1 or self.seq_len < 1:
-            raise LmdataError(f"--batch-size {self.batch_size} / --seq-len {self.seq_len}: must be >= 1")
-        if self.compute == "simulated" and self.step_ms is None and self.gpu is None:
-            raise LmdataError("--compute simulated needs --step-ms X, or --gpu NAME to derive it from --model")
-        if self.step_ms is not None and self.step_ms < 0:
-            raise LmdataError(f"--step-ms {self.step_ms}: must be >= 0")
-        if self.prefetch < 1:
-            raise LmdataError(f"--prefetch {self.prefetch}: must be >= 1 (reads each worker does ahead)")
-        if self.batches_per_read < 1:
-            raise LmdataError(f"--batches-per-read {self.batches_per_read}: must be >= 1 (batches read with one call)")
-        if self.compute == "model" or self.gpu:
-            flops.preset(self.model)  # an unknown --model fails here, not inside a cell
-
 
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""

@@ -5,9 +5,9 @@ Lance readers failing on vanished fragments and memmap/Parquet readers serving a
 old store (shards already mapped) and the new one (shards first touched after), silently.
 
 The decision: a **readers' lock**, not versioned publish. ``<store>/.lock`` is already the
-file an ingest holds ``flock(LOCK_EX)`` on for its whole run; every process that reads the
+file an ingest holds ``flock(LOCK_EX)`` on for its whole run (``filelock``'s lock on POSIX); every process that reads the
 store holds ``flock(LOCK_SH)`` on the same file for as long as a reader of it is alive there.
-So an ingest into a store being read is refused (``ingest_output.lock`` names the readers'
+So an ingest into a store being read is refused (``ingest.output.lock`` names the readers'
 pids, read from ``/proc/locks``), and a reader of a store being written is refused (naming
 the ingest); no process ever waits. Versioned publish (each ingest into a new
 ``v<N>/`` directory, the manifest pointing at the newest, old versions kept until their
@@ -30,7 +30,6 @@ have no flock at all.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import weakref
 from pathlib import Path
@@ -92,6 +91,10 @@ def _open_lock(store: Path) -> int | None:
 
 def hold(store: str | Path, owner: Any) -> None:
     """Hold the shared readers' lock of ``store`` in this process while ``owner`` is alive."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock, no readers' lock
+        return
     if "://" in str(store):  # object storage: no flock
         return
     key, pid = os.path.realpath(store), os.getpid()

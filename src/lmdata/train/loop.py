@@ -28,8 +28,8 @@ import torch
 
 from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM, model_config
+from lmdata.config import TrainConfig
 from lmdata.train.checkpoint import check_run_dir, claim_run_dir, latest_checkpoint, load_checkpoint, save_checkpoint
-from lmdata.train.config import TrainConfig
 from lmdata.train.loss import cross_entropy
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr

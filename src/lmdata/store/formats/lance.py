@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from lmdata._diskspace import space_for
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files, lance_fragments
+from lmdata.store.formats import base, lance_fragments
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
     at_offsets,
@@ -66,7 +66,7 @@ from lmdata.store.checksum import (
     shard_file_path,
     verify_shard,
 )
-from lmdata.store.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
+from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, concat_ranges, shard_bounds
@@ -95,7 +95,7 @@ def with_token_bytes(table: Any) -> Any:
     return table.append_column("token_bytes", raw)
 
 
-class LanceWriter(files.RecordedShardWriter):
+class LanceWriter(base.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
 
     OWNED = re.compile(r"data|_versions|_transactions|_indices|_deletions|_refs|_shards|_fragments"
@@ -112,8 +112,8 @@ class LanceWriter(files.RecordedShardWriter):
 
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
-        stale = files.forget(self.format_dir, index)
-        with space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
+        stale = base.forget(self.format_dir, index)
+        with _atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
             frag = LanceFragment.create(
                 str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
                 data_storage_version=STORAGE_VERSION,
@@ -121,17 +121,17 @@ class LanceWriter(files.RecordedShardWriter):
         meta = frag.to_json()
         data_files = [f"data/{f['path']}" for f in meta["files"]]
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
-            files.fsync_file(self.format_dir / rel)
+            _atomic.fsync_path(self.format_dir / rel)
         row_starts, doc_of_row = pieces(doc_starts)
         rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1)])
         rows_name = f"rows-{index:05d}.npy"
-        replaced = files.write_atomic(self.format_dir / rows_name, lambda p: files.save_npy(p, rows))
+        replaced = _atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
             extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True},
         )
-        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
             if old.path.startswith("data/") and old.path not in data_files:
                 (self.format_dir / old.path).unlink(missing_ok=True)
@@ -143,7 +143,7 @@ class LanceWriter(files.RecordedShardWriter):
         Records of a layout without ``token_bytes`` (an ingest started by an older lmdata)
         are not complete: their shards are written again, so every fragment has the column.
         """
-        done = {i: s for i, s in files.completed(self.format_dir).items() if s.extra.get("token_bytes")}
+        done = {i: s for i, s in base.completed(self.format_dir).items() if s.extra.get("token_bytes")}
         for fragment in lance_fragments.read_fragments(self.format_dir).values():
             if fragment.extra.get("token_bytes"):
                 done.update(lance_fragments.members(fragment))
@@ -161,32 +161,32 @@ class LanceWriter(files.RecordedShardWriter):
             if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
-                with space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
+                with _atomic.space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
                     fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
         # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
-        files.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / files.RECORD_DIR,
+        base.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / base.RECORD_DIR,
                         self.format_dir / lance_fragments.GROUP_DIR)
-        with space_for(self.format_dir):
+        with _atomic.space_for(self.format_dir):
             lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
         for sub in ("_versions", "_transactions"):
             d = self.format_dir / sub
             if d.is_dir():
                 for p in d.iterdir():
                     if p.is_file():
-                        files.fsync_file(p)
-                files.fsync_dir(d)
-        files.fsync_dir(self.format_dir)
+                        _atomic.fsync_path(p)
+                _atomic.fsync_dir(d)
+        _atomic.fsync_dir(self.format_dir)
         lance_fragments.remove_unused(self.format_dir, fragments)
         return fragments
 
     def cleanup_partial(self) -> None:
         """Remove temp files and data files that no staged shard or fragment record references."""
-        files.remove_temporaries(self.format_dir)
+        base.remove_temporaries(self.format_dir)
         # every intact record's files, not only ``completed``'s choice: a shard rewritten by this
         # run (Ray cleans up after its writes) has a staging record and an older fragment record
-        records = [*files.completed(self.format_dir).values(), *lance_fragments.read_fragments(self.format_dir).values()]
+        records = [*base.completed(self.format_dir).values(), *lance_fragments.read_fragments(self.format_dir).values()]
         keep = {f.path for s in records for f in s.files}
         data = self.format_dir / "data"
         if data.is_dir():

@@ -1,4 +1,11 @@
-"""Crash-safe shard files: temporary names, fsync, rename, and completion records.
+"""What formats share: crash-safe shard files (writers) and a bounded cache of open shards (readers).
+
+Readers: ``HandleCache`` holds the open handles of at most ``MAX_OPEN_SHARDS`` shards per
+process (memmaps, ParquetFiles), least recently used dropped first, so a store of many
+more shards than ``ulimit -n`` reads like any other (issue 19: 1,390 memmap shards under the
+common limit of 1,024 failed after 24 batches with "Too many open files").
+
+Writers: crash-safe shard files -- temporary names, fsync, rename, and completion records.
 
 Every writer produces a shard's files under a temporary name (``.NAME.tmp-PID``),
 fsyncs them and renames them into place; only then does it write the shard's completion
@@ -21,50 +28,72 @@ never a wrong one, so record directories are fsynced once, in the writer's ``fin
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
+from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from lmdata._diskspace import space_for
-from lmdata.store.manifest import fsync_dir, fsync_path
+from lmdata import _atomic
+from lmdata._atomic import TMP_MARK, fsync_dir
 from lmdata.store.protocol import ShardInfo
 
 RECORD_DIR = "_shards"
-_TMP_MARK = ".tmp-"
+
+# Open shards all readers of a process keep together. Each costs a file descriptor (a memmap
+# holds a dup of its file's; a ParquetFile its file); ``verify`` holds a reader per format at
+# once, so the bound is per process, not per reader: 64 leaves most of a 1,024 limit to the
+# rest of the program. Reopening a dropped shard costs an open + mmap (memmap) or a footer
+# parse (Parquet); its verification is memoized per process (``checksum.verify_shard``).
+MAX_OPEN_SHARDS = 64
+
+_open: OrderedDict[tuple[int, Any], Any] = OrderedDict()  # (cache id, shard) -> handle, oldest first
+_open_pid = -1
+_ids = itertools.count()
 
 
-def temp_path(path: Path) -> Path:
-    """The temporary name ``path`` is written under (hidden, tagged with our pid)."""
-    path = Path(path)
-    return path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
+class HandleCache:
+    """A reader's open shard handles, in one per-process LRU shared by every reader:
+    ``get(i, open_shard)`` opens shard ``i`` at most once while it is among the process's
+    ``MAX_OPEN_SHARDS`` most recently used; a dropped handle closes when its last reference
+    goes (a window copied out of a memmap keeps none). Pickles empty, and a forked child
+    starts empty (handles are never shared across processes)."""
 
+    def __init__(self) -> None:
+        self._id = next(_ids)
 
-def fsync_file(path: Path) -> None:
-    """Flush a file written by a library that does not fsync (pyarrow, numpy, lance)."""
-    fsync_path(path)
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._id = next(_ids)
 
-def write_atomic(path: Path, write: Callable[[Path], None], needed: int = 0) -> bool:
-    """Run ``write(tmp)`` then fsync and rename ``tmp`` to ``path`` (directory fsync is the caller's).
+    def get(self, key: Any, open_shard: Callable[[Any], Any]) -> Any:
+        global _open_pid
+        if _open_pid != os.getpid():  # forked: the parent's handles are not ours to use
+            _open.clear()
+            _open_pid = os.getpid()
+        handle = _open.get((self._id, key))
+        if handle is not None:
+            _open.move_to_end((self._id, key))
+            return handle
+        handle = open_shard(key)
+        _open[(self._id, key)] = handle
+        while len(_open) > MAX_OPEN_SHARDS:
+            _open.popitem(last=False)
+        return handle
 
-    Returns whether ``path`` existed before (then fsync its directory before a record names it).
-    A full disk is a ``NoSpaceError`` naming ``path`` and the ``needed`` bytes (about).
-    """
-    tmp = temp_path(path)
-    try:
-        with space_for(path, needed):
-            write(tmp)
-            fsync_file(tmp)
-        replaced = os.path.lexists(path)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return replaced
+    def __len__(self) -> int:
+        return sum(1 for cache, _ in _open if cache == self._id) if _open_pid == os.getpid() else 0
+
+    def __del__(self) -> None:
+        if _open_pid == os.getpid():
+            for k in [k for k in _open if k[0] == self._id]:
+                _open.pop(k, None)
 
 
 def sync_dirs(*dirs: Path) -> None:
@@ -94,7 +123,7 @@ def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(shard.to_json(), sort_keys=True).encode()
-    write_atomic(path, lambda p: p.write_bytes(data), len(data))
+    _atomic.write_file(path, lambda p: p.write_bytes(data), sync_dir=False, needed=len(data))
 
 
 def forget(format_dir: Path, index: int) -> ShardInfo | None:
@@ -176,7 +205,7 @@ def remove_temporaries(directory: Path) -> list[Path]:
     removed = []
     if not Path(directory).is_dir():
         return removed
-    for path in Path(directory).rglob(f".*{_TMP_MARK}*"):
+    for path in Path(directory).rglob(f".*{TMP_MARK}*"):
         if path.is_file():
             path.unlink()
             removed.append(path)

@@ -1,6 +1,6 @@
 """The ingest's output directory: lock, refuse-or-resume, tokenizer copy, ingest plan.
 
-An ingest owns ``<store>`` while it holds ``fcntl.flock`` on ``<store>/.lock`` (released
+An ingest owns ``<store>`` while it holds the file lock ``<store>/.lock`` (``filelock``; released
 by the kernel when the process dies, so a SIGKILLed ingest never leaves a stale lock).
 Before any shard it writes ``<store>/ingest-plan.json``: everything that decides the
 bytes of the store (tokenizer hash, dtype, shard size, formats, each split's sources
@@ -31,18 +31,19 @@ after which the partial store is worth keeping (it says ``--resume``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from lmdata import _atomic
+from lmdata._atomic import fsync_dir
+from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
-from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
-from lmdata.store.manifest import MANIFEST_NAME, atomic_write_bytes, fsync_dir, read_manifest
+from lmdata.store.manifest import MANIFEST_NAME, read_manifest
 from lmdata.store.readlock import LOCK_NAME, holders
 
 PLAN_NAME = "ingest-plan.json"
@@ -96,29 +97,40 @@ def open_output(out: Path) -> Path:
     return out
 
 
-def lock(out: Path) -> IO[bytes]:
-    """Hold the store's lock for this process; a second ingest into ``out`` is refused."""
-    fh = open(Path(out) / LOCK_NAME, "ab")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        readers = holders(Path(out) / LOCK_NAME, "READ")
-        if readers:  # the readers' lock (``store.readlock``): a training run, verify, sql... reads it
-            mine = " (this process)" if readers == [os.getpid()] else ""
+class StoreLock:
+    """The store's lock, held until ``close`` (``filelock``: flock on POSIX, msvcrt on Windows;
+    the operating system releases it when the process dies, so a killed ingest leaves no stale lock)."""
+
+    def __init__(self, out: Path) -> None:
+        from filelock import FileLock, Timeout
+
+        self._lock = FileLock(str(Path(out) / LOCK_NAME), timeout=0)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            readers = holders(Path(out) / LOCK_NAME, "READ")
+            if readers:  # the readers' lock (``store.readlock``): a training run, verify, sql... reads it
+                mine = " (this process)" if readers == [os.getpid()] else ""
+                raise LmdataError(
+                    f"{out}: the store is being read right now by pid {', '.join(map(str, readers))}{mine} "
+                    f"(readers' lock {Path(out) / LOCK_NAME}); replacing it would change the data under that "
+                    "reader: stop the reader first, or ingest into another --out and point the job at it"
+                ) from None
             raise LmdataError(
-                f"{out}: the store is being read right now by pid {', '.join(map(str, readers))}{mine} (readers' "
-                f"lock {out / LOCK_NAME}); replacing it would change the data under that reader: stop the reader "
-                "first, or ingest into another --out and point the job at it"
+                f"{out}: another ingest is writing this store right now (lock {Path(out) / LOCK_NAME} is held); "
+                "wait for it to finish or choose another --out"
             ) from None
-        raise LmdataError(
-            f"{out}: another ingest is writing this store right now (lock {out / LOCK_NAME} is held); "
-            "wait for it to finish or choose another --out"
-        ) from None
-    return fh
+
+    def close(self) -> None:
+        self._lock.release()
 
 
-def claim(out: Path, *, resume: bool, overwrite: bool) -> IO[bytes]:
+def lock(out: Path) -> StoreLock:
+    """Hold the store's lock for this process; a second ingest into ``out`` is refused."""
+    return StoreLock(out)
+
+
+def claim(out: Path, *, resume: bool, overwrite: bool) -> StoreLock:
     """Lock ``out`` and ``prepare`` it; a refusal leaves ``out`` as it was (no lock file left in a user's folder)."""
     had_lock = (Path(out) / LOCK_NAME).exists()
     fh = lock(out)
@@ -217,17 +229,7 @@ def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], t
                 f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
             )
         return dest
-    tmp = Path(out) / f".{TOKENIZER_DIR}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, data in files.items():
-        with open(tmp / name, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    fsync_dir(tmp)
-    os.replace(tmp, dest)
-    fsync_dir(Path(out))
+    _atomic.write_dir(dest, files)
     return dest
 
 
@@ -262,7 +264,7 @@ def check_plan(out: Path, plan: dict[str, Any]) -> None:
                 "inputs and options, or start over with --overwrite"
             )
         return
-    atomic_write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
+    _atomic.write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
 
 
 def _first_difference(a: Any, b: Any, where: str = "") -> str:

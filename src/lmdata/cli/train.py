@@ -10,24 +10,15 @@ import dataclasses
 
 import click
 
-from lmdata.train.config import TrainConfig, flag, load_train_config
-
-
-def _options(fn):
-    """One click option per TrainConfig field, default None (= keep the file's or the default)."""
-    for f in reversed(dataclasses.fields(TrainConfig)):
-        help = f"{f.metadata['help']} [default: {f.default}]"
-        if isinstance(f.default, bool):
-            fn = click.option(f"--{flag(f.name)}/--no-{flag(f.name)}", f.name, default=None, help=help)(fn)
-        else:
-            fn = click.option(f"--{flag(f.name)}", f.name, type=type(f.default), default=None, help=help)(fn)
-    return fn
+from lmdata.cli.options import config_options, given
+from lmdata.config import TrainConfig, load_train_config
 
 
 @click.command("train")
 @click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
-@_options
-def train(pipeline: str | None, **flags) -> None:
+@config_options(TrainConfig)
+@click.pass_context
+def train(ctx: click.Context, pipeline: str | None, **flags) -> None:
     """Train a Transformer LM on a store: lmdata train [PIPELINE.toml] [--flags].
 
     Writes checkpoints/, metrics.jsonl and loss.png into --out. Works under
@@ -36,7 +27,7 @@ def train(pipeline: str | None, **flags) -> None:
     from lmdata.train.loop import train as run_train
 
     cfg = load_train_config(pipeline) if pipeline else TrainConfig()
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in flags.items() if v is not None})
+    cfg = dataclasses.replace(cfg, **given(ctx, TrainConfig, flags))
     result = run_train(cfg, log=click.echo)
     if result.checkpoint is not None:
         click.echo(f"checkpoint: {result.checkpoint}")

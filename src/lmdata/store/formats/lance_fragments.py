@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.checksum import file_info
 from lmdata.store.protocol import ShardInfo
 
@@ -64,7 +65,7 @@ def record_path(format_dir: Path, name: str) -> Path:
 
 def read_fragments(format_dir: Path) -> dict[str, ShardInfo]:
     """Fragment records whose files are all on disk with the recorded sizes, by name."""
-    found = (files.read_record_file(format_dir, p) for p in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")))
+    found = (base.read_record_file(format_dir, p) for p in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")))
     return {shard.name: shard for shard in found if shard is not None}
 
 
@@ -154,11 +155,11 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
         raise LmdataError(f"{format_dir}: fragment {name} does not hold its shards' rows in order (the staging "
                           "fragments are damaged); rerun the ingest with --overwrite")
     data_file = f"data/{meta['files'][0]['path']}"
-    files.fsync_file(format_dir / data_file)
+    _atomic.fsync_path(format_dir / data_file)
     path = record_path(format_dir, name)
-    files.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
+    base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
-    replaced = files.write_atomic(format_dir / rows_name, lambda p: files.save_npy(p, rows.astype(np.int64)))
+    replaced = _atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows.astype(np.int64)), sync_dir=False)
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],
@@ -166,7 +167,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )
-    files.write_record_file(path, fragment, sync_dirs=[format_dir] if replaced else [])
+    base.write_record_file(path, fragment, sync_dirs=[format_dir] if replaced else [])
     return fragment
 
 
@@ -175,7 +176,7 @@ def remove_unused(format_dir: Path, fragments: list[ShardInfo]) -> None:
     format_dir = Path(format_dir)
     keep_names = {f.name for f in fragments}
     keep_files = {f.path for s in fragments for f in s.files}
-    for record in [*(format_dir / files.RECORD_DIR).glob("*.json"), *(format_dir / GROUP_DIR).glob("*.json")]:
+    for record in [*(format_dir / base.RECORD_DIR).glob("*.json"), *(format_dir / GROUP_DIR).glob("*.json")]:
         if record.stem not in keep_names:
             record.unlink()
     for pattern in ("data/*.lance", "rows-*.npy", "index-*.npy"):

@@ -1,6 +1,6 @@
 """The `lmdata` command: a thin click shell over library functions.
 
-Each subcommand lives beside the code it drives (``lmdata/<area>/cli.py`` or similar)
+Each command group is one module of this package (``lmdata/cli/<group>.py``)
 and is imported only when invoked, so ``lmdata --help`` does not pay for torch or
 pyarrow. Errors of type ``LmdataError`` become one ``error: ...`` line and exit 1.
 """
@@ -17,17 +17,17 @@ from lmdata.errors import LmdataError
 
 # command name -> "module:attribute" of the click command, and its one-line help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("lmdata.pipeline:run_command", "Run a pipeline end to end: tokenizer, ingest, verify, train, sample, bench."),
-    "tokenizer": ("lmdata.tokenizer.cli:tokenizer", "Train a BPE tokenizer; encode/decode text."),
-    "ingest": ("lmdata.ingest_cli:ingest_command", "Tokenize raw text into a store (memmap, Parquet, Lance)."),
-    "inspect": ("lmdata.ingest_cli:inspect_command", "Documents, tokens, shards, bytes and lengths of a store."),
-    "sql": ("lmdata.inspect_cli:sql_command", "DuckDB SQL over a store's docs and tokens views."),
-    "show": ("lmdata.ingest_cli:show_command", "Decode one document of a store back to text."),
-    "verify": ("lmdata.ingest_cli:verify_command", "Check a store's checksums, counts and cross-format identity."),
-    "bench": ("lmdata.bench.cli:bench", "Measure GPU stall time per storage format and worker count."),
-    "plan": ("lmdata.bench.cli:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
-    "train": ("lmdata.train.cli:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
-    "sample": ("lmdata.train.cli:sample", "Generate text from a training checkpoint."),
+    "run": ("lmdata.cli.run:run_command", "Run a pipeline end to end: tokenizer, ingest, verify, train, sample, bench."),
+    "tokenizer": ("lmdata.cli.tokenizer:tokenizer", "Train a BPE tokenizer; encode/decode text."),
+    "ingest": ("lmdata.cli.ingest:ingest_command", "Tokenize raw text into a store (memmap, Parquet, Lance)."),
+    "inspect": ("lmdata.cli.inspect:inspect_command", "Documents, tokens, shards, bytes and lengths of a store."),
+    "sql": ("lmdata.cli.inspect:sql_command", "DuckDB SQL over a store's docs and tokens views."),
+    "show": ("lmdata.cli.inspect:show_command", "Decode one document of a store back to text."),
+    "verify": ("lmdata.cli.inspect:verify_command", "Check a store's checksums, counts and cross-format identity."),
+    "bench": ("lmdata.cli.bench:bench", "Measure GPU stall time per storage format and worker count."),
+    "plan": ("lmdata.cli.bench:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
+    "train": ("lmdata.cli.train:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
+    "sample": ("lmdata.cli.train:sample", "Generate text from a training checkpoint."),
 }
 
 

@@ -7,7 +7,7 @@ On disk, per split (``<store>/<split>/parquet/``)::
                             token_offset  int64   global offset of the row's first token
                             tokens        list<uint16|uint32>, at most PIECE_TOKENS ids
                           row groups of ROW_GROUP_ROWS rows; statistics on doc_id/token_offset
-    _shards/00000.json    completion record (see ``files.py``)
+    _shards/00000.json    completion record (see ``base.py``)
 
 ``ShardInfo.extra`` is ``{"rows": 1381, "row_groups": 87}``. A reader indexes a shard's
 row groups from its footer's doc_id/token_offset statistics when it first opens the
@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     read_error, shard_file_path, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
@@ -59,7 +60,6 @@ PIECE_TOKENS = 1024
 ROW_GROUP_ROWS = 16
 
 DEFAULT_CACHE_BYTES = 256 << 20  # decoded row groups kept per process
-MAX_OPEN_FILES = 64  # parsed footers kept per process
 
 
 def _names(index: int) -> str:
@@ -176,7 +176,7 @@ class VerifiedRows:
         return pa.RecordBatchReader.from_batches(self.schema, self.batches()).__arrow_c_stream__(requested_schema)
 
 
-class ParquetWriter(files.RecordedShardWriter):
+class ParquetWriter(base.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
 
     OWNED = re.compile(r"shard-\d{5}\.parquet|_shards")
@@ -196,15 +196,16 @@ class ParquetWriter(files.RecordedShardWriter):
                 use_dictionary=False, write_statistics=["doc_id", "token_offset"], write_page_checksum=True,
             )
 
-        files.forget(self.format_dir, index)
-        replaced = files.write_atomic(self.format_dir / name, write, tokens.nbytes)  # zstd: at most about this
+        base.forget(self.format_dir, index)
+        replaced = _atomic.write_file(self.format_dir / name, write, sync_dir=False,
+                                       needed=tokens.nbytes)  # zstd: at most about this
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, name)], extra=extra,
         )
-        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
 class ParquetReader:
@@ -228,14 +229,14 @@ class ParquetReader:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._files: OrderedDict[int, Any] = OrderedDict()  # open ParquetFiles, at most MAX_OPEN_FILES
+        self._files = base.HandleCache()  # open ParquetFiles, bounded per process with every reader's
         self._index: dict[int, tuple[array, array]] = {}  # shard -> (row-group token bounds, first docs)
         self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()  # (shard, group) -> tokens
         self._cached = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()  # paths and the manifest's shards; no files, caches or indexes
-        state.update(_files=OrderedDict(), _index={}, _cache=OrderedDict(), _cached=0, _pid=-1)
+        state.update(_files=base.HandleCache(), _index={}, _cache=OrderedDict(), _cached=0, _pid=-1)
         return state
 
     def _here(self) -> None:
@@ -248,22 +249,20 @@ class ParquetReader:
 
     def _file(self, i: int) -> Any:
         """Shard ``i``'s open ParquetFile (size-checked first); indexes its row groups on first open."""
+        return self._files.get(i, self._open_file)
+
+    def _open_file(self, i: int) -> Any:
         import pyarrow.parquet as pq
 
-        pf = self._files.get(i)
-        if pf is None:
-            shard = self.shards[i]
-            verify_shard(self.format_dir, shard, self.verify)  # a short or corrupt file is an error, never fewer tokens
-            path = shard_file_path(self.format_dir, shard, shard.files[0])
-            try:
-                pf = pq.ParquetFile(path, page_checksum_verification=True)
-            except Exception as exc:  # pyarrow raises several types for a damaged footer
-                raise LmdataError(f"{path}: shard {shard.name} is not a readable Parquet file ({exc})") from exc
-            if i not in self._index:
-                self._index[i] = _row_group_index(pf.metadata, shard, path)
-            self._files[i] = pf
-            if len(self._files) > MAX_OPEN_FILES:
-                self._files.popitem(last=False)
+        shard = self.shards[i]
+        verify_shard(self.format_dir, shard, self.verify)  # a short or corrupt file is an error, never fewer tokens
+        path = shard_file_path(self.format_dir, shard, shard.files[0])
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True)
+        except Exception as exc:  # pyarrow raises several types for a damaged footer
+            raise LmdataError(f"{path}: shard {shard.name} is not a readable Parquet file ({exc})") from exc
+        if i not in self._index:
+            self._index[i] = _row_group_index(pf.metadata, shard, path)
         return pf
 
     def _bounds(self, i: int) -> array:

@@ -6,7 +6,7 @@ On disk, per split (``<store>/<split>/memmap/``)::
                        (the manifest holds dtype and count; size = n_tokens * itemsize)
     docs-00000.npy     int64 [n_docs + 1]: each document's start within the shard, then
                        the shard's length (NumPy .npy, so it is self-describing)
-    _shards/00000.json completion record of the shard (see ``files.py``)
+    _shards/00000.json completion record of the shard (see ``base.py``)
 
 The reader maps each shard lazily (once per process: a memmap is never pickled, and a
 forked child maps its own), after checking the shard against the manifest the first time
@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     shard_file_path, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
@@ -37,7 +38,7 @@ def _names(index: int) -> tuple[str, str]:
     return f"tokens-{index:05d}.bin", f"docs-{index:05d}.npy"
 
 
-class MemmapWriter(files.RecordedShardWriter):
+class MemmapWriter(base.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
 
     OWNED = re.compile(r"tokens-\d{5}\.bin|docs-\d{5}\.npy|_shards")
@@ -48,10 +49,11 @@ class MemmapWriter(files.RecordedShardWriter):
         tok_name, doc_name = _names(index)
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
-        files.forget(self.format_dir, index)
+        base.forget(self.format_dir, index)
         replaced = [
-            files.write_atomic(self.format_dir / tok_name, tokens.tofile, tokens.nbytes),
-            files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts), doc_starts.nbytes),
+            _atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False, needed=tokens.nbytes),
+            _atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False,
+                               needed=doc_starts.nbytes),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",
@@ -61,7 +63,7 @@ class MemmapWriter(files.RecordedShardWriter):
             first_token=first_token,
             files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name)],
         )
-        files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
         return shard
 
 class MemmapReader:
@@ -79,37 +81,28 @@ class MemmapReader:
         self.segments = Segments(shard_bounds(self.shards))
         self.n_tokens = self.segments.n_tokens
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
-        self._pid = -1
-        self._maps: dict[int, np.ndarray] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_maps"], state["_pid"] = {}, -1  # maps are per process
-        return state
+        self._maps = base.HandleCache()  # open memmaps, bounded (a memmap holds a file descriptor)
 
     def check(self) -> None:
         check_sizes(self.format_dir, self.shards)
 
     def _tokens(self, i: int) -> np.ndarray:
-        if self._pid != os.getpid():
-            self._maps, self._pid = {}, os.getpid()
-        mm = self._maps.get(i)
-        if mm is None:
-            shard = self.shards[i]
-            path = shard_file_path(self.format_dir, shard, shard.files[0])
-            verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
-            size = os.stat(path).st_size
-            if size != shard.n_tokens * self.dtype.itemsize:
-                raise LmdataError(
-                    f"{path}: shard {shard.name} has {size} bytes, expected {shard.n_tokens} tokens of "
-                    f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
-                )
-            if shard.n_tokens == 0:
-                mm = np.zeros(0, dtype=self.dtype)
-            else:
-                mm = np.memmap(path, dtype=self.dtype, mode="r", shape=(shard.n_tokens,))
-            self._maps[i] = mm
-        return mm
+        return self._maps.get(i, self._map)
+
+    def _map(self, i: int) -> np.ndarray:
+        """Shard ``i``'s tokens, mapped (checked against the manifest first)."""
+        shard = self.shards[i]
+        path = shard_file_path(self.format_dir, shard, shard.files[0])
+        verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
+        size = os.stat(path).st_size
+        if size != shard.n_tokens * self.dtype.itemsize:
+            raise LmdataError(
+                f"{path}: shard {shard.name} has {size} bytes, expected {shard.n_tokens} tokens of "
+                f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
+            )
+        if shard.n_tokens == 0:
+            return np.zeros(0, dtype=self.dtype)
+        return np.memmap(path, dtype=self.dtype, mode="r", shape=(shard.n_tokens,))
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""

@@ -2,13 +2,13 @@
 
     input files ──Ray Data read tasks (one per file, streaming)──▶ document batches keyed (file, batch)
         ──Ray Data encode tasks (tokenizer shipped once: one object in the object store)──▶ token batches
-        ──driver: restore key order, check counts──▶ the local engine's ``ShardCutter`` (same cut points)
+        ──driver: restore key order, check counts──▶ the shared ``ShardCutter`` (``shards.py``) (same cut points)
         ──per shard and format, a Ray task runs ``Writer.write_shard``──▶ ShardInfo
         ──driver: shard counts == the encode tasks' counts; ``Writer.finish`` (Lance: one commit);
           committed data read back at every shard's last document; then (in ``ingest``) the manifest
 
 Why it equals the local store: documents come from the same readers (``sources``), are
-encoded by the same function (``ingest.encode_texts``), reach the same ``ShardCutter`` in input
+encoded by the same function (``encode.encode_texts``), reach the same ``ShardCutter`` in input
 order, and each shard is written by the format's own ``write_shard`` from the same arrays.
 Ray Data does not promise order, so every batch carries its key and the driver re-orders
 explicitly (``preserve_order`` is also set, which keeps the re-order buffer empty).
@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import ingest as local
 from lmdata.errors import LmdataError
-from lmdata.ingest_output import ResumableError
+from lmdata.ingest import encode
+from lmdata.ingest.output import ResumableError
+from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
@@ -110,7 +111,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
             skipped_bytes += len(doc.text.encode("utf-8"))
             skipped_raw += doc.raw_bytes
         g += 1
-        if raw >= batch_bytes or len(texts) >= local.BATCH_DOCS:
+        if raw >= batch_bytes or len(texts) >= encode.BATCH_DOCS:
             yield emit(False)
             texts, raw, batch = [], 0, batch + 1
     yield emit(True)
@@ -120,7 +121,7 @@ _SHIPPED: dict[str, Any] = {}  # object id -> tokenizer: fetched once per worker
 
 
 def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
-    """Encode one row of texts with the local engine's ``encode_texts``; report counts beside the arrays."""
+    """Encode one row of texts with ``encode.encode_texts``; report counts beside the arrays."""
     import pyarrow as pa
     import ray
 
@@ -128,10 +129,10 @@ def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
     if ref.hex() not in _SHIPPED:
         _SHIPPED.clear()
         _SHIPPED[ref.hex()] = ray.get(ref)
-    local.use_tokenizer(_SHIPPED[ref.hex()])  # what the local engine's pool initializer does
+    encode.use_tokenizer(_SHIPPED[ref.hex()])  # what the local engine's pool initializer does
     (row,) = table.to_pylist()
     _maybe_fault(f"encode-{row['file']}-{row['batch']}")
-    tokens, lengths, nbytes = local.encode_texts(row.pop("texts"), eot, dtype)
+    tokens, lengths, nbytes = encode.encode_texts(row.pop("texts"), eot, dtype)
     row.update(tokens=tokens.tobytes(), lengths=lengths.tobytes(), n_docs=len(lengths),
                n_tokens=int(lengths.sum()), text_bytes=nbytes)
     return pa.Table.from_pylist([row])
@@ -153,13 +154,16 @@ def _write_shard(writer: Any, label: str, index: int, tokens: np.ndarray, doc_st
 
 
 class RayEngine:
-    """A Ray connection plus the shipped tokenizer; ``ingest`` holds it where it holds its pool.
+    """A Ray connection plus the shipped tokenizer: the ``ray`` engine of ``ingest.job``.
 
     Connects to ``address`` (``"auto"``, ``"ray://host:10001"``, ...), or starts a local Ray
     with ``workers`` CPUs; a Ray already initialized in this process is used as is.
+    Connecting happens before the store is touched: a bad address leaves nothing behind.
     """
 
-    def __init__(self, address: str | None, tokenizer_dir: str | Path, workers: int = 0) -> None:
+    check_installed = staticmethod(require_ray)  # before any work: a missing Ray is an install hint
+
+    def __init__(self, tokenizer_dir: str | Path, workers: int = 0, address: str | None = None) -> None:
         import logging
 
         ray = require_ray()
@@ -179,13 +183,17 @@ class RayEngine:
         self.tokenizer = ray.put(Tokenizer.load(tokenizer_dir))  # once; workers fetch it once each
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def terminate(self) -> None:
+    def start(self, store_tokenizer: Path) -> None:
+        """Nothing to do: the tokenizer was shipped on connecting."""
+
+    def stop(self) -> None:
         if self._started:
             require_ray().shutdown()
             self._started = False
 
-    def join(self) -> None:
-        """Pool-like no-op: ``terminate`` already waited."""
+    def ingest_split(self, name: str, source: Any, writers: dict[str, Any], eot: int, dtype: str,
+                     shard_tokens: int, show_progress: bool) -> tuple[dict, SplitReport]:
+        return ingest_split(name, source, writers, self, eot, dtype, shard_tokens, show_progress)
 
 
 def _check_address(address: str | None) -> None:
@@ -238,7 +246,7 @@ def _encoded(engine: RayEngine, spec: SourceSpec, window: tuple[int, int, int | 
         ray.data.from_items(items, override_num_blocks=len(items))
         # Reading is ~100x cheaper than encoding: 0 CPUs, so a reader never holds an encoder's
         # core, and one concurrent reader per 16 CPUs (0-CPU tasks are not limited otherwise).
-        .map_batches(_read_file, batch_size=1, batch_format="pyarrow", fn_args=(spec, window, local.BATCH_BYTES),
+        .map_batches(_read_file, batch_size=1, batch_format="pyarrow", fn_args=(spec, window, encode.BATCH_BYTES),
                      num_cpus=0, concurrency=-(-engine.cpus // 16))
         .map_batches(_encode_rows, batch_size=1, batch_format="pyarrow", num_cpus=1,
                      fn_args=([engine.tokenizer], eot, dtype))
@@ -361,22 +369,19 @@ def check_committed(label: str, writer: Any, shards: list, last_docs: dict[int, 
 # ---------------------------------------------------------------------------- one split
 
 
-def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEngine, workers: int, eot: int,
-                 dtype: str, shard_tokens: int, show_progress: bool) -> tuple[dict, Any]:
-    """``lmdata.ingest._ingest_split`` on Ray: same arguments (the pool is a ``RayEngine``), same result."""
+def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEngine, eot: int,
+                 dtype: str, shard_tokens: int, show_progress: bool) -> tuple[dict, SplitReport]:
+    """``LocalEngine.ingest_split`` on Ray: the same arguments, the same result."""
     ray = require_ray()
     t0 = time.perf_counter()
-    report = local.SplitReport(name)
-    done = {fmt: w.completed() for fmt, w in writers.items()}
-    for w in writers.values():
-        w.cleanup_partial()
-    prefix = local.reusable_prefix(done)
+    report = SplitReport(name)
+    done, prefix = start_split(writers)
     reused = next(iter(prefix.values()))
     skip = sum(s.n_docs for s in reused)
     dispatch = _Dispatch(depth=2 * engine.cpus)
     proxies = {fmt: _TaskWriter(fmt, w, dispatch) for fmt, w in writers.items()}
-    cutter = local.ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused))
-    bar = local.progress_bar(name, source, show_progress)
+    cutter = ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused))
+    bar = progress_bar(name, source, show_progress)
     docs = tokens = 0
     try:
         window = (source.start, source.start + skip, source.stop)

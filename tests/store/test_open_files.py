@@ -1,0 +1,71 @@
+"""More shards than open files allowed (issue 19, case 2).
+
+With 1,390 shards and ``ulimit -n 1024`` the memmap loader failed after 24 batches ("Too many
+open files") and ``verify`` died with a traceback: readers kept a file open per shard touched.
+Here a store of ~365 shards per format is read under a limit of 100 open files, in a
+subprocess (``resource.setrlimit``): the loader over a whole epoch (random access to every
+shard), ``verify``, ``inspect`` and ``sql`` all finish.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from lmdata.store.manifest import Manifest, SplitInfo, write_manifest
+
+FORMATS = ["memmap", "parquet", "lance"]
+LIMIT = 100
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory, store_builder):
+    from lmdata.store.formats import lance_fragments
+
+    helpers = store_builder.__globals__  # tests/store/conftest.py (not importable by name beside other conftests)
+    random_docs, write_split = helpers["random_docs"], helpers["write_split"]
+
+    path = tmp_path_factory.mktemp("fds") / "store"
+    eot = 50256
+    docs = random_docs(np.random.default_rng(0), 30_000, eot, max_len=60)
+    info = SplitInfo(n_docs=len(docs), n_tokens=int(sum(len(d) for d in docs)))
+    old, lance_fragments.FRAGMENT_TOKENS = lance_fragments.FRAGMENT_TOKENS, 60  # a fragment per shard or two
+    try:
+        for fmt in FORMATS:
+            info.formats[fmt] = write_split(path, "train", fmt, docs, np.dtype(np.uint16), 60)
+    finally:
+        lance_fragments.FRAGMENT_TOKENS = old
+    write_manifest(path, Manifest(tokenizer_hash="0" * 64, vocab_size=eot + 1, dtype="uint16", eot_id=eot,
+                                  shard_tokens=60, splits={"train": info}))
+    assert all(len(s) > 3 * LIMIT for s in info.formats.values()), {f: len(s) for f, s in info.formats.items()}
+    return path
+
+
+SCRIPT = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+    from lmdata.data import make_loader
+    from lmdata.inspect import inspect, sql
+    from lmdata.store import open_store
+    from lmdata.store.verify import verify_store
+    store = sys.argv[1]
+    for fmt in {formats!r}:
+        ds = open_store(store).dataset("train", 32, format=fmt)
+        n = sum(1 for _ in make_loader(ds, 16, num_workers=0, seed=3))
+        print(fmt, "batches", n)
+    verify_store(store).raise_if_bad()
+    inspect(store)
+    print(sql(store, "SELECT count(*) FROM docs")[1], sql(store, "SELECT sum(len(tokens)) FROM tokens_lance")[1],
+          sql(store, "SELECT sum(len(tokens)) FROM tokens_parquet")[1])
+    print("ok")
+""")
+
+
+def test_readers_stay_under_a_low_open_file_limit(many_shards):
+    done = subprocess.run([sys.executable, "-c", SCRIPT.format(limit=LIMIT, formats=FORMATS), str(many_shards)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
