@@ -7,12 +7,14 @@ pyarrow. Errors of type ``LmdataError`` become one ``error: ...`` line and exit 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
 import click
 
 from lmdata import __version__
+from lmdata import _atomic
 from lmdata.errors import LmdataError
 
 # command name -> "module:attribute" of the click command, and its one-line help.
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="lmdata", standalone_mode=False)
     except LmdataError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
+        sys.exit(1)
+    except OSError as exc:  # a library's I/O error no layer below turned into ours (pyarrow's are OSErrors)
+        click.echo(f"error: {os_error_line(exc)}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -70,3 +75,33 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+# errno -> what to do about it, for an I/O error that reaches the top (the path comes first)
+_FIXES = {
+    errno.ENOSPC: "free space on that filesystem or write elsewhere",
+    errno.EDQUOT: "free space within your quota or write elsewhere",
+    errno.EACCES: "check the file's permissions",
+    errno.EPERM: "check the file's permissions",
+    errno.EROFS: "the filesystem is read-only: write elsewhere",
+    errno.EMFILE: "raise the open-file limit (ulimit -n)",
+    errno.ENOENT: "check the path",
+    errno.EISDIR: "give a file, not a directory",
+    errno.ENOTDIR: "give a directory, not a file",
+    errno.EIO: "the device failed to read or write: check the disk",
+}
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (a library's message wrapped in ours may hold newlines)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def os_error_line(exc: OSError) -> str:
+    """An ``OSError`` as one line naming the file (when the library said which) and the fix."""
+    path = exc.filename if exc.filename is not None else None
+    what = exc.strerror or str(exc)
+    fix = _FIXES.get(exc.errno, "check the path and the disk")
+    if _atomic.is_no_space(exc):
+        fix = _FIXES[errno.ENOSPC]
+    return _one_line(f"{path}: {what}; {fix}" if path else f"{what}; {fix}")
