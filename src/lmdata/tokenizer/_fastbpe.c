@@ -44,8 +44,21 @@ typedef struct Entry {
     int32_t data[];  /* nchars code points, then nids ids */
 } Entry;
 
+/* A cache slot is one 64-byte line: a chunk of up to 12 BMP code points with up to 8 ids
+ * lives in it (most chunks of prose), so a hit costs one cache miss; a longer one is an Entry
+ * on the heap (nchars == BIG). */
+#define IN_CHARS 12
+#define IN_IDS 8
+#define BIG 0xFF
+typedef struct {
+    uint32_t tag;  /* high half of the hash, | 1; 0 = empty */
+    uint8_t nchars, nids;
+    uint16_t chars[IN_CHARS];
+    union { int32_t ids[IN_IDS]; Entry *entry; } u;
+} Slot;
+
 typedef struct Cache {
-    Entry **slots;
+    Slot *slots;
     uint64_t mask;
     Py_ssize_t used, limit;
     struct Cache *next;
@@ -383,7 +396,7 @@ static Cache *cache_new(Py_ssize_t limit) {
     if (!c) return NULL;
     uint64_t size = 16;
     while (size < 2 * (uint64_t)limit) size *= 2;
-    c->slots = PyMem_RawCalloc(size, sizeof(Entry *));
+    c->slots = PyMem_RawCalloc(size, sizeof(Slot));
     if (!c->slots) { PyMem_RawFree(c); return NULL; }
     c->mask = size - 1;
     c->limit = limit;
@@ -391,7 +404,12 @@ static Cache *cache_new(Py_ssize_t limit) {
 }
 
 static void cache_clear(Cache *c) {
-    for (uint64_t i = 0; i <= c->mask; i++) { PyMem_RawFree(c->slots[i]); c->slots[i] = NULL; }
+    if (c->used == 0) return;
+    for (uint64_t i = 0; i <= c->mask; i++) {
+        Slot *s = &c->slots[i];
+        if (s->tag && s->nchars == BIG) PyMem_RawFree(s->u.entry);
+        s->tag = 0;
+    }
     c->used = 0;
 }
 
@@ -412,21 +430,29 @@ static Cache *take_cache(Encoder *e) {
 
 static void give_cache(Encoder *e, Cache *c) { c->next = e->free_caches; e->free_caches = c; }
 
-static inline int entry_equal(const Entry *x, uint64_t hash, const Py_UCS4 *c, Py_ssize_t n) {
-    if (x->hash != hash || x->nchars != n) return 0;
-    for (Py_ssize_t i = 0; i < n; i++) if ((Py_UCS4)x->data[i] != c[i]) return 0;
+static inline int slot_equal(const Slot *x, uint64_t hash, const Py_UCS4 *c, Py_ssize_t n) {
+    if (x->nchars == BIG) {
+        const Entry *e = x->u.entry;
+        if (e->hash != hash || e->nchars != n) return 0;
+        return memcmp(e->data, c, (size_t)n * sizeof(int32_t)) == 0;
+    }
+    if (x->nchars != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) if (x->chars[i] != c[i]) return 0;
     return 1;
 }
 
 /* Encode the chunk c[0:n] through the cache. */
 static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ssize_t n, uint64_t hash, IdBuf *out) {
     if (n > e->max_cached_chunk) return encode_chunk(e, c, n, out);
+    uint32_t tag = (uint32_t)(hash >> 32) | 1;
     uint64_t i = hash & cache->mask;
-    for (Entry *x; (x = cache->slots[i]) != NULL; i = (i + 1) & cache->mask) {
-        if (entry_equal(x, hash, c, n)) {
-            if (buf_reserve(out, x->nids) < 0) return ERR_NOMEM;
-            memcpy(out->v + out->n, x->data + n, (size_t)x->nids * sizeof(int32_t));
-            out->n += x->nids;
+    for (Slot *x; (x = &cache->slots[i])->tag; i = (i + 1) & cache->mask) {
+        if (x->tag == tag && slot_equal(x, hash, c, n)) {
+            Py_ssize_t k = x->nchars == BIG ? x->u.entry->nids : x->nids;
+            const int32_t *ids = x->nchars == BIG ? x->u.entry->data + n : x->u.ids;
+            if (buf_reserve(out, k) < 0) return ERR_NOMEM;
+            memcpy(out->v + out->n, ids, (size_t)k * sizeof(int32_t));
+            out->n += k;
             return 0;
         }
     }
@@ -436,14 +462,25 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
     Py_ssize_t nids = out->n - before;
     if (cache->used >= cache->limit) {
         cache_clear(cache);
-        for (i = hash & cache->mask; cache->slots[i]; i = (i + 1) & cache->mask) {}
+        i = hash & cache->mask;
     }
-    Entry *x = PyMem_RawMalloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
-    if (!x) return ERR_NOMEM;
-    x->hash = hash; x->nchars = (int32_t)n; x->nids = (int32_t)nids;
-    for (Py_ssize_t k = 0; k < n; k++) x->data[k] = (int32_t)c[k];
-    memcpy(x->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
-    cache->slots[i] = x;
+    Slot *x = &cache->slots[i];
+    int inline_ok = n <= IN_CHARS && nids <= IN_IDS;
+    for (Py_ssize_t k = 0; inline_ok && k < n; k++) if (c[k] > 0xFFFF) inline_ok = 0;
+    if (inline_ok) {
+        for (Py_ssize_t k = 0; k < n; k++) x->chars[k] = (uint16_t)c[k];
+        memcpy(x->u.ids, out->v + before, (size_t)nids * sizeof(int32_t));
+        x->nchars = (uint8_t)n; x->nids = (uint8_t)nids;
+    } else {
+        Entry *en = PyMem_RawMalloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
+        if (!en) return ERR_NOMEM;
+        en->hash = hash; en->nchars = (int32_t)n; en->nids = (int32_t)nids;
+        memcpy(en->data, c, (size_t)n * sizeof(int32_t));
+        memcpy(en->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
+        x->u.entry = en;
+        x->nchars = BIG;
+    }
+    x->tag = tag;
     cache->used++;
     return 0;
 }

@@ -7,6 +7,7 @@ What we write (and read back; GPT-2-style files from the Hub read too)::
      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
          {"type": "Split", "pattern": {"Regex": <pattern>}, "behavior": "Isolated", "invert": false},
          {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+         (GPT-2's pattern: the ByteLevel step alone, with "use_regex": true)
      "decoder": {"type": "ByteLevel", ...},
      "model": {"type": "BPE", "vocab": {"Ġthe": 262, ...}, "merges": ["Ġ t", ...], ...}}
 
@@ -39,10 +40,7 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": pattern.hf_text}, "behavior": "Isolated", "invert": False},
-            _BYTE_LEVEL,
-        ]},
+        "pre_tokenizer": _pre_tokenizer(pattern),
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": {
@@ -53,6 +51,16 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
         },
     }
     return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+
+def _pre_tokenizer(pattern: Pattern) -> dict:
+    """GPT-2's own form (ByteLevel with its built-in regex, which other tools special-case) or a Split."""
+    if pattern.name == "gpt2":
+        return _BYTE_LEVEL | {"use_regex": True}
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern.hf_text}, "behavior": "Isolated", "invert": False},
+        _BYTE_LEVEL,
+    ]}
 
 
 def config_json(special_ids: dict[str, int]) -> str:
