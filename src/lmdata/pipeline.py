@@ -31,9 +31,9 @@ import click
 
 from lmdata.config import PipelineConfig, TokenizerConfig, load_pipeline
 from lmdata.errors import LmdataError
+from lmdata.tokenizer.saved import FILES as TOKENIZER_FILES  # every file a tokenizer save writes
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json")
 
 
 def _f(default: Any, help: str) -> Any:
