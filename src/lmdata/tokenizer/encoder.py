@@ -7,9 +7,10 @@ Inside the token loop a token id is a character, ``chr(id)``: a merge is a C-spe
 over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
 Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
-it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache, ASCII
-pre-tokenization and BPE -- runs in C, calling the regex only for new chunks holding a
-non-ASCII character; special tokens are still split here.  It must give the same ids as
+it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
+pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's character
+classes) and BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over
+threads; a custom regex is still called from C, GIL held.  Special tokens are split here.  It must give the same ids as
 the pure-Python path, which stays as the fallback and the reference the tests hold it to.
 Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
 which one an instance uses).
