@@ -93,7 +93,7 @@ def make_variants(cfg: dict, device, precision: str, lr: float = 1e-3):
         model = TransformerLM(**cfg, fast=fast).to(device)
         opt = AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
         fwd = loss_fn(model, device, precision)
-        variants[name] = lambda batch, fwd=fwd, opt=opt: train_step(fwd, opt, batch, 1.0)[0]
+        variants[name] = lambda batch, fwd=fwd, opt=opt: train_step(fwd, opt, [batch], 1.0)[0]
     torch.manual_seed(0)
     tmodel = TorchLM(**cfg).to(device)
     topt = torch.optim.AdamW(tmodel.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
