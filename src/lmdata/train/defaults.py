@@ -20,7 +20,7 @@ from lmdata.errors import LmdataError
 
 # preset -> lr (peak), warmup (steps), batch_size (sequences per micro-batch per rank)
 TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": dict(lr=1e-2, warmup=20, batch_size=16),
+    "tiny": dict(lr=1e-2, warmup=20, batch_size=32),
     "small": dict(lr=2e-3, warmup=100, batch_size=32),
     "gpt2-small": dict(lr=6e-4, warmup=700, batch_size=16),
 }
