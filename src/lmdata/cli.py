@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("lmdata.bench.cli:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
     "train": ("lmdata.train.cli:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
     "sample": ("lmdata.train.cli:sample", "Generate text from a training checkpoint."),
+    "export": ("lmdata.train.cli:export", "Export a training checkpoint (--to hf: a Hugging Face Llama directory)."),
 }
 
 

@@ -193,10 +193,11 @@ def target_steps(cfg: Any) -> int:
     """The step count ``train(cfg)`` runs to on one process (``--tokens`` wins over ``--steps``)."""
     if not cfg.tokens:
         return cfg.steps
-    from lmdata.model.transformer import model_config
+    from lmdata.train.defaults import build_model_config, resolve
 
-    seq_len = cfg.seq_len or model_config(cfg.model)["context_length"]
-    return math.ceil(cfg.tokens / (cfg.batch_size * seq_len))
+    cfg = resolve(cfg)
+    seq_len = cfg.seq_len or build_model_config(cfg, 0)["context_length"]
+    return math.ceil(cfg.tokens / (cfg.batch_size * cfg.grad_accum * seq_len))
 
 
 def _step_of(ckpt: Path) -> int:

@@ -10,14 +10,18 @@ import dataclasses
 
 import click
 
-from lmdata.train.config import TrainConfig, flag, load_train_config
+from lmdata.train.config import SPECIAL, TrainConfig, flag, load_train_config
 
 
 def _options(fn):
     """One click option per TrainConfig field, default None (= keep the file's or the default)."""
     for f in reversed(dataclasses.fields(TrainConfig)):
         help = f"{f.metadata['help']} [default: {f.default}]"
-        if isinstance(f.default, bool):
+        if f.name == "mix":
+            fn = click.option("--mix", "mix", multiple=True, metavar="STORE[:SPLIT]=WEIGHT", help=f.metadata["help"])(fn)
+        elif f.name in SPECIAL:
+            continue
+        elif isinstance(f.default, bool):
             fn = click.option(f"--{flag(f.name)}/--no-{flag(f.name)}", f.name, default=None, help=help)(fn)
         else:
             fn = click.option(f"--{flag(f.name)}", f.name, type=type(f.default), default=None, help=help)(fn)
@@ -35,7 +39,10 @@ def train(pipeline: str | None, **flags) -> None:
     """
     from lmdata.train.loop import train as run_train
 
+    from lmdata.data.mixed import parse_mix_flag
+
     cfg = load_train_config(pipeline) if pipeline else TrainConfig()
+    flags["mix"] = [parse_mix_flag(spec) for spec in flags["mix"]] or None
     cfg = dataclasses.replace(cfg, **{k: v for k, v in flags.items() if v is not None})
     result = run_train(cfg, log=click.echo)
     if result.checkpoint is not None:
@@ -57,3 +64,14 @@ def sample(checkpoint: str, prompt: str, max_tokens: int, temperature: float, to
     text = run_sample(checkpoint, prompt, max_tokens=max_tokens, temperature=temperature,
                       top_p=top_p, seed=seed, device=device)
     click.echo(prompt + text)
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(exists=True))
+@click.option("--to", "to", default="hf", show_default=True, help="Target format: hf (a Hugging Face Llama directory).")
+@click.option("--out", required=True, type=click.Path(), help="Directory to write (new, empty, or an earlier export).")
+def export(checkpoint: str, to: str, out: str) -> None:
+    """Export CHECKPOINT (a ckpt-*.pt file or a run folder) for other tools: --to hf -> AutoModelForCausalLM."""
+    from lmdata.train.export import export as run_export
+
+    click.echo(f"exported: {run_export(checkpoint, out, to)}")
