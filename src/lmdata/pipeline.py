@@ -215,7 +215,7 @@ def ensure_trained(cfg: Any, *, log: Callable[[str], None]) -> tuple[Path, bool]
     steps = target_steps(cfg)
     if latest is not None and _step_of(latest) >= steps:
         meta = read_checkpoint(latest).get("meta", {})
-        if meta.get("tokenizer_hash") != open_store(cfg.store).manifest.tokenizer_hash:
+        if meta.get("tokenizer_hash") != open_store(cfg.store or cfg.mix[0]["store"]).manifest.tokenizer_hash:
             raise LmdataError(f"checkpoint {latest} was trained on another store than {cfg.store}; "
                               "pass --fresh to retrain, or set another out in [train]")
         log(f"train: reusing {latest} (step {_step_of(latest)} >= {steps})")
