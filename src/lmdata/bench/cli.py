@@ -59,6 +59,7 @@ def bench(store: Path, split: str, fmt: str, workers: str, batch_size: int, seq_
     result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
     click.echo("\n".join(report.header_lines(result)))
     click.echo(report.table(result))
+    click.echo("\n".join(report.notes(result)))
     if out is not None:
         paths = report.write_all(result, out)
         click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
