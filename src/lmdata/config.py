@@ -31,7 +31,7 @@ from lmdata.sources import DEFAULT_SEPARATOR, ERRORS, KINDS
 
 BATCHES_PER_READ = 4  # consecutive batches read with one call: the loader's, train's and bench's default
 DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")
 COMPUTE = ("simulated", "model")
 ENGINES = ("local", "ray")
 CACHE = ("warm", "cold")
@@ -102,20 +102,34 @@ class TrainConfig:
     val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
     format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
     model: str = _f("tiny", "Model preset (see lmdata.model.transformer.PRESETS); vocab_size comes from the store.")
-    seq_len: int = _f(0, "Training context length; 0 = the preset's context_length (must not exceed it).")
-    batch_size: int = _f(16, "Sequences per step per rank.")
+    d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
+    layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
+    heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
+    d_ff: int = _f(0, "SwiGLU hidden width over the preset's; 0 = the preset's.")
+    context: int = _f(0, "Model context_length over the preset's; 0 = the preset's.")
+    seq_len: int = _f(0, "Training context length; 0 = the model's context_length (must not exceed it).")
+    batch_size: int = _f(0, "Sequences per micro-batch per rank; 0 = the preset's (lmdata.train.defaults).")
+    grad_accum: int = _f(1, "Micro-batches per optimizer step (gradient accumulation); a step sees "
+                         "batch_size x grad_accum sequences per rank.")
+    mix: list | None = _f(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
+                          "repeated (TOML: [train.mix.NAME] tables of store, split, weight); every store needs "
+                          "the same tokenizer.", parse="lmdata.data.mixed:parse_mix_table",
+                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT")
     steps: int = _f(200, "Optimizer steps (ignored when --tokens is set).")
     tokens: int = _f(0, "Train for this many tokens instead of --steps (all ranks together).")
-    lr: float = _f(1e-3, "Peak learning rate.")
-    min_lr: float = _f(1e-4, "Learning rate at the end of the cosine decay.")
-    warmup: int = _f(20, "Linear warm-up steps.")
+    lr: float = _f(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
+    min_lr: float = _f(-1.0, "Learning rate at the end of the cosine decay; -1 = lr / 10.")
+    warmup: int = _f(-1, "Linear warm-up steps; -1 = the preset's.")
     weight_decay: float = _f(0.1, "AdamW decoupled weight decay (matrices only; norm gains are not decayed).")
     beta1: float = _f(0.9, "AdamW beta1.")
     beta2: float = _f(0.95, "AdamW beta2.")
     grad_clip: float = _f(1.0, "Clip the global gradient L2 norm to this; 0 = no clipping.")
     seed: int = _f(0, "Seed of the model init and the data order.")
     device: str = _f("auto", f"One of {', '.join(DEVICES)}; auto = cuda, then mps, then cpu.")
-    precision: str = _f("fp32", f"One of {', '.join(PRECISIONS)} (bf16 = autocast; weights stay fp32).")
+    precision: str = _f("auto", f"One of {', '.join(PRECISIONS)}; auto = bf16 autocast on CUDA, fp32 elsewhere "
+                        "(weights stay fp32).")
+    gpu: str = _f("", "Accelerator whose peak FLOP/s the MFU is measured against (lmdata.bench.flops.ACCELERATORS); "
+                  "empty = guessed from the CUDA device name, none on CPU.")
     fast: bool = _f(False, "Fast path: torch's fused scaled_dot_product_attention kernel.")
     compile: bool = _f(False, "Fast path: torch.compile the model (slow first step; needs a C compiler on CPU).")
     eval_every: int = _f(100, "Validate every N steps (and at the end); 0 = only at the end.")
@@ -137,15 +151,18 @@ class TrainConfig:
             raise LmdataError(f"--device: {self.device!r} is not one of {', '.join(DEVICES)}")
         if self.precision not in PRECISIONS:
             raise LmdataError(f"--precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
-        if not self.store:
+        if not self.store and not self.mix:
             raise LmdataError("--store: no store given; pass --store DIR or set store in the pipeline's [train]")
-        for name in ("batch_size", "log_every", "eval_batches", "prefetch", "batches_per_read"):
+        for name in ("grad_accum", "log_every", "eval_batches", "prefetch", "batches_per_read"):
             if getattr(self, name) < 1:
                 raise LmdataError(f"--{flag(name)}: must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "tokens", "warmup", "eval_every", "ckpt_every", "keep", "workers", "seq_len"):
+        for name in ("steps", "tokens", "eval_every", "ckpt_every", "keep", "workers", "seq_len", "batch_size",
+                     "d_model", "layers", "heads", "d_ff", "context"):
             if getattr(self, name) < 0:
                 raise LmdataError(f"--{flag(name)}: must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+        if self.warmup < -1:
+            raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
+        if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):
             raise LmdataError(f"--lr/--min-lr: need 0 <= min_lr <= lr and lr > 0, got {self.lr} / {self.min_lr}")
 
 
@@ -257,8 +274,17 @@ def build(cls: type, table: Any, where: str) -> Any:
         if key not in fields:
             raise LmdataError(f"{where}: unknown key {key!r} (known: {', '.join(fields)})")
         name = fields[key].name
-        values[name] = _value(hints[name], value, where, key)
+        parse = fields[key].metadata.get("parse")  # a field whose TOML form is its own ([train.mix])
+        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key)
     return cls(**values)
+
+
+def resolve(path: str) -> Any:
+    """``"module:function"`` -> the function (imported late: config.py imports nothing heavy)."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _value(hint: Any, value: Any, where: str, key: str) -> Any:

@@ -120,10 +120,11 @@ def target_steps(cfg: Any) -> int:
     """The step count ``train(cfg)`` runs to on one process (``--tokens`` wins over ``--steps``)."""
     if not cfg.tokens:
         return cfg.steps
-    from lmdata.model.transformer import model_config
+    from lmdata.train.defaults import build_model_config, resolve
 
-    seq_len = cfg.seq_len or model_config(cfg.model)["context_length"]
-    return math.ceil(cfg.tokens / (cfg.batch_size * seq_len))
+    cfg = resolve(cfg)
+    seq_len = cfg.seq_len or build_model_config(cfg, 0)["context_length"]
+    return math.ceil(cfg.tokens / (cfg.batch_size * cfg.grad_accum * seq_len))
 
 
 def _step_of(ckpt: Path) -> int:
@@ -141,7 +142,7 @@ def ensure_trained(cfg: Any, *, log: Callable[[str], None]) -> tuple[Path, bool]
     steps = target_steps(cfg)
     if latest is not None and _step_of(latest) >= steps:
         meta = read_checkpoint(latest).get("meta", {})
-        if meta.get("tokenizer_hash") != open_store(cfg.store).manifest.tokenizer_hash:
+        if meta.get("tokenizer_hash") != open_store(cfg.store or cfg.mix[0]["store"]).manifest.tokenizer_hash:
             raise LmdataError(f"checkpoint {latest} was trained on another store than {cfg.store}; "
                               "pass --fresh to retrain, or set another out in [train]")
         log(f"train: reusing {latest} (step {_step_of(latest)} >= {steps})")

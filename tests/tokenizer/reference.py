@@ -40,12 +40,14 @@ def merge_word(word: list[bytes], pair: tuple[bytes, bytes]) -> list[bytes]:
     return out
 
 
-def train(text: str, vocab_size: int, specials: list[str]) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+def train(text: str, vocab_size: int, specials: list[str], pattern: str | None = None
+          ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Most frequent pair each step; ties: the greater (bytes, bytes) tuple."""
+    regex_ = regex.compile(pattern) if pattern else PATTERN
     words: Counter = Counter()
     for is_special, part in split_special(text, specials):
         if not is_special:
-            for pre in PATTERN.findall(part):
+            for pre in regex_.findall(part):
                 words[tuple(bytes([b]) for b in pre.encode("utf-8"))] += 1
     vocab = {i: bytes([i]) for i in range(256)}
     merges = []
@@ -68,8 +70,10 @@ def train(text: str, vocab_size: int, specials: list[str]) -> tuple[dict[int, by
     return vocab, merges
 
 
-def encode(text: str, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], specials: list[str]) -> list[int]:
+def encode(text: str, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], specials: list[str],
+           pattern: str | None = None) -> list[int]:
     """GPT-2's loop per pre-token: merge the lowest-ranked pair present until none is left."""
+    regex_ = regex.compile(pattern) if pattern else PATTERN
     rank = {pair: r for r, pair in reversed(list(enumerate(merges)))}
     ids = {b: i for i, b in vocab.items()}
     out = []
@@ -77,7 +81,7 @@ def encode(text: str, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]]
         if is_special:
             out.append(ids[part.encode("utf-8")])
             continue
-        for pre in PATTERN.findall(part):
+        for pre in regex_.findall(part):
             word = [bytes([b]) for b in pre.encode("utf-8")]
             while len(word) > 1:
                 best = min(zip(word, word[1:]), key=lambda p: rank.get(p, len(merges)))

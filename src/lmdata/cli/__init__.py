@@ -20,7 +20,7 @@ from lmdata.errors import LmdataError
 # command name -> "module:attribute" of the click command, and its one-line help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("lmdata.cli.run:run_command", "Run a pipeline end to end: tokenizer, ingest, verify, train, sample, bench."),
-    "tokenizer": ("lmdata.cli.tokenizer:tokenizer", "Train a BPE tokenizer; encode/decode text."),
+    "tokenizer": ("lmdata.cli.tokenizer:tokenizer", "Train, import or export a BPE tokenizer; encode/decode text."),
     "ingest": ("lmdata.cli.ingest:ingest_command", "Tokenize raw text into a store (memmap, Parquet, Lance)."),
     "inspect": ("lmdata.cli.inspect:inspect_command", "Documents, tokens, shards, bytes and lengths of a store."),
     "sql": ("lmdata.cli.inspect:sql_command", "DuckDB SQL over a store's docs and tokens views."),
@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("lmdata.cli.bench:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
     "train": ("lmdata.cli.train:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
     "sample": ("lmdata.cli.train:sample", "Generate text from a training checkpoint."),
+    "export": ("lmdata.cli.train:export", "Export a training checkpoint (--to hf: a Hugging Face Llama directory)."),
 }
 
 

@@ -36,6 +36,7 @@ def bench(ctx: click.Context, pipeline: str | None, **flags) -> None:
     result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
     click.echo("\n".join(report.header_lines(result)))
     click.echo(report.table(result))
+    click.echo("\n".join(report.notes(result)))
     if cfg.out:
         paths = report.write_all(result, cfg.out)
         click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -29,21 +29,11 @@ def _split_arg(values: tuple[str, ...]) -> dict[str, list[str]]:
     return splits
 
 
-def _tokenizer_from_config(cfg: TokenizerConfig) -> Path:
-    """The pipeline's tokenizer directory, trained first if it does not exist yet."""
-    d = Path(cfg.dir)
-    if (d / "tokenizer.json").is_file():
-        return d
-    if not cfg.train_files:
-        raise LmdataError(f"[tokenizer] dir {d} holds no tokenizer and train_files is empty; set one of them")
-    from lmdata.sources import expand
-    from lmdata.tokenizer import Tokenizer, train_bpe
+def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool) -> Path:
+    """The pipeline's tokenizer directory, trained first if it does not exist yet (as ``lmdata run`` does)."""
+    from lmdata.pipeline import ensure_tokenizer
 
-    files = [str(f) for f in expand(cfg.train_files)]
-    vocab, merges = train_bpe(files, cfg.vocab_size, cfg.special_tokens)
-    Tokenizer(vocab, merges, cfg.special_tokens).save(d)
-    click.echo(f"trained tokenizer ({len(vocab):,} ids) -> {d}", err=True)
-    return d
+    return ensure_tokenizer(cfg, progress=progress, log=lambda line: click.echo(line, err=True))
 
 
 @click.command("ingest")
@@ -73,7 +63,7 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
             raise LmdataError(f"pipeline {pipeline}: no [ingest] section")
         cfg = pc.ingest
         if tok is None and pc.tokenizer is not None:
-            tok = _tokenizer_from_config(pc.tokenizer)
+            tok = _tokenizer_from_config(pc.tokenizer, progress=not no_progress)
     cli_splits = _split_arg(split_args)
     if inputs:
         cli_splits.setdefault("train", []).extend(inputs)

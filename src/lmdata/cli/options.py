@@ -3,7 +3,8 @@
 ``config_options(Cls)`` adds ``--batch-size`` for ``batch_size`` (booleans as
 ``--x/--no-x``, lists as comma-separated values, ``choices`` metadata as a click Choice).
 ``given(ctx, values)`` keeps only the flags typed on the command line, so a flag
-overrides a PIPELINE.toml value while an untyped flag's default never does.
+overrides a PIPELINE.toml value while an untyped flag's default never does. A field with
+``cli`` metadata ("module:function") is a repeatable flag, each value parsed by that function.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def _option(f: dataclasses.Field, hint: Any) -> Callable:
     name = _flag(f)
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     help = f.metadata["help"]
+    if "cli" in f.metadata:  # a repeatable flag with its own parser (``--mix A=0.7 --mix B=0.3``)
+        return click.option(f"--{name}", f.name, multiple=True, metavar=f.metadata.get("metavar"), help=help)
     if isinstance(default, bool):
         return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=True, help=help)
     if typing.get_origin(hint) is list:
@@ -57,10 +60,17 @@ def config_options(cls: type, skip: tuple[str, ...] = ()) -> Callable:
 
 def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """The flags of ``cls`` typed on the command line, converted to the fields' types."""
+    from lmdata.config import resolve
+
     hints = typing.get_type_hints(cls)
+    parsers = {f.name: f.metadata["cli"] for f in dataclasses.fields(cls) if "cli" in f.metadata}
     out = {}
     for name, value in values.items():
-        if name in hints and ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+        if name not in hints or ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
+            continue
+        if name in parsers:
+            out[name] = [resolve(parsers[name])(v) for v in value] or None
+        else:
             out[name] = _list(value, hints[name], name) if typing.get_origin(hints[name]) is list else value
     return out
 

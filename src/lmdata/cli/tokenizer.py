@@ -1,4 +1,4 @@
-"""``lmdata tokenizer train|encode|decode``: a thin shell over ``train_bpe_stats`` and ``Tokenizer``."""
+"""``lmdata tokenizer train|encode|decode|import|export``: a thin shell over ``train_bpe_stats`` and ``Tokenizer``."""
 
 from __future__ import annotations
 
@@ -29,15 +29,16 @@ def tokenizer() -> None:
 @click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
 @click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
+@click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
 def train(inputs: tuple[Path, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
-          workers: int | None, errors: str, progress: bool) -> None:
-    """Train on INPUT files and write vocab.json, merges.txt, tokenizer.json to --out."""
+          workers: int | None, errors: str, progress: bool, pattern: str) -> None:
+    """Train on INPUT files and write the tokenizer directory --out (Hugging Face's tokenizer.json included)."""
     from lmdata.tokenizer.encoder import Tokenizer
     from lmdata.tokenizer.train import train_bpe_stats
 
     vocab, merges, stats = train_bpe_stats(list(inputs), vocab_size, list(special_tokens), workers=workers,
-                                           errors=errors, progress=progress)
-    tok = Tokenizer(vocab, merges, list(special_tokens))
+                                           errors=errors, progress=progress, pattern=pattern)
+    tok = Tokenizer(vocab, merges, list(special_tokens), pattern)
     digest = tok.save(out)
     click.echo(f"wrote {out}: {tok.vocab_size:,} ids; {stats.summary()}; {digest}")
 
@@ -89,3 +90,51 @@ def decode(directory: Path) -> None:
         if not data:
             break
     out.flush()
+
+
+def _special_ids(values: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for v in values:
+        name, _, num = v.rpartition("=")
+        if not name or not num.isdigit():
+            raise LmdataError(f"--special-token {v!r}: give NAME=ID, e.g. --special-token '<|endoftext|>=100257'")
+        out[name] = int(num)
+    return out
+
+
+@tokenizer.command("import")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
+@click.option("--pattern", default=None, help="A tiktoken file's pattern: gpt2, cl100k, o200k or a regex.")
+@click.option("--special-token", "special_tokens", multiple=True, metavar="NAME=ID",
+              help="A tiktoken file's special token and its id (repeatable).")
+def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str, ...]) -> None:
+    """Import SRC, a Hugging Face tokenizer.json (byte-level BPE) or a tiktoken ranks file."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    if src.suffix == ".json" or src.is_dir():
+        if pattern or special_tokens:
+            raise LmdataError("--pattern and --special-token are for tiktoken files; a tokenizer.json carries its own")
+        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src)
+    else:
+        if not pattern:
+            raise LmdataError(f"{src}: a tiktoken file holds no pattern; pass --pattern (e.g. cl100k or o200k)")
+        tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
+    digest = tok.save(out)
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}; {digest}")
+
+
+@tokenizer.command("export")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--to", "fmt", type=click.Choice(["hf", "tiktoken"]), required=True, help="Format to write.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write.")
+def export(directory: Path, fmt: str, out: Path) -> None:
+    """Export a tokenizer DIRECTORY as a Hugging Face tokenizer.json or a tiktoken ranks file."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    tok = Tokenizer.load(directory)
+    text = tok.to_hf_json() if fmt == "hf" else tok.to_tiktoken()
+    out.write_text(text, encoding="utf-8")
+    note = "" if fmt == "hf" else (f"; pattern {tok.pattern_name or tok.pattern!r}, special tokens "
+                                   + ", ".join(f"{k}={v}" for k, v in tok.special_ids.items()))
+    click.echo(f"wrote {out}{note}")

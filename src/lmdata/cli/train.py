@@ -48,3 +48,14 @@ def sample(checkpoint: str, prompt: str, max_tokens: int, temperature: float, to
     text = run_sample(checkpoint, prompt, max_tokens=max_tokens, temperature=temperature,
                       top_p=top_p, seed=seed, device=device)
     click.echo(prompt + text)
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(exists=True))
+@click.option("--to", "to", default="hf", show_default=True, help="Target format: hf (a Hugging Face Llama directory).")
+@click.option("--out", required=True, type=click.Path(), help="Directory to write (new, empty, or an earlier export).")
+def export(checkpoint: str, to: str, out: str) -> None:
+    """Export CHECKPOINT (a ckpt-*.pt file or a run folder) for other tools: --to hf -> AutoModelForCausalLM."""
+    from lmdata.train.export import export as run_export
+
+    click.echo(f"exported: {run_export(checkpoint, out, to)}")

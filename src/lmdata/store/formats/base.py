@@ -40,7 +40,10 @@ import numpy as np
 
 from lmdata import _atomic
 from lmdata._atomic import TMP_MARK, fsync_dir
+from lmdata.errors import LmdataError
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode
 from lmdata.store.protocol import ShardInfo
+from lmdata.store.windows import check_windows, shard_bounds
 
 RECORD_DIR = "_shards"
 
@@ -242,3 +245,68 @@ class RecordedShardWriter:
 
     def cleanup_partial(self) -> None:
         remove_temporaries(self.format_dir)
+
+
+class ShardReader:
+    """What every reader shares, so a format fills in only how it reads its shards.
+
+    The protocol (``protocol.py``) is "how many tokens; the windows at these offsets";
+    this base owns the rest: the stream's shard and document bounds, the per-process
+    reset (state named in ``PER_PROCESS`` is rebuilt in each process, never pickled to a
+    worker or inherited across a fork), the size check, the document-bounds error and the
+    offset-annotated read errors. A format implements ``_reset`` (its per-process state),
+    ``_windows(starts, length)``, ``_document(shard, k)`` and ``doc_starts(shard)``.
+    """
+
+    PER_PROCESS: tuple[str, ...] = ()
+
+    def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
+        self.format_dir = Path(format_dir)
+        self.shards = list(shards)
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
+        self.verify = check_verify_mode(verify)
+        self._shard_bounds = shard_bounds(self.shards)
+        self.n_tokens = int(self._shard_bounds[-1])
+        self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
+        self._pid = -1
+
+    def _reset(self) -> None:
+        """Create this process's state (open files, caches); called on first use in each process."""
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._reset()
+            self._pid = os.getpid()
+
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in self.PER_PROCESS}
+        state["_pid"] = -1  # a worker rebuilds its own files and caches
+        return state
+
+    def check(self) -> None:
+        """Every shard file has the size the manifest says (cheap: no data read)."""
+        check_sizes(self.format_dir, self.shards)
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
+        self._here()
+        starts = check_windows(starts, length, self.n_tokens)
+        try:
+            return self._windows(starts, length)
+        except LmdataError as exc:
+            raise at_offsets(exc, starts, length) from exc
+
+    def document(self, doc_id: int) -> np.ndarray:
+        """One document's tokens (its end-of-text included)."""
+        if not 0 <= doc_id < self._doc_bounds[-1]:
+            raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
+        self._here()
+        i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
+        return self._document(i, doc_id - int(self._doc_bounds[i]))
+
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _document(self, shard: int, k: int) -> np.ndarray:
+        """Document ``k`` of shard ``shard``."""
+        raise NotImplementedError

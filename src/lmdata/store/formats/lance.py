@@ -58,9 +58,6 @@ from lmdata.errors import LmdataError
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
-    at_offsets,
-    check_sizes,
-    check_verify_mode,
     file_info,
     read_error,
     shard_file_path,
@@ -69,7 +66,7 @@ from lmdata.store.checksum import (
 from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import check_windows, concat_ranges, shard_bounds
+from lmdata.store.windows import concat_ranges
 
 STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
 
@@ -195,46 +192,31 @@ class LanceWriter(base.RecordedShardWriter):
                     p.unlink()
 
 
-class LanceReader:
+class LanceReader(base.ShardReader):
     """The rows covering a batch's windows, with one ``take`` per batch; opens the dataset per process."""
 
     # Lance's runtime, once started in a process, crashes forked children (pylance warns
     # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
     fork_safe = False
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2), "extra": {"rows": int}}  # data file ... row index last
+    PER_PROCESS = ("_ds", "_fragments", "_column", "_row_bounds")
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
         io: str | None = None, column: str | None = None,
     ) -> None:
-        self.format_dir = Path(format_dir)
-        self.shards = list(shards)
-        self.dtype = np.dtype(dtype)
-        self.verify = check_verify_mode(verify)
+        super().__init__(format_dir, shards, dtype, verify=verify)
         self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io)
         if column not in (None, "tokens"):
             raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None reads token_bytes)")
         self.column = column
-        self._shard_bounds = shard_bounds(self.shards)
-        self.n_tokens = int(self._shard_bounds[-1])
-        self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
         self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards])
-        self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._ds: Any = None
         self._fragments: list[Any] = []
         self._column = "token_bytes"  # "tokens" in a store written before token_bytes
         self._row_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fragment -> ``_index``
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_ds=None, _fragments=[], _row_bounds={}, _pid=-1)
-        return state
-
-    def check(self) -> None:
-        check_sizes(self.format_dir, self.shards)
 
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
@@ -262,8 +244,7 @@ class LanceReader:
         return index
 
     def _open(self) -> Any:
-        if self._pid != os.getpid():
-            self._reset()
+        self._here()
         if self._ds is None:
             import lance
 
@@ -337,21 +318,13 @@ class LanceReader:
             )
         return values, offsets
 
-    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
-        self._open()
-        starts = check_windows(starts, length, self.n_tokens)
-        try:
-            return self._windows(starts, length)
-        except LmdataError as exc:
-            raise at_offsets(exc, starts, length) from exc
-
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """One take of every row the windows touch, then one strided gather.
 
         A window's rows are consecutive dataset rows (across a fragment bound too), and the
         take returns rows in order, so each window is one slice of the take's values.
         """
+        self._open()
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)
@@ -392,19 +365,17 @@ class LanceReader:
         return {"tokens column": LanceReader(self.format_dir, self.shards, self.dtype, verify=self.verify,
                                              io=self.io, column="tokens")}
 
-    def document(self, doc_id: int) -> np.ndarray:
-        """One document's tokens: a ``take`` of its rows."""
-        if not 0 <= doc_id < self._doc_bounds[-1]:
-            raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
+    def _document(self, i: int, k: int) -> np.ndarray:
+        """A ``take`` of the document's rows."""
         self._open()
-        i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
-        local = np.flatnonzero(self._index(i)[1][:-1] == doc_id - self._doc_bounds[i])
+        local = np.flatnonzero(self._index(i)[1][:-1] == k)
         rows = (local + self._row_base[i]).astype(np.int64)
         values, offsets = self._take(rows, self._row_sizes(rows))
         return values[offsets[0]:offsets[-1]].copy()
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Fragment ``i``'s document starts (within it), then its length: from the row index alone."""
+        self._here()
         shard, rows = self.shards[i], self._rows(i, sidecar_only=True)
         starts = row_doc_starts(rows[1, :-1], rows[0, :-1], shard.n_tokens)
         if len(starts) != shard.n_docs + 1:

@@ -25,7 +25,6 @@ columns (no tokens); ``arrow_rows`` (for ``lmdata sql``) is a pyarrow dataset of
 
 from __future__ import annotations
 
-import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
@@ -38,11 +37,11 @@ import numpy as np
 from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
-from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
+from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     read_error, shard_file_path, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import check_windows, plan, shard_bounds
+from lmdata.store.windows import plan
 
 # A row holds at most this many tokens: documents longer than that are split, so a
 # window never forces decoding a whole long document (a trial reported in issue 4 on
@@ -208,44 +207,25 @@ class ParquetWriter(base.RecordedShardWriter):
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
-class ParquetReader:
+class ParquetReader(base.ShardReader):
     """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
+    PER_PROCESS = ("_files", "_index", "_cache", "_cached")
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
         verify: str = DEFAULT_VERIFY,
     ) -> None:
-        self.verify = check_verify_mode(verify)
-        self.format_dir = Path(format_dir)
-        self.shards = list(shards)
-        self.dtype = np.dtype(dtype)
+        super().__init__(format_dir, shards, dtype, verify=verify)
         self.cache_bytes = cache_bytes
-        self._shard_bounds = shard_bounds(self.shards).tolist()
-        self.n_tokens = self._shard_bounds[-1]
-        self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
-        self._reset()
+        self._bounds_list = self._shard_bounds.tolist()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._files = base.HandleCache()  # open ParquetFiles, bounded per process with every reader's
         self._index: dict[int, tuple[array, array]] = {}  # shard -> (row-group token bounds, first docs)
         self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()  # (shard, group) -> tokens
         self._cached = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()  # paths and the manifest's shards; no files, caches or indexes
-        state.update(_files=base.HandleCache(), _index={}, _cache=OrderedDict(), _cached=0, _pid=-1)
-        return state
-
-    def _here(self) -> None:
-        """Forget files and caches inherited from another process (after a fork)."""
-        if self._pid != os.getpid():
-            self._reset()
-
-    def check(self) -> None:
-        check_sizes(self.format_dir, self.shards)
 
     def _file(self, i: int) -> Any:
         """Shard ``i``'s open ParquetFile (size-checked first); indexes its row groups on first open."""
@@ -296,24 +276,15 @@ class ParquetReader:
             self._cached -= self._cache.popitem(last=False)[1].nbytes
         return arr
 
-    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
-        self._here()
-        starts = check_windows(starts, length, self.n_tokens)
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         out = np.empty((len(starts), length), dtype=self.dtype)
-        try:
-            for p in plan(starts, length, self._shard_bounds, self._bounds):
-                out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]
-        except LmdataError as exc:
-            raise at_offsets(exc, starts, length) from exc
+        for p in plan(starts, length, self._bounds_list, self._bounds):
+            out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]
         return out
 
-    def document(self, doc_id: int) -> np.ndarray:
-        """One document's tokens: the row groups that may hold it, filtered on doc_id."""
-        if not 0 <= doc_id < self._doc_bounds[-1]:
-            raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
-        self._here()
-        i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
+    def _document(self, i: int, doc_id_in_shard: int) -> np.ndarray:
+        """The row groups that may hold the document, filtered on doc_id."""
+        doc_id = doc_id_in_shard + int(self._doc_bounds[i])
         pf = self._file(i)
         rg_docs = self._index[i][1]
         lo = max(0, bisect_left(rg_docs, doc_id) - 1)
