@@ -217,6 +217,19 @@ def test_a_lone_surrogate_is_one_line_like_the_local_engine(ray_cluster, tokeniz
     assert fingerprint(tmp_path / "r-ray")["extra"]["splits"]["train"]["replaced"] == 1
 
 
+@needs_ray
+def test_a_full_disk_is_one_resumable_line_like_the_local_engine(ray_cluster, tokenizer_dir, small_fs):
+    """Issue 19, case 3, on the Ray engine: the NoSpaceError of a shard write reaches the user as
+    the same one line (path, bytes, --resume), and no manifest is written."""
+    fs = small_fs("600k")
+    with pytest.raises(LmdataError) as err:
+        ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, fs / "store", formats=["memmap"],
+               shard_tokens=SHARD_TOKENS, workers=2, progress=False, log=None, engine="ray")
+    text = str(err.value)
+    assert "\n" not in text and "no space left on device (writing about" in text and "--resume" in text
+    assert not (fs / "store" / "manifest.json").exists()
+
+
 def test_without_ray_the_engine_says_how_to_install(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None\n"

@@ -399,7 +399,9 @@ def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEng
         cause = _lmdata_cause(exc)
         if cause is None:
             raise
-        raise LmdataError(str(cause).split("\n", 1)[0]) from None  # Ray Data appends retry advice after "\n"
+        # the cause's own type (a NoSpaceError stays one: the job keeps the store for --resume), its first
+        # line only: Ray Data appends retry advice after "\n"
+        raise type(cause)(str(cause).split("\n", 1)[0]) from None
     finally:
         bar.close()
 
