@@ -209,12 +209,21 @@ class TokenLoader:
             self._epoch, self._batch = self._epoch + 1, 0
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         it = iter(self._dl)
+        if self._dl.num_workers:
+            _defer_sigchld_errors()
         while True:
             try:
-                group = next(it)
+                if _worker_deaths:  # a worker died while the caller was busy: report it here, with its samples
+                    raise _worker_deaths.pop()
+                _in_next.append(True)
+                try:
+                    group = next(it)
+                finally:
+                    _in_next.pop()
             except StopIteration:
                 break
             except Exception as exc:
+                _worker_deaths.clear()
                 raise self._explain(exc, it) from exc
             windows, info = group if isinstance(group, (tuple, list)) else (group, None)
             at = 0
@@ -291,6 +300,41 @@ class TokenLoader:
         self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
             self._epoch, self._batch = self._epoch + 1, 0
+
+
+_worker_deaths: list[RuntimeError] = []  # dead-worker errors torch's SIGCHLD handler raised, kept for next()
+_in_next: list[bool] = []  # non-empty while a loader waits in next(): a death then raises at once
+
+
+def _defer_sigchld_errors() -> None:
+    """Keep torch's dead-worker error for the loader's next batch instead of raising it anywhere.
+
+    torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" wherever the main
+    thread happens to be -- mostly in the training step, far from the loader, so the error
+    named no samples and left a traceback (issue 19). Wrapped, the error waits in
+    ``_worker_deaths`` for the next ``next()``, which explains it (``TokenLoader._explain``).
+    While a loader waits in ``next()`` the error is raised at once, as before: with a read
+    ``timeout`` torch's own liveness check would wait that long.
+    """
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if not callable(previous) or getattr(previous, "lmdata_deferred", False):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as exc:
+            if _in_next:
+                raise
+            _worker_deaths.append(exc)
+
+    handler.lmdata_deferred = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGCHLD, handler)
 
 
 def _shown(ids: list[int]) -> str:
