@@ -223,7 +223,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     """The main job of ``path`` (see the module docstring); ``steps`` overrides ``[train] steps``."""
     from lmdata.store.verify import verify_store
     from lmdata.tokenizer.saved import is_lmdata_tokenizer_dir
-    from lmdata.train.loop import resolve_device
+    from lmdata.train.device import resolve_device
 
     log = log or (lambda msg: None)
     start = time.perf_counter()

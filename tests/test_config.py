@@ -14,7 +14,7 @@ import pytest
 from lmdata.config import IngestConfig, TokenizerConfig, help_text, load_pipeline, parse_pipeline
 from lmdata.errors import LmdataError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "pipelines").glob("*.toml")), ids=lambda p: p.name)

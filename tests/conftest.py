@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ingest_common import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
+from samples import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
 
 from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
