@@ -20,6 +20,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.store.checksum import check_sizes
+from lmdata.store.layout import TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
 
@@ -109,7 +110,7 @@ class Store:
         """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
         from lmdata.tokenizer import Tokenizer
 
-        tok = Tokenizer.load(self.path / "tokenizer")
+        tok = Tokenizer.load(self.path / TOKENIZER_DIR)
         found = _tokenizer_hash(tok)
         if found is not None and found != self.manifest.tokenizer_hash:
             raise LmdataError(

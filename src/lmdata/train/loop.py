@@ -32,17 +32,29 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from lmdata.errors import LmdataError
 from lmdata.config import TrainConfig
+from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM
-from lmdata.train.checkpoint import check_run_dir, claim_run_dir, latest_checkpoint, load_checkpoint, save_checkpoint
+from lmdata.train.checkpoint import (
+    CHECKPOINT_DIR,
+    check_run_dir,
+    claim_run_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from lmdata.train.defaults import build_model_config, resolve
-from lmdata.train.device import Dist, allreduce_mean, guess_gpu, init_distributed, resolve_device
+from lmdata.train.device import (
+    Dist,
+    allreduce_mean,
+    guess_gpu,
+    init_distributed,
+    resolve_device,
+)
 from lmdata.train.loss import cross_entropy
 from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics, write_record
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
-
 
 
 @dataclass
@@ -162,7 +174,7 @@ class Run:
             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
         )
         self.out = Path(cfg.out)
-        self.ckpt_dir = self.out / "checkpoints"
+        self.ckpt_dir = self.out / CHECKPOINT_DIR
         self.meta = self._meta(manifest)
 
     def _train_dataset(self, fmt: str | None, doc_kw: dict) -> Any:
