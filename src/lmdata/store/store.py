@@ -23,6 +23,7 @@ from lmdata.store.checksum import check_sizes
 from lmdata.store.layout import TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
+from lmdata.store.protocol import FormatReader
 
 # The default reader when a split holds several formats: fastest random reads first.
 DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
@@ -69,7 +70,7 @@ class Store:
     def format_dir(self, split: str, fmt: str) -> Path:
         return self.path / split / fmt
 
-    def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> Any:
+    def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> FormatReader:
         """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet).
 
         ``verify``: how a built-in reader checks a shard the first time a process touches
