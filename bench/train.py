@@ -26,7 +26,8 @@ from torch import nn
 
 from lmdata.model.transformer import TransformerLM, model_config
 from lmdata.bench.flops import accelerator_flops, model_cost
-from lmdata.train.loop import guess_gpu, loss_fn, resolve_device, train_step
+from lmdata.train.device import guess_gpu, resolve_device
+from lmdata.train.loop import loss_fn, train_step
 from lmdata.train.optim import AdamW
 
 

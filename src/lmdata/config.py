@@ -16,6 +16,7 @@ the shipped pipelines). Example: ``pipelines/sample.toml``.
 from __future__ import annotations
 
 import dataclasses
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
@@ -251,11 +252,6 @@ class PipelineConfig:
     def section(self, cls: type, name: str, **defaults: Any) -> Any:
         """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out)."""
         return build(cls, {**defaults, **self.sections.get(name, {})}, f"pipeline {self.path}: [{name}]")
-
-
-def help_text(cls: type) -> dict[str, str]:
-    """{field name: help} of a config dataclass, for docs and `--help`."""
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
 def build(cls: type, table: Any, where: str) -> Any:

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lmdata import _atomic
-from lmdata.config import BenchConfig, PipelineConfig, SampleConfig, TokenizerConfig, load_sections
+from lmdata.config import (
+    BenchConfig,
+    PipelineConfig,
+    SampleConfig,
+    TokenizerConfig,
+    load_sections,
+)
 from lmdata.errors import LmdataError
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
@@ -96,7 +102,7 @@ def ensure_store(pipe: PipelineConfig, tokenizer_dir: Path, *, overwrite: bool =
     from lmdata.ingest import ingest
     from lmdata.ingest.output import PLAN_NAME, store_layout
     from lmdata.sources import SourceSpec
-    from lmdata.store.manifest import MANIFEST_NAME
+    from lmdata.store.layout import MANIFEST_NAME
 
     cfg = pipe.ingest
     out = Path(cfg.out)
@@ -127,28 +133,29 @@ def target_steps(cfg: Any) -> int:
     return math.ceil(cfg.tokens / (cfg.batch_size * cfg.grad_accum * seq_len))
 
 
-def _step_of(ckpt: Path) -> int:
-    return int(ckpt.stem.split("-")[1])  # ckpt-00000300.pt
-
-
 def ensure_trained(cfg: Any, *, log: Callable[[str], None]) -> tuple[Path, bool]:
     """Train to the target step (resuming a partial run); returns (final checkpoint, reused)."""
     from lmdata.store import open_store
-    from lmdata.train.checkpoint import latest_checkpoint, read_checkpoint
+    from lmdata.train.checkpoint import (
+        CHECKPOINT_DIR,
+        latest_checkpoint,
+        read_checkpoint,
+        step_of,
+    )
     from lmdata.train.loop import train
 
-    ckpt_dir = Path(cfg.out) / "checkpoints"
+    ckpt_dir = Path(cfg.out) / CHECKPOINT_DIR
     latest = latest_checkpoint(ckpt_dir)
     steps = target_steps(cfg)
-    if latest is not None and _step_of(latest) >= steps:
+    if latest is not None and step_of(latest) >= steps:
         meta = read_checkpoint(latest).get("meta", {})
         if meta.get("tokenizer_hash") != open_store(cfg.store or cfg.mix[0]["store"]).manifest.tokenizer_hash:
             raise LmdataError(f"checkpoint {latest} was trained on another store than {cfg.store}; "
                               "pass --fresh to retrain, or set another out in [train]")
-        log(f"train: reusing {latest} (step {_step_of(latest)} >= {steps})")
+        log(f"train: reusing {latest} (step {step_of(latest)} >= {steps})")
         return latest, True
     if latest is not None:
-        log(f"train: resuming {latest} (step {_step_of(latest)} of {steps})")
+        log(f"train: resuming {latest} (step {step_of(latest)} of {steps})")
     try:
         result = train(dataclasses.replace(cfg, resume=latest is not None), log=log)
     except LmdataError as exc:
@@ -223,7 +230,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     """The main job of ``path`` (see the module docstring); ``steps`` overrides ``[train] steps``."""
     from lmdata.store.verify import verify_store
     from lmdata.tokenizer.saved import is_lmdata_tokenizer_dir
-    from lmdata.train.loop import resolve_device
+    from lmdata.train.device import resolve_device
 
     log = log or (lambda msg: None)
     start = time.perf_counter()

@@ -39,11 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet")
 ERRORS = ("strict", "replace")
-DEFAULT_SEPARATOR = "<|endoftext|>"
+DEFAULT_SEPARATOR = EOT
 
 
 @dataclass(frozen=True)

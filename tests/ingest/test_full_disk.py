@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ingest_common import SAMPLE
+from samples import SAMPLE
 
 from lmdata.cli import main
 

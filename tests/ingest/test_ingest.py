@@ -21,7 +21,7 @@ from lmdata.ingest.shards import ShardCutter
 from lmdata.sources import SourceSpec, iter_documents
 from lmdata.store import open_store, verify_store
 
-from ingest_common import FORMATS, HOLDOUT, REPO, SAMPLE, SAMPLE_SHARD_TOKENS, fingerprint
+from samples import FORMATS, HOLDOUT, REPO, SAMPLE, SAMPLE_SHARD_TOKENS, fingerprint
 
 
 def _sample(**kw):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ingest_common import SAMPLE
+from samples import SAMPLE
 
 from lmdata.data import make_loader
 from lmdata.errors import LmdataError

@@ -195,3 +195,22 @@ def test_tokenizer_is_loaded_and_its_hash_checked(make_store):
     _edit_manifest(syn.path, lambda m: m["tokenizer"].update(hash="sha256:" + "0" * 64))
     with pytest.raises(LmdataError, match="does not match the manifest"):
         open_store(syn.path).tokenizer()
+
+
+def test_register_format_refuses_a_taken_name_unless_asked():
+    from lmdata.store.formats.memmap import MemmapReader, MemmapWriter
+
+    class Other(MemmapReader):
+        pass
+
+    with pytest.raises(LmdataError, match="'parquet' is already registered; .*replace=True"):
+        register_format("parquet", MemmapWriter, Other)
+    assert get_format("parquet").reader.__name__ == "ParquetReader"  # the built-in stays
+    register_format("mine", MemmapWriter, MemmapReader)
+    try:
+        with pytest.raises(LmdataError, match="'mine' is already registered"):
+            register_format("mine", MemmapWriter, Other)
+        register_format("mine", MemmapWriter, Other, replace=True)
+        assert get_format("mine").reader is Other
+    finally:
+        unregister_format("mine")

@@ -11,9 +11,8 @@ import pytest
 from lmdata.errors import LmdataError
 from lmdata.store import verify_store
 from lmdata.store.checksum import sha256_file
-from lmdata.store.registry import available_formats
 
-FORMATS = available_formats()
+from formats import FORMATS
 
 
 def test_sound_store_verifies(make_store):

@@ -15,8 +15,8 @@ from lmdata.tokenizer import Tokenizer, train_bpe
 from lmdata.tokenizer import encoder as encoder_module
 from lmdata.tokenizer.bytes_unicode import bytes_to_unicode, merges_txt, vocab_json
 
-from . import reference
-from .strategies import PIECES, SPECIALS, texts
+import bpe_reference as reference
+from text_strategies import PIECES, SPECIALS, texts
 
 EOT = "<|endoftext|>"
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.txt"

@@ -16,7 +16,7 @@ from lmdata.errors import LmdataError
 from lmdata.tokenizer import Tokenizer, train_bpe
 from lmdata.tokenizer.saved import is_lmdata_tokenizer_dir
 
-from .strategies import PIECES
+from text_strategies import PIECES
 
 tiktoken = pytest.importorskip("tiktoken")
 tokenizers = pytest.importorskip("tokenizers")

@@ -11,8 +11,8 @@ from lmdata.tokenizer.pretokenize import (
     ReadStats, count_pretokens, iter_text_blocks, pretokens, safe_cut, split_pieces,
 )
 
-from .reference import PATTERN, split_special
-from .strategies import SPECIALS, texts
+from bpe_reference import PATTERN, split_special
+from text_strategies import SPECIALS, texts
 
 
 NAMED_PATTERNS = [Pattern.get(n) for n in ("gpt2", "cl100k", "o200k")]

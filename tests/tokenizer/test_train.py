@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from lmdata.tokenizer import train_bpe
 from lmdata.tokenizer.patterns import Pattern
 
-from . import reference
-from .strategies import SPECIALS, texts
+import bpe_reference as reference
+from text_strategies import SPECIALS, texts
 
 EOT = "<|endoftext|>"
 

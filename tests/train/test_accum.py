@@ -12,7 +12,7 @@ from lmdata.train.checkpoint import read_checkpoint
 from lmdata.train.loop import loss_fn, train, train_step
 from lmdata.train.optim import AdamW
 
-from .test_loop import Crash, cfg, crash_at
+from test_loop import Crash, cfg, crash_at
 
 
 def _model_and_opt(seed: int = 0):

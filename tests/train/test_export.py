@@ -14,7 +14,7 @@ from lmdata.train.checkpoint import read_checkpoint
 from lmdata.train.export import export, interleaved_to_halves
 from lmdata.train.sample import generate
 
-from .test_loop import cfg
+from test_loop import cfg
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")

@@ -8,12 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
-from lmdata.data.mixed import parse_mix_flag, parse_mix_table
+from lmdata.data.mixed import parse_mix_flag
 from lmdata.errors import LmdataError
 from lmdata.config import TrainConfig, build
 from lmdata.train.loop import train
 
-from .test_loop import Crash, cfg, crash_at
+from test_loop import Crash, cfg, crash_at
 
 
 def _mix(store, w_train=0.75, w_val=0.25):

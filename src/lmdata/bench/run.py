@@ -32,16 +32,15 @@ import numpy as np
 from lmdata.bench import cache, flops, stall
 from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
+from lmdata.train.device import resolve_device
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise LmdataError(f"--device {device}: torch sees no CUDA device; use --device cpu")
-    return device
+def _formats(store: Any, cfg: BenchConfig) -> list[str]:
+    """The formats to measure: ``--format``'s, each one the split must hold, or all it holds."""
+    have = store.formats(cfg.split)
+    formats = cfg.formats or have
+    if missing := [f for f in formats if f not in have]:
+        raise LmdataError(f"--format {missing[0]!r}: split {cfg.split!r} of {cfg.store} has only {', '.join(have)}")
+    return formats
 
 
 def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -58,11 +57,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     store = open_store(cfg.store)
     if cfg.split not in store.splits:
         raise LmdataError(f"--split {cfg.split!r}: not in {cfg.store}; it has {', '.join(store.splits)}")
-    have = store.formats(cfg.split)
-    formats = cfg.formats or have
-    if missing := [f for f in formats if f not in have]:
-        raise LmdataError(f"--format {missing[0]!r}: split {cfg.split!r} of {cfg.store} has only {', '.join(have)}")
-    device = resolve_device(cfg.device)
+    formats = _formats(store, cfg)
+    device = str(resolve_device(cfg.device))
     vocab = store.manifest.vocab_size
     tokens_per_step = cfg.batch_size * cfg.seq_len
     need = flops.plan(cfg.model, cfg.gpu, cfg.batch_size, cfg.seq_len, vocab, cfg.mfu) if cfg.gpu else None

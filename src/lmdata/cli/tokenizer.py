@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 
 _READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
@@ -22,7 +23,7 @@ def tokenizer() -> None:
 @tokenizer.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--vocab-size", type=int, required=True, help="Total ids: 256 bytes + merges + special tokens.")
-@click.option("--special-token", "special_tokens", multiple=True, default=("<|endoftext|>",), show_default=True,
+@click.option("--special-token", "special_tokens", multiple=True, default=(EOT,), show_default=True,
               help="A special token (repeatable); given ones replace the default.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
 @click.option("--workers", type=int, default=None, help="Processes counting pre-tokens [default: all cores].")

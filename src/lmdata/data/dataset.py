@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.store.protocol import FormatReader
 
 DOC_INFO = (None, "positions", "doc_ids")
 
@@ -55,7 +56,7 @@ def doc_ids(inputs: np.ndarray, eot_id: int) -> np.ndarray:
 class TokenDataset:
     """Map-style dataset of ``L + 1``-token windows over one split (see the module doc)."""
 
-    def __init__(self, reader: Any, seq_len: int, *, doc_info: str | None = None, eot_id: int | None = None) -> None:
+    def __init__(self, reader: FormatReader, seq_len: int, *, doc_info: str | None = None, eot_id: int | None = None) -> None:
         if int(seq_len) < 1:
             raise LmdataError(f"seq_len must be >= 1, got {seq_len}")
         if doc_info not in DOC_INFO:

@@ -30,15 +30,6 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def _mix64_array(x: np.ndarray) -> np.ndarray:
-    """``mix64`` over a uint64 array (multiplications wrap modulo 2^64 by design)."""
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def derive_key(*parts: int) -> int:
     """One 64-bit key from several integers (seed, epoch, rank, ...), order-sensitive."""
     key = 0x6C6D64617461  # "lmdata"

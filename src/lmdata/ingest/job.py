@@ -70,9 +70,8 @@ def _load_tokenizer(tokenizer_dir: Path) -> Any:
 
 def _vocab_size(tok: Any) -> tuple[int, int]:
     """(number of ids, largest id + 1): the dtype must hold the largest id, not just the count."""
-    size = int(getattr(tok, "vocab_size", None) or len(tok.vocab))
-    vocab = getattr(tok, "vocab", None)
-    return size, max(size, max(vocab) + 1 if vocab else 0)
+    size = int(tok.vocab_size)
+    return size, max(size, max(tok.vocab) + 1 if tok.vocab else 0)
 
 
 def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:

@@ -43,11 +43,10 @@ from lmdata._atomic import fsync_dir
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
-from lmdata.store.manifest import MANIFEST_NAME, read_manifest
-from lmdata.store.readlock import LOCK_NAME, holders
+from lmdata.store.layout import LOCK_NAME, MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR
+from lmdata.store.manifest import read_manifest
+from lmdata.store.readlock import holders
 
-PLAN_NAME = "ingest-plan.json"
-TOKENIZER_DIR = "tokenizer"
 _PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
 _PROBE = re.compile(r"\.write-test-\d+")  # open_output's writability probe
 

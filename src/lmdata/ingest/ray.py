@@ -42,6 +42,7 @@ from lmdata.ingest import encode
 from lmdata.ingest.output import ResumableError
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
+from lmdata.store.protocol import FormatWriter
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
 # tasks keep Ray Data's own default (retried on worker death without limit). Exceptions
@@ -142,7 +143,7 @@ def _count_documents(spec: SourceSpec, path: str) -> int:
     return sum(1 for _ in iter_documents(spec, files=[Path(path)]))
 
 
-def _write_shard(writer: Any, label: str, index: int, tokens: np.ndarray, doc_starts: np.ndarray,
+def _write_shard(writer: FormatWriter, label: str, index: int, tokens: np.ndarray, doc_starts: np.ndarray,
                  first_doc: int, first_token: int) -> Any:
     _maybe_fault(f"write-{label}-{index:05d}")
     shard = writer.write_shard(index, tokens, doc_starts, first_doc, first_token)
@@ -327,7 +328,7 @@ class _Dispatch:
 class _TaskWriter:
     """A format's writer whose ``write_shard`` runs in a task; the rest stays in the driver."""
 
-    def __init__(self, label: str, writer: Any, dispatch: _Dispatch) -> None:
+    def __init__(self, label: str, writer: FormatWriter, dispatch: _Dispatch) -> None:
         self.label, self.writer, self.dispatch = label, writer, dispatch
         self.ref = require_ray().put(writer)  # writers hold paths and a dtype: small
 
@@ -345,7 +346,7 @@ class _TaskWriter:
         return self.dispatch.submit(self, index, tokens, doc_starts, first_doc, first_token)
 
 
-def check_committed(label: str, writer: Any, shards: list, last_docs: dict[int, int], dtype: str, eot: int) -> None:
+def check_committed(label: str, writer: FormatWriter, shards: list, last_docs: dict[int, int], dtype: str, eot: int) -> None:
     """Read a committed format back: its size, and each document in ``last_docs`` (a shard's
     last document id -> its length, as encoded), which must end in eot.
 

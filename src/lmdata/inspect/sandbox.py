@@ -32,6 +32,7 @@ from typing import Any, TextIO
 from lmdata.errors import LmdataError
 from lmdata.inspect.tables import doc_batches, docs_schema, formats_with
 from lmdata.store.store import open_store
+from lmdata.store.protocol import FormatReader
 
 OUTPUT_FORMATS = ("table", "csv", "json")
 TABLE_LIMIT = 1000  # rows a table shows unless --limit says otherwise (csv/json stream all)
@@ -109,7 +110,7 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None, sources:
     return con
 
 
-def _damaged_shard(reader: Any) -> str | None:
+def _damaged_shard(reader: FormatReader) -> str | None:
     """After a scan of ``reader``'s rows failed inside DuckDB (whose message names no file):
     the first shard whose files fail their sha256, as the error to show, else None."""
     from lmdata.store.checksum import verify_shard

@@ -30,12 +30,13 @@ from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
+from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR
+
 STORE_FORMAT = "lmdata-store"  # the manifest's "format": what makes a directory an lmdata store
 DTYPES = ("uint16", "uint32")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the store's own entries beside the split directories (ingest-plan.json: see ``ingest_output``)
-_RESERVED = frozenset({"tokenizer", MANIFEST_NAME, "ingest-plan.json"})
+_RESERVED = frozenset({TOKENIZER_DIR, MANIFEST_NAME, PLAN_NAME})
 
 
 def check_split_name(name: str, where: str) -> str:

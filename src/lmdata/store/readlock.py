@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import LmdataError
-
-LOCK_NAME = ".lock"
+from lmdata.store.layout import LOCK_NAME
 
 # store directory (real path) -> (pid, fd, live reader count); per process (a fork's entry is its parent's)
 _held: dict[str, tuple[int, int, int]] = {}

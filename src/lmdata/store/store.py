@@ -21,8 +21,10 @@ import numpy as np
 from lmdata.errors import LmdataError
 from lmdata.store import readlock
 from lmdata.store.checksum import check_sizes
+from lmdata.store.layout import TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
+from lmdata.store.protocol import FormatReader
 
 # The default reader when a split holds several formats: fastest random reads first.
 DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
@@ -71,7 +73,7 @@ class Store:
     def format_dir(self, split: str, fmt: str) -> Path:
         return self.path / split / fmt
 
-    def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> Any:
+    def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> FormatReader:
         """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet).
 
         ``verify``: how a built-in reader checks a shard the first time a process touches
@@ -115,7 +117,7 @@ class Store:
         """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
         from lmdata.tokenizer import Tokenizer
 
-        tok = Tokenizer.load(self.path / "tokenizer")
+        tok = Tokenizer.load(self.path / TOKENIZER_DIR)
         found = _tokenizer_hash(tok)
         if found is not None and found != self.manifest.tokenizer_hash:
             raise LmdataError(

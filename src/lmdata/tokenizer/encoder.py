@@ -26,6 +26,7 @@ from itertools import chain, islice, repeat
 from operator import add
 from pathlib import Path
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import bytes_unicode, saved
 from lmdata.tokenizer.patterns import Pattern
@@ -37,7 +38,6 @@ try:
 except ImportError:  # no C compiler at install time: the pure-Python path
     _fastbpe = None
 
-EOT = "<|endoftext|>"
 _LONG = 64  # pre-tokens longer than this use the heap BPE
 _MAX_CACHED_CHUNK = 128  # longer chunks are encoded every time, never cached
 _CACHE_ENTRIES = 1 << 18  # a C cache this full is cleared (its table: 2x as many 64-byte slots, 32 MB)

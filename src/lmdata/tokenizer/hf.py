@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
 from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
@@ -67,8 +68,8 @@ def config_json(special_ids: dict[str, int]) -> str:
     """``tokenizer_config.json``: tells ``AutoTokenizer`` to use the fast tokenizer of tokenizer.json."""
     data: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                   "model_max_length": 1 << 30}
-    if "<|endoftext|>" in special_ids:
-        data |= {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+    if EOT in special_ids:
+        data |= {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT}
     return json.dumps(data, indent=2) + "\n"
 
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer.patterns import GPT2, Pattern
 from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks
 
-DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+DEFAULT_SPECIAL_TOKENS = (EOT,)
 
 
 @dataclass

@@ -65,6 +65,14 @@ def claim_run_dir(out: str | Path, flag: str = "--out") -> Path:
     return claim_output_dir(Path(out), "train", RUN_FILES, flag=flag, legacy=lambda d: True)
 
 
+def step_of(path: str | Path) -> int:
+    """The step in a checkpoint's name (``ckpt-00000300.pt`` -> 300): the one parser of these names."""
+    m = _NAME.match(Path(path).name)
+    if m is None:
+        raise LmdataError(f"{path}: not a checkpoint name (ckpt-NNNNNNNN.pt)")
+    return int(m.group(1))
+
+
 def checkpoint_name(step: int) -> str:
     return f"ckpt-{step:08d}.pt"
 

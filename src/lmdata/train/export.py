@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.train.checkpoint import read_checkpoint
 
@@ -93,11 +94,11 @@ def hf_loadable_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
         tok = load_tokenizer(ckpt, meta)
     except LmdataError as exc:
         raise LmdataError(f"export --to hf: no tokenizer Hugging Face can load: {exc}") from None
-    pattern = getattr(tok, "pattern", GPT2_PATTERN)
+    pattern = tok.pattern
     if pattern != GPT2_PATTERN:
         raise LmdataError(f"export --to hf: the tokenizer of checkpoint {ckpt} pre-tokenizes with another regex "
                           "than GPT-2's, which GPT2Tokenizer files cannot express; export it with tokenizer.json")
-    if "<|endoftext|>" not in tok.special_tokens:
+    if EOT not in tok.special_tokens:
         raise LmdataError(f"export --to hf: the tokenizer of checkpoint {ckpt} has no <|endoftext|> token")
     return tok
 
@@ -112,7 +113,7 @@ def write_hf_tokenizer(tok: Any, out: Path, context_length: int) -> None:
         tok.save(tmp)  # our saved form: vocab.json and merges.txt are already GPT-2's files
         for name in ("vocab.json", "merges.txt"):
             shutil.copyfile(Path(tmp) / name, out / name)
-    eot = "<|endoftext|>"
+    eot = EOT
     specials = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
     config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": int(context_length),
               "add_prefix_space": False, "clean_up_tokenization_spaces": False, **specials}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import random
@@ -33,16 +32,29 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from lmdata.errors import LmdataError
 from lmdata.config import TrainConfig
+from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM
-from lmdata.train.checkpoint import check_run_dir, claim_run_dir, latest_checkpoint, load_checkpoint, save_checkpoint
+from lmdata.train.checkpoint import (
+    CHECKPOINT_DIR,
+    check_run_dir,
+    claim_run_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from lmdata.train.defaults import build_model_config, resolve
+from lmdata.train.device import (
+    Dist,
+    allreduce_mean,
+    guess_gpu,
+    init_distributed,
+    resolve_device,
+)
 from lmdata.train.loss import cross_entropy
+from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics, write_record
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
-
-METRICS = "metrics.jsonl"
 
 
 @dataclass
@@ -57,48 +69,6 @@ class TrainResult:
     checkpoint: Path | None = None
 
 
-@dataclass
-class Dist:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    owns_group: bool = False  # train() created the process group, so it tears it down
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """auto -> cuda, then mps, then cpu; an unavailable device is an error naming --device."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise LmdataError("--device cuda: this torch build sees no CUDA device; use --device cpu")
-        return torch.device("cuda", local_rank)
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise LmdataError("--device mps: MPS is not available here; use --device cpu")
-    return torch.device(name)
-
-
-def init_distributed(device_name: str) -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
-    import torch.distributed as dist
-
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    owns = not dist.is_initialized()
-    if owns:
-        cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(local)
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
-    return Dist(rank, world, local, owns)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -109,14 +79,6 @@ def forever(loader: Any) -> Iterator[tuple[torch.Tensor, ...]]:
     """The loader's batches across epochs (each pass over it is one epoch)."""
     while True:
         yield from loader
-
-
-def _allreduce_mean(values: list[float], dist: Dist) -> list[float]:
-    if dist.world_size == 1:
-        return values
-    t = torch.tensor(values, dtype=torch.float64)
-    torch.distributed.all_reduce(t)
-    return (t / dist.world_size).tolist()
 
 
 def loss_fn(model: torch.nn.Module, device: torch.device, precision: str) -> Callable[..., torch.Tensor]:
@@ -152,18 +114,6 @@ def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Opti
     return total, grad_norm
 
 
-def guess_gpu(device: torch.device) -> str:
-    """The ACCELERATORS key of this CUDA device by its name ("NVIDIA H100 80GB HBM3" -> h100); "" if unknown."""
-    from lmdata.bench.flops import ACCELERATORS
-
-    if device.type != "cuda":
-        return ""
-    name = torch.cuda.get_device_name(device).lower().replace(" ", "")
-    if "h100" in name and "pcie" in name:
-        return "h100-pcie"
-    return next((key for key in ACCELERATORS if key.replace("-", "") in name), "")
-
-
 class Run:
     """The state of one training run: store, datasets, model, optimizer, loader, output files."""
 
@@ -196,13 +146,7 @@ class Run:
             )
         fmt = cfg.format or None
         doc_kw = dict(doc_info="positions", eot_id=self.store.eot_id) if cfg.doc_mask else {}
-        if self.mix is None:
-            self.train_ds = self.store.dataset(cfg.split, self.seq_len, format=fmt, **doc_kw)
-        else:
-            from lmdata.data.mixed import MixedDataset
-
-            parts = [(m["open"].dataset(m["split"], self.seq_len, format=fmt, **doc_kw), m["weight"]) for m in self.mix]
-            self.train_ds = MixedDataset(parts, seed=cfg.seed)
+        self.train_ds = self._train_dataset(fmt, doc_kw)
         share = len(self.train_ds) // dist.world_size
         what = "the mixture" if self.mix else f"split {cfg.split!r}"
         if cfg.batch_size > share:
@@ -230,16 +174,31 @@ class Run:
             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
         )
         self.out = Path(cfg.out)
-        self.ckpt_dir = self.out / "checkpoints"
-        self.meta = {
+        self.ckpt_dir = self.out / CHECKPOINT_DIR
+        self.meta = self._meta(manifest)
+
+    def _train_dataset(self, fmt: str | None, doc_kw: dict) -> Any:
+        """The split's windows, or the weighted mixture of the --mix sources."""
+        cfg = self.cfg
+        if self.mix is None:
+            return self.store.dataset(cfg.split, self.seq_len, format=fmt, **doc_kw)
+        from lmdata.data.mixed import MixedDataset
+
+        parts = [(m["open"].dataset(m["split"], self.seq_len, format=fmt, **doc_kw), m["weight"]) for m in self.mix]
+        return MixedDataset(parts, seed=cfg.seed)
+
+    def _meta(self, manifest: Any) -> dict[str, Any]:
+        """What a checkpoint records about the run, checked again on --resume."""
+        cfg, mix = self.cfg, self.mix
+        return {
             "model": cfg.model, "model_config": self.mcfg, "store": str(Path(cfg.store).resolve()),
             "tokenizer_hash": manifest.tokenizer_hash, "eot_id": manifest.eot_id,
-            "split": "mix" if self.mix else cfg.split,
-            "split_tokens": ([m["open"].n_tokens(m["split"]) for m in self.mix] if self.mix
+            "split": "mix" if mix else cfg.split,
+            "split_tokens": ([m["open"].n_tokens(m["split"]) for m in mix] if mix
                              else manifest.splits[cfg.split].n_tokens),
-            "mix": [[m["store"], m["split"], m["weight"]] for m in self.mix] if self.mix else None,
+            "mix": [[m["store"], m["split"], m["weight"]] for m in mix] if mix else None,
             "seq_len": self.seq_len, "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum,
-            "world_size": dist.world_size, "doc_mask": cfg.doc_mask, "config": asdict(cfg),
+            "world_size": self.dist.world_size, "doc_mask": cfg.doc_mask, "config": asdict(cfg),
         }
 
     def _flops_per_token(self) -> float:
@@ -352,7 +311,7 @@ class Run:
                 break
             losses.append(forward(*(t.to(self.device) for t in batch)).item())
         self.model.train()
-        return _allreduce_mean([sum(losses) / len(losses)], self.dist)[0]
+        return allreduce_mean([sum(losses) / len(losses)], self.dist)[0]
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainResult:
@@ -369,7 +328,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     start = run.resume()
     if dist.main:
         claim_run_dir(run.out)
-        _truncate_metrics(run.out / METRICS, start)
+        truncate_metrics(run.out / METRICS, start)
         run.save_tokenizer()
     say(f"model {cfg.model}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
         f"seq_len {run.seq_len}; {run.steps} steps of {run.tokens_per_step:,} tokens "
@@ -422,7 +381,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
             done = step + 1
             bar.update(1)
             if done % cfg.log_every == 0 or done == run.steps:
-                loss_mean, = _allreduce_mean([window["loss"] / window["n"]], dist)
+                loss_mean, = allreduce_mean([window["loss"] / window["n"]], dist)
                 tok_s = window["n"] * run.tokens_per_step / window["time"]
                 rec = {"step": done, "split": "train", "loss": loss_mean, "lr": lr, "grad_norm": float(grad_norm),
                        "tokens_per_s": tok_s, "data_wait": window["wait"] / window["time"],
@@ -435,7 +394,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                     rec["mix"] = {f"{m['store']}:{m['split']}": float(f) for m, f in zip(run.mix, shares)}
                     line += "  mix " + "/".join(f"{f:.0%}" for f in shares)
                 say(line)
-                _write(metrics, rec)
+                write_record(metrics, rec)
                 bar.set_postfix(loss=f"{loss_mean:.3f}")
                 window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
             if (cfg.eval_every and done % cfg.eval_every == 0) or done == run.steps:
@@ -443,7 +402,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                 if val is not None:
                     result.val_loss = val
                     say(f"step {done:>6}  val loss {val:.4f}")
-                    _write(metrics, {"step": done, "split": "validation", "loss": val})
+                    write_record(metrics, {"step": done, "split": "validation", "loss": val})
             if (cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == run.steps:
                 result.checkpoint = run.save(done)
     finally:
@@ -458,39 +417,3 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return result
-
-
-def _write(fh: Any, rec: dict) -> None:
-    if fh is not None:
-        fh.write(json.dumps(rec) + "\n")
-        fh.flush()
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop records past the checkpoint's step (they will be logged again)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
-def plot_losses(metrics_path: Path, png_path: Path) -> None:
-    """Train and validation loss by step, from metrics.jsonl (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for split, style in (("train", "-"), ("validation", "o-")):
-        pts = [(r["step"], r["loss"]) for r in records if r["split"] == split]
-        if pts:
-            ax.plot(*zip(*pts), style, label=split)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)

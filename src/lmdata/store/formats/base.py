@@ -42,10 +42,9 @@ from lmdata import _atomic
 from lmdata._atomic import TMP_MARK, fsync_dir
 from lmdata.errors import LmdataError
 from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode
+from lmdata.store.layout import RECORD_DIR
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
-
-RECORD_DIR = "_shards"
 
 # Open shards all readers of a process keep together. Each costs a file descriptor (a memmap
 # holds a dup of its file's; a ParquetFile its file); ``verify`` holds a reader per format at

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ingest_common import FORMATS, HOLDOUT, REPO, SAMPLE
+from samples import FORMATS, HOLDOUT, REPO, SAMPLE
 
 from lmdata.errors import LmdataError
 from lmdata.inspect import format_inspect, format_rows, inspect, show, sql
@@ -121,7 +121,7 @@ def test_a_store_of_only_a_plugin_format(sample_store, tokenizer_dir, tmp_path, 
     from lmdata.ingest import ingest
     from lmdata.store.formats.memmap import MemmapReader, MemmapWriter
     from lmdata.store.registry import register_format, unregister_format
-    from ingest_common import SAMPLE_SHARD_TOKENS
+    from samples import SAMPLE_SHARD_TOKENS
 
     register_format("toy", MemmapWriter, LegacyReader if legacy else type("ToyReader", (MemmapReader,), {}))
     try:

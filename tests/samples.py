@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample.txt"
-FORMATS = ["memmap", "parquet", "lance"]
+from formats import FORMATS  # noqa: F401  (re-exported for the ingest tests)
 SAMPLE_SHARD_TOKENS = 30_000  # the sample's ~434k tokens (vocab 512) span ~15 shards
 HOLDOUT = 6
 

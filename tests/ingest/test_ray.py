@@ -22,7 +22,7 @@ from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
-FORMATS = ["memmap", "parquet", "lance"]
+from formats import FORMATS
 SHARD_TOKENS = 30_000  # the sample (vocab 512) spans ~15 shards
 HOLDOUT = ("train", "validation", 6)
 
