@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import LmdataError
+from lmdata.model.presets import PRESETS
 from lmdata.sources import DEFAULT_SEPARATOR, ERRORS, KINDS
 
 BATCHES_PER_READ = 4  # consecutive batches read with one call: the loader's, train's and bench's default
@@ -43,8 +44,12 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a field: ``batch_size`` -> ``batch-size``."""
+def flag(name: str, cls: type | None = None) -> str:
+    """The command-line flag of a field: ``batch_size`` -> ``batch-size`` (or its ``flag`` metadata in ``cls``)."""
+    if cls is not None:
+        f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+        if f is not None and "flag" in f.metadata:
+            return f.metadata["flag"]
     return name.replace("_", "-")
 
 
@@ -101,7 +106,8 @@ class TrainConfig:
     split: str = _f("train", "Split to train on.")
     val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
     format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
-    model: str = _f("tiny", "Model preset (see lmdata.model.transformer.PRESETS); vocab_size comes from the store.")
+    model: str = _f("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.",
+                    choices=tuple(PRESETS))
     d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
     layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
     heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
@@ -139,11 +145,12 @@ class TrainConfig:
     log_every: int = _f(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
     out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.")
     resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
-    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process).")
+    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
+                      flag="loader-workers")
     prefetch: int = _f(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
     batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
     doc_mask: bool = _f(False, "Attention stays inside documents; RoPE positions restart per document.")
-    progress: bool = _f(True, "Show a progress bar.")
+    progress: bool = _f(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
 
     def check(self) -> None:
         """Values that parse but cannot work: name the flag and what is allowed."""
@@ -155,11 +162,11 @@ class TrainConfig:
             raise LmdataError("--store: no store given; pass --store DIR or set store in the pipeline's [train]")
         for name in ("grad_accum", "log_every", "eval_batches", "prefetch", "batches_per_read"):
             if getattr(self, name) < 1:
-                raise LmdataError(f"--{flag(name)}: must be >= 1, got {getattr(self, name)}")
+                raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 1, got {getattr(self, name)}")
         for name in ("steps", "tokens", "eval_every", "ckpt_every", "keep", "workers", "seq_len", "batch_size",
                      "d_model", "layers", "heads", "d_ff", "context"):
             if getattr(self, name) < 0:
-                raise LmdataError(f"--{flag(name)}: must be >= 0, got {getattr(self, name)}")
+                raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 0, got {getattr(self, name)}")
         if self.warmup < -1:
             raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
         if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):
@@ -175,14 +182,16 @@ class BenchConfig:
     split: str = _f("train", "Split to read.")
     formats: list[str] = _f([], "Formats to compare (a comma-separated list on the command line); empty = every "
                             "format of the store.", flag="format")
-    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line).")
+    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line); "
+                            "TOML key: workers.", flag="loader-workers")
     batch_size: int = _f(32, "Sequences per step.")
     seq_len: int = _f(256, "Tokens per sequence.")
     steps: int = _f(100, "Steps per run (capped at one epoch of the split).")
     compute: str = _f("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
                       "steps.", choices=COMPUTE)
     step_ms: float | None = _f(None, "Simulated step time in ms; default: derived from model and gpu.")
-    model: str = _f("small", "Model preset whose token rate the loader must keep up with (and --compute model).")
+    model: str = _f("small", f"Model preset ({', '.join(PRESETS)}) whose token rate the loader must keep up with "
+                    "(and --compute model).", choices=tuple(PRESETS))
     gpu: str = _f("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
                   "empty = none.")
     mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")
@@ -207,7 +216,7 @@ class BenchConfig:
         if bad := [c for c in self.cache if c not in CACHE]:
             raise LmdataError(f"--cache {bad[0]!r}: choose warm, cold or both")
         if not self.workers or min(self.workers) < 0:
-            raise LmdataError(f"--workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
+            raise LmdataError(f"--loader-workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
         if self.steps < 2:
             raise LmdataError(f"--steps {self.steps}: need at least 2 (the first step is start-up)")
         if self.batch_size < 1 or self.seq_len < 1:

@@ -37,6 +37,36 @@ try:
 except ImportError:  # no C compiler at install time: the pure-Python path
     _fastbpe = None
 
+PURE_ENV = "LMDATA_PURE_PYTHON"
+NOT_BUILT = ("lmdata's C tokenizer accelerator (lmdata.tokenizer._fastbpe) is not built, so encoding runs in pure "
+             "Python, ~6x slower; fix: install a C compiler (build-essential, Xcode command-line tools, MSVC) and "
+             "reinstall lmdata from source (pip install --force-reinstall --no-binary lmdata lmdata), or install a "
+             f"wheel that has it; set {PURE_ENV}=1 to use pure Python without this warning")
+_warned = False
+
+
+def pure_python_forced() -> bool:
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def accelerator_status() -> str:
+    """For ``lmdata --version``: whether the C accelerator is in use, and if not, why."""
+    if _fastbpe is None:
+        return "C tokenizer accelerator: NOT BUILT (pure Python, ~6x slower; see `pip install -v` output)"
+    if pure_python_forced():
+        return f"C tokenizer accelerator: built, off ({PURE_ENV}=1)"
+    return "C tokenizer accelerator: in use"
+
+
+def _warn_not_built() -> None:
+    """Once per process, at first use: the missing accelerator and how to get it."""
+    global _warned
+    if not _warned:
+        _warned = True
+        import warnings
+
+        warnings.warn(NOT_BUILT, RuntimeWarning, stacklevel=4)
+
 EOT = "<|endoftext|>"
 _LONG = 64  # pre-tokens longer than this use the heap BPE
 _MAX_CACHED_CHUNK = 128  # longer chunks are encoded every time, never cached
@@ -84,7 +114,10 @@ class Tokenizer:
 
     def _make_fast(self):
         """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
-        if _fastbpe is None or os.environ.get("LMDATA_PURE_PYTHON", "") not in ("", "0"):
+        if pure_python_forced():
+            return None
+        if _fastbpe is None:
+            _warn_not_built()
             return None
         from lmdata.tokenizer import unicode_classes
 
