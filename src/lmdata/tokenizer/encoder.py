@@ -397,7 +397,9 @@ class Tokenizer:
         if self._fast is None:
             if multiprocessing.current_process().daemon or chars < max(pool_min_chars, 8 << 20):
                 return self._encode_list(texts)
-            with multiprocessing.get_context().Pool(workers) as pool:
+            from lmdata._mp import worker_pool
+
+            with worker_pool(workers) as pool:
                 return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
         from concurrent.futures import ThreadPoolExecutor
 

@@ -159,9 +159,9 @@ def count_files(
             counts.update(count(block))
             advance()
     else:
-        import multiprocessing
+        from lmdata._mp import worker_pool
 
-        with multiprocessing.get_context().Pool(workers) as pool:
+        with worker_pool(workers) as pool:
             pending: deque = deque()
             for block in blocks:  # at most 2 blocks per worker in flight: bounded memory
                 pending.append(pool.apply_async(count, (block,)))
