@@ -70,7 +70,7 @@ class SplitConfig:
     kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
                    choices=KINDS)
     separator: str = _f(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
-    text_field: str = _f("text", "kind=jsonl/parquet: the field or column holding the document text.")
+    text_field: str = _f("text", "kind=jsonl/parquet/arrow: the field or column holding the document text.")
 
 
 @dataclass

@@ -131,7 +131,7 @@ def progress_bar(name: str, source: SplitSource, show: bool) -> Any:
 def _known_size(source: SplitSource) -> int | None:
     """Input bytes the progress bar will count, when that is knowable up front."""
     files = expand(source.spec.paths)
-    if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) == "parquet" or
+    if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) in ("parquet", "arrow") or
                                                         f.suffix in (".gz", ".zst") for f in files):
         return None
     return sum(f.stat().st_size for f in files)
