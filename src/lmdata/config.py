@@ -9,13 +9,15 @@ once; the other sections (``[train]``, ``[bench]``, ``[sample]``, later ``[mix]`
 kept as tables in ``PipelineConfig.sections`` and built by their command through
 ``PipelineConfig.section`` (so ``lmdata ingest`` does not fail on a ``[bench]`` typo).
 Below a job's entry point, functions take plain values, never these objects.
-Relative paths are relative to the directory ``lmdata`` runs in (the repository root for
-the shipped pipelines). Example: ``pipelines/sample.toml``.
+Relative paths written in a pipeline file are relative to the file's directory (so
+``pipelines/sample.toml`` says ``../data/sample.txt``), whatever directory ``lmdata`` runs in;
+command-line flags and built-in defaults stay relative to the working directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
@@ -58,15 +60,16 @@ def flag(name: str, cls: type | None = None) -> str:
 
 @dataclass
 class TokenizerConfig:
-    dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.")
-    train_files: list[str] = _f([], "Text files (or globs) to train a BPE tokenizer on when `dir` does not exist yet.")
+    dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.", path=True)
+    train_files: list[str] = _f([], "Text files (or globs) to train a BPE tokenizer on when `dir` does not exist yet.",
+                                path=True)
     vocab_size: int = _f(0, "Vocabulary size when training (256 bytes + merges + special tokens).")
     special_tokens: list[str] = _f([DEFAULT_SEPARATOR], "Special tokens when training; the last is end-of-text.")
 
 
 @dataclass
 class SplitConfig:
-    sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).")
+    sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).", path=True)
     kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
                    choices=KINDS)
     separator: str = _f(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
@@ -82,7 +85,7 @@ class HoldoutConfig:
 
 @dataclass
 class IngestConfig:
-    out: str = _f("", "The store directory to write.")
+    out: str = _f("", "The store directory to write.", path=True)
     formats: list[str] = _f([], "Formats to write, all from the same token stream (comma-separated on the command "
                             "line); empty = memmap, parquet, lance.", flag="format")
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
@@ -102,7 +105,8 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).")
+    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).",
+                    path=True)
     split: str = _f("train", "Split to train on.")
     val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
     format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
@@ -120,7 +124,7 @@ class TrainConfig:
     mix: list | None = _f(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
                           "repeated (TOML: [train.mix.NAME] tables of store, split, weight); every store needs "
                           "the same tokenizer.", parse="lmdata.data.mixed:parse_mix_table",
-                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT")
+                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT", path=True)
     steps: int = _f(200, "Optimizer steps (ignored when --tokens is set).")
     tokens: int = _f(0, "Train for this many tokens instead of --steps (all ranks together).")
     lr: float = _f(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
@@ -143,7 +147,7 @@ class TrainConfig:
     ckpt_every: int = _f(100, "Checkpoint every N steps (and at the end); 0 = only at the end.")
     keep: int = _f(3, "Keep the newest K checkpoints; 0 = keep all.")
     log_every: int = _f(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
-    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.")
+    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.", path=True)
     resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
     workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
                       flag="loader-workers")
@@ -177,8 +181,9 @@ class TrainConfig:
 class BenchConfig:
     """``[bench]`` and the ``lmdata bench`` flags (``run_bench`` takes it)."""
 
-    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.")
-    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).")
+    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.", path=True)
+    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).",
+                  path=True)
     split: str = _f("train", "Split to read.")
     formats: list[str] = _f([], "Formats to compare (a comma-separated list on the command line); empty = every "
                             "format of the store.", flag="format")
@@ -258,8 +263,11 @@ class PipelineConfig:
     path: str = ""
 
     def section(self, cls: type, name: str, **defaults: Any) -> Any:
-        """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out)."""
-        return build(cls, {**defaults, **self.sections.get(name, {})}, f"pipeline {self.path}: [{name}]")
+        """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out; paths in the file
+        are relative to the file)."""
+        table = self.sections.get(name, {})
+        built = build(cls, table, f"pipeline {self.path}: [{name}]", base=pipeline_dir(self.path))
+        return dataclasses.replace(built, **{k: v for k, v in defaults.items() if k not in table})
 
 
 def help_text(cls: type) -> dict[str, str]:
@@ -267,7 +275,28 @@ def help_text(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
-def build(cls: type, table: Any, where: str) -> Any:
+def pipeline_dir(path: str) -> str | None:
+    """The directory a pipeline file's relative paths start from (None: not from a file)."""
+    return os.path.dirname(path) if path and path != "pipeline" else None
+
+
+def rebase(value: Any, base: str | None) -> Any:
+    """A path field's value (a path, a list of paths or globs, ``[train.mix]`` entries) relative to ``base``.
+
+    Absolute paths and URIs (``s3://...``) stay as they are; ``pipelines/../runs/x`` reads ``runs/x``.
+    """
+    if not base:
+        return value
+    if isinstance(value, list):
+        return [rebase(v, base) for v in value]
+    if isinstance(value, dict) and "store" in value:
+        return {**value, "store": rebase(value["store"], base)}
+    if isinstance(value, str) and value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+        return os.path.normpath(os.path.join(base, value))
+    return value
+
+
+def build(cls: type, table: Any, where: str, base: str | None = None) -> Any:
     """Construct ``cls`` from a TOML table: unknown keys and wrong types are errors naming them.
 
     Fields that are dataclasses, or ``dict[str, <dataclass>]``, are built recursively
@@ -284,7 +313,9 @@ def build(cls: type, table: Any, where: str) -> Any:
             raise LmdataError(f"{where}: unknown key {key!r} (known: {', '.join(fields)})")
         name = fields[key].name
         parse = fields[key].metadata.get("parse")  # a field whose TOML form is its own ([train.mix])
-        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key)
+        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key, base)
+        if fields[key].metadata.get("path"):
+            values[name] = rebase(values[name], base)
     return cls(**values)
 
 
@@ -296,17 +327,17 @@ def resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def _value(hint: Any, value: Any, where: str, key: str) -> Any:
+def _value(hint: Any, value: Any, where: str, key: str, base: str | None = None) -> Any:
     """One TOML value checked against a field's type hint."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`: a TOML value is never None
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
-        return build(hint, value, f"{where[:-1]}.{key}]")
+        return build(hint, value, f"{where[:-1]}.{key}]", base)
     if origin is dict and args and dataclasses.is_dataclass(args[1]):
         if not isinstance(value, dict):
             raise LmdataError(f"{where}.{key}: expected [{where.rsplit('[', 1)[-1][:-1]}.{key}.NAME] tables")
-        return {n: build(args[1], t, f"{where[:-1]}.{key}.{n}]") for n, t in value.items()}
+        return {n: build(args[1], t, f"{where[:-1]}.{key}.{n}]", base) for n, t in value.items()}
     want = origin or hint
     if want is Any:
         return value
@@ -318,13 +349,17 @@ def _value(hint: Any, value: Any, where: str, key: str) -> Any:
 
 
 def parse_pipeline(obj: dict[str, Any], where: str = "pipeline") -> PipelineConfig:
-    """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked)."""
+    """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked).
+
+    ``where`` is the file's path: the relative paths written in it are relative to its directory.
+    """
     cfg = PipelineConfig(path=where)
+    base = pipeline_dir(where)
     for name, table in obj.items():
         if name == "tokenizer":
-            cfg.tokenizer = build(TokenizerConfig, table, f"{where}: [tokenizer]")
+            cfg.tokenizer = build(TokenizerConfig, table, f"{where}: [tokenizer]", base)
         elif name == "ingest":
-            cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]")
+            cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]", base)
             check_ingest(cfg.ingest, f"{where}: [ingest]")
         else:
             cfg.sections[name] = table
