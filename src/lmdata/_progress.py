@@ -89,9 +89,13 @@ class PlainProgress:
         """Nothing: the command's own summary line says how it ended."""
 
     def _print(self, now: float) -> None:
-        done = _size(self.n, self.unit, self.unit_scale)
+        if self.unit_scale:  # bytes: "1.2 MB of 4.0 MB (30%), 0.8 MB/s"
+            done = _size(self.n, self.unit, True) + (f" of {_size(self.total, self.unit, True)}" if self.total else "")
+        else:  # counts: "3/6 step (50%), 1.2 step/s"
+            done = f"{self.n:,.0f}" + (f"/{self.total:,.0f}" if self.total else "") + f" {self.unit}"
         if self.total:
-            done += f" of {_size(self.total, self.unit, self.unit_scale)} ({self.n / self.total:.0%})"
+            done += f" ({self.n / self.total:.0%})"
         rate = (self.n - self._start_n) / max(now - self._start, 1e-9)
-        parts = [f"{self.desc}: {done}" if self.desc else done, f"{_size(rate, self.unit, self.unit_scale)}/s"]
+        speed = f"{_size(rate, self.unit, True)}/s" if self.unit_scale else f"{rate:,.1f} {self.unit}/s"
+        parts = [f"{self.desc}: {done}" if self.desc else done, speed]
         print(", ".join(parts + ([self.postfix] if self.postfix else [])), file=sys.stderr, flush=True)

@@ -58,7 +58,7 @@ class LazyGroup(click.Group):
 
 
 def _version_message() -> str:
-    from lmdata.tokenizer.encoder import accelerator_status
+    from lmdata.tokenizer.accelerator import accelerator_status
 
     return f"lmdata {__version__} (Python {sys.version.split()[0]}, {sys.platform}); {accelerator_status()}"
 

@@ -12,8 +12,7 @@ pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's 
 classes) and BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over
 threads; a custom regex is still called from C, GIL held.  Special tokens are split here.  It must give the same ids as
 the pure-Python path, which stays as the fallback and the reference the tests hold it to.
-Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
-which one an instance uses).
+``LMDATA_PURE_PYTHON=1`` forces pure Python (``Tokenizer.accelerated``; ``accelerator``).
 """
 
 from __future__ import annotations
@@ -26,8 +25,10 @@ from itertools import chain, islice, repeat
 from operator import add
 from pathlib import Path
 
+from lmdata._mp import worker_pool
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import bytes_unicode, saved
+from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
 from lmdata.tokenizer.train import check_special_tokens
@@ -36,36 +37,6 @@ try:
     from lmdata.tokenizer import _fastbpe
 except ImportError:  # no C compiler at install time: the pure-Python path
     _fastbpe = None
-
-PURE_ENV = "LMDATA_PURE_PYTHON"
-NOT_BUILT = ("lmdata's C tokenizer accelerator (lmdata.tokenizer._fastbpe) is not built, so encoding runs in pure "
-             "Python, ~6x slower; fix: install a C compiler (build-essential, Xcode command-line tools, MSVC) and "
-             "reinstall lmdata from source (pip install --force-reinstall --no-binary lmdata lmdata), or install a "
-             f"wheel that has it; set {PURE_ENV}=1 to use pure Python without this warning")
-_warned = False
-
-
-def pure_python_forced() -> bool:
-    return os.environ.get(PURE_ENV, "") not in ("", "0")
-
-
-def accelerator_status() -> str:
-    """For ``lmdata --version``: whether the C accelerator is in use, and if not, why."""
-    if _fastbpe is None:
-        return "C tokenizer accelerator: NOT BUILT (pure Python, ~6x slower; see `pip install -v` output)"
-    if pure_python_forced():
-        return f"C tokenizer accelerator: built, off ({PURE_ENV}=1)"
-    return "C tokenizer accelerator: in use"
-
-
-def _warn_not_built() -> None:
-    """Once per process, at first use: the missing accelerator and how to get it."""
-    global _warned
-    if not _warned:
-        _warned = True
-        import warnings
-
-        warnings.warn(NOT_BUILT, RuntimeWarning, stacklevel=4)
 
 EOT = "<|endoftext|>"
 _LONG = 64  # pre-tokens longer than this use the heap BPE
@@ -114,11 +85,8 @@ class Tokenizer:
 
     def _make_fast(self):
         """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
-        if pure_python_forced():
-            return None
-        if _fastbpe is None:
-            _warn_not_built()
-            return None
+        if _fastbpe is None or pure_python_forced():
+            return warn_not_built(_fastbpe is not None)  # None; warns once per process unless LMDATA_PURE_PYTHON=1
         from lmdata.tokenizer import unicode_classes
 
         triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
@@ -397,8 +365,6 @@ class Tokenizer:
         if self._fast is None:
             if multiprocessing.current_process().daemon or chars < max(pool_min_chars, 8 << 20):
                 return self._encode_list(texts)
-            from lmdata._mp import worker_pool
-
             with worker_pool(workers) as pool:
                 return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
         from concurrent.futures import ThreadPoolExecutor
