@@ -110,8 +110,7 @@ class TrainConfig:
     split: str = _f("train", "Split to train on.")
     val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
     format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
-    model: str = _f("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.",
-                    choices=tuple(PRESETS))
+    model: str = _f("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.")
     d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
     layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
     heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
@@ -196,7 +195,7 @@ class BenchConfig:
                       "steps.", choices=COMPUTE)
     step_ms: float | None = _f(None, "Simulated step time in ms; default: derived from model and gpu.")
     model: str = _f("small", f"Model preset ({', '.join(PRESETS)}) whose token rate the loader must keep up with "
-                    "(and --compute model).", choices=tuple(PRESETS))
+                    "(and --compute model).")
     gpu: str = _f("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
                   "empty = none.")
     mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")

@@ -46,8 +46,7 @@ def bench(ctx: click.Context, pipeline: str | None, progress: bool, quiet: bool,
 
 
 @click.command("plan")
-@click.option("--model", default="small", show_default=True, type=click.Choice(tuple(PRESETS)),
-              help=f"Model preset: {', '.join(PRESETS)}.")
+@click.option("--model", default="small", show_default=True, help=f"Model preset: {', '.join(PRESETS)}.")
 @click.option("--gpu", default="h100", show_default=True, help=f"Accelerator (peak dense bf16 FLOP/s): {GPUS}.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seq-len", default=None, type=int, help="Default: the preset's context_length.")
