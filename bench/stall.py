@@ -123,7 +123,7 @@ def main() -> None:
     for gpu in [] if args.no_run else args.gpu.split(","):
         out = f"{args.results}/stall-{'cpu' if args.compute == 'simulated' else 'gpu'}-{gpu}"
         out += "" if args.batch_size == "32" else f"-b{args.batch_size}"
-        cmd = lmdata("bench", "--store", store, "--format", "all", "--workers", args.workers,
+        cmd = lmdata("bench", "--store", store, "--format", "all", "--loader-workers", args.workers,
                      "--batch-size", args.batch_size, "--seq-len", "256", "--steps", args.steps,
                      "--compute", args.compute, "--model", "small", "--gpu", gpu, "--cache", "both", "--out", out)
         result = json.loads((ROOT / out / "bench.json").read_text())

@@ -28,9 +28,25 @@ def test_every_shipped_pipeline_parses(path):
 
 def test_sample_pipeline_holds_out_validation():
     cfg = load_pipeline(REPO / "pipelines" / "sample.toml")
-    assert cfg.ingest.splits["train"].sources == ["data/sample.txt"]
+    assert cfg.ingest.splits["train"].sources == [str(REPO / "data" / "sample.txt")]  # relative to pipelines/
     h = cfg.ingest.holdout
     assert (h.from_split, h.to, h.documents) == ("train", "validation", 6)
+
+
+def test_pipeline_paths_are_relative_to_the_file(tmp_path, monkeypatch):
+    from lmdata.config import load_sections
+
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "p.toml").write_text(
+        '[tokenizer]\ndir = "../tok"\ntrain_files = ["in/*.txt"]\n[ingest]\nout = "s3://bucket/store"\n'
+        '[ingest.splits.train]\nsources = ["/abs/a.txt", "in/b.txt"]\n'
+        '[train]\nout = "../runs/t"\n[train.mix.a]\nstore = "stores/a"\nweight = 1.0\n[bench]\nout = "b"\n')
+    monkeypatch.chdir(tmp_path)
+    pipe, train, bench, _ = load_sections("jobs/p.toml")
+    assert pipe.tokenizer.dir == "tok" and pipe.tokenizer.train_files == ["jobs/in/*.txt"]
+    assert pipe.ingest.out == "s3://bucket/store" and pipe.ingest.splits["train"].sources == ["/abs/a.txt", "jobs/in/b.txt"]
+    assert train.store == "s3://bucket/store" and train.out == "runs/t" and train.mix[0]["store"] == "jobs/stores/a"
+    assert bench.store == "s3://bucket/store" and bench.out == "jobs/b"
 
 
 def test_every_field_has_help():

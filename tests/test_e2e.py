@@ -52,10 +52,10 @@ def sample_pipeline(tmp: Path) -> Path:
     """pipelines/sample.toml with its inputs read from the repo and its outputs in ``tmp``."""
     doc = tomllib.loads((REPO / "pipelines" / "sample.toml").read_text())
     doc["tokenizer"]["dir"] = str(tmp / "tokenizer")
-    doc["tokenizer"]["train_files"] = [str(REPO / p) for p in doc["tokenizer"]["train_files"]]
+    doc["tokenizer"]["train_files"] = [str((REPO / "pipelines" / p).resolve()) for p in doc["tokenizer"]["train_files"]]
     doc["ingest"]["out"] = str(tmp / "store")
     for split in doc["ingest"]["splits"].values():
-        split["sources"] = [str(REPO / p) for p in split["sources"]]
+        split["sources"] = [str((REPO / "pipelines" / p).resolve()) for p in split["sources"]]
     doc["train"]["out"] = str(tmp / "train")
     doc["bench"].update(out=str(tmp / "bench"), workers=[0], steps=4, batch_size=8, seq_len=64)
     doc["sample"]["max_tokens"] = 20

@@ -169,5 +169,5 @@ def test_train_out_marker_lets_a_run_continue(small, tmp_path, capsys):
 
 def test_bench_out_over_a_user_folder(small, tmp_path, capsys):
     folder = user_folder(tmp_path / "mine")
-    refused(["bench", "--store", str(small["store"]), "--out", str(folder), "--workers", "0", "--steps", "2",
+    refused(["bench", "--store", str(small["store"]), "--out", str(folder), "--loader-workers", "0", "--steps", "2",
              "--batch-size", "2", "--seq-len", "16"], folder, capsys, "notes.txt")

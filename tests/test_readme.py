@@ -117,13 +117,13 @@ def test_every_command_has_help_text() -> None:
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
-def test_pipeline_parses(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pipeline_parses(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from lmdata.config import load_pipeline
     from lmdata.config import load_sections
     from lmdata.sources import expand
     from lmdata.config import load_train_config
 
-    monkeypatch.chdir(REPO)  # pipeline paths are relative to the repository root
+    monkeypatch.chdir(tmp_path)  # pipeline paths are relative to the pipeline file, not to where lmdata runs
     pipe = load_pipeline(path)
     assert pipe.tokenizer is not None and pipe.ingest is not None and pipe.ingest.splits
     train = load_train_config(str(path))

@@ -9,14 +9,15 @@ once; the other sections (``[train]``, ``[bench]``, ``[sample]``, later ``[mix]`
 kept as tables in ``PipelineConfig.sections`` and built by their command through
 ``PipelineConfig.section`` (so ``lmdata ingest`` does not fail on a ``[bench]`` typo).
 Below a job's entry point, functions take plain values, never these objects.
-Relative paths are relative to the directory ``lmdata`` runs in (the repository root for
-the shipped pipelines). Example: ``pipelines/sample.toml``.
+Relative paths written in a pipeline file are relative to the file's directory (so
+``pipelines/sample.toml`` says ``../data/sample.txt``), whatever directory ``lmdata`` runs in;
+command-line flags and built-in defaults stay relative to the working directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
+import os
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import LmdataError
+from lmdata.model.presets import PRESETS
 from lmdata.sources import DEFAULT_SEPARATOR, ERRORS, KINDS
 
 BATCHES_PER_READ = 4  # consecutive batches read with one call: the loader's, train's and bench's default
@@ -44,8 +46,12 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a field: ``batch_size`` -> ``batch-size``."""
+def flag(name: str, cls: type | None = None) -> str:
+    """The command-line flag of a field: ``batch_size`` -> ``batch-size`` (or its ``flag`` metadata in ``cls``)."""
+    if cls is not None:
+        f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+        if f is not None and "flag" in f.metadata:
+            return f.metadata["flag"]
     return name.replace("_", "-")
 
 
@@ -54,19 +60,20 @@ def flag(name: str) -> str:
 
 @dataclass
 class TokenizerConfig:
-    dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.")
-    train_files: list[str] = _f([], "Text files (or globs) to train a BPE tokenizer on when `dir` does not exist yet.")
+    dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.", path=True)
+    train_files: list[str] = _f([], "Text files (or globs) to train a BPE tokenizer on when `dir` does not exist yet.",
+                                path=True)
     vocab_size: int = _f(0, "Vocabulary size when training (256 bytes + merges + special tokens).")
     special_tokens: list[str] = _f([DEFAULT_SEPARATOR], "Special tokens when training; the last is end-of-text.")
 
 
 @dataclass
 class SplitConfig:
-    sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).")
+    sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).", path=True)
     kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
                    choices=KINDS)
     separator: str = _f(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
-    text_field: str = _f("text", "kind=jsonl/parquet: the field or column holding the document text.")
+    text_field: str = _f("text", "kind=jsonl/parquet/arrow: the field or column holding the document text.")
 
 
 @dataclass
@@ -78,7 +85,7 @@ class HoldoutConfig:
 
 @dataclass
 class IngestConfig:
-    out: str = _f("", "The store directory to write.")
+    out: str = _f("", "The store directory to write.", path=True)
     formats: list[str] = _f([], "Formats to write, all from the same token stream (comma-separated on the command "
                             "line); empty = memmap, parquet, lance.", flag="format")
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
@@ -98,11 +105,12 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).")
+    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).",
+                    path=True)
     split: str = _f("train", "Split to train on.")
     val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
     format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
-    model: str = _f("tiny", "Model preset (see lmdata.model.transformer.PRESETS); vocab_size comes from the store.")
+    model: str = _f("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.")
     d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
     layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
     heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
@@ -115,7 +123,7 @@ class TrainConfig:
     mix: list | None = _f(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
                           "repeated (TOML: [train.mix.NAME] tables of store, split, weight); every store needs "
                           "the same tokenizer.", parse="lmdata.data.mixed:parse_mix_table",
-                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT")
+                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT", path=True)
     steps: int = _f(200, "Optimizer steps (ignored when --tokens is set).")
     tokens: int = _f(0, "Train for this many tokens instead of --steps (all ranks together).")
     lr: float = _f(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
@@ -138,13 +146,14 @@ class TrainConfig:
     ckpt_every: int = _f(100, "Checkpoint every N steps (and at the end); 0 = only at the end.")
     keep: int = _f(3, "Keep the newest K checkpoints; 0 = keep all.")
     log_every: int = _f(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
-    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.")
+    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.", path=True)
     resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
-    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process).")
+    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
+                      flag="loader-workers")
     prefetch: int = _f(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
     batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
     doc_mask: bool = _f(False, "Attention stays inside documents; RoPE positions restart per document.")
-    progress: bool = _f(True, "Show a progress bar.")
+    progress: bool = _f(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
 
     def check(self) -> None:
         """Values that parse but cannot work: name the flag and what is allowed."""
@@ -156,11 +165,11 @@ class TrainConfig:
             raise LmdataError("--store: no store given; pass --store DIR or set store in the pipeline's [train]")
         for name in ("grad_accum", "log_every", "eval_batches", "prefetch", "batches_per_read"):
             if getattr(self, name) < 1:
-                raise LmdataError(f"--{flag(name)}: must be >= 1, got {getattr(self, name)}")
+                raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 1, got {getattr(self, name)}")
         for name in ("steps", "tokens", "eval_every", "ckpt_every", "keep", "workers", "seq_len", "batch_size",
                      "d_model", "layers", "heads", "d_ff", "context"):
             if getattr(self, name) < 0:
-                raise LmdataError(f"--{flag(name)}: must be >= 0, got {getattr(self, name)}")
+                raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 0, got {getattr(self, name)}")
         if self.warmup < -1:
             raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
         if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):
@@ -171,19 +180,22 @@ class TrainConfig:
 class BenchConfig:
     """``[bench]`` and the ``lmdata bench`` flags (``run_bench`` takes it)."""
 
-    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.")
-    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).")
+    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.", path=True)
+    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).",
+                  path=True)
     split: str = _f("train", "Split to read.")
     formats: list[str] = _f([], "Formats to compare (a comma-separated list on the command line); empty = every "
                             "format of the store.", flag="format")
-    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line).")
+    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line); "
+                            "TOML key: workers.", flag="loader-workers")
     batch_size: int = _f(32, "Sequences per step.")
     seq_len: int = _f(256, "Tokens per sequence.")
     steps: int = _f(100, "Steps per run (capped at one epoch of the split).")
     compute: str = _f("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
                       "steps.", choices=COMPUTE)
     step_ms: float | None = _f(None, "Simulated step time in ms; default: derived from model and gpu.")
-    model: str = _f("small", "Model preset whose token rate the loader must keep up with (and --compute model).")
+    model: str = _f("small", f"Model preset ({', '.join(PRESETS)}) whose token rate the loader must keep up with "
+                    "(and --compute model).")
     gpu: str = _f("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
                   "empty = none.")
     mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")
@@ -208,7 +220,7 @@ class BenchConfig:
         if bad := [c for c in self.cache if c not in CACHE]:
             raise LmdataError(f"--cache {bad[0]!r}: choose warm, cold or both")
         if not self.workers or min(self.workers) < 0:
-            raise LmdataError(f"--workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
+            raise LmdataError(f"--loader-workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
         if self.steps < 2:
             raise LmdataError(f"--steps {self.steps}: need at least 2 (the first step is start-up)")
         if self.batch_size < 1 or self.seq_len < 1:
@@ -250,11 +262,35 @@ class PipelineConfig:
     path: str = ""
 
     def section(self, cls: type, name: str, **defaults: Any) -> Any:
-        """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out)."""
-        return build(cls, {**defaults, **self.sections.get(name, {})}, f"pipeline {self.path}: [{name}]")
+        """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out; paths in the file
+        are relative to the file)."""
+        table = self.sections.get(name, {})
+        built = build(cls, table, f"pipeline {self.path}: [{name}]", base=pipeline_dir(self.path))
+        return dataclasses.replace(built, **{k: v for k, v in defaults.items() if k not in table})
 
 
-def build(cls: type, table: Any, where: str) -> Any:
+def pipeline_dir(path: str) -> str | None:
+    """The directory a pipeline file's relative paths start from (None: not from a file)."""
+    return os.path.dirname(path) if path and path != "pipeline" else None
+
+
+def rebase(value: Any, base: str | None) -> Any:
+    """A path field's value (a path, a list of paths or globs, ``[train.mix]`` entries) relative to ``base``.
+
+    Absolute paths and URIs (``s3://...``) stay as they are; ``pipelines/../runs/x`` reads ``runs/x``.
+    """
+    if not base:
+        return value
+    if isinstance(value, list):
+        return [rebase(v, base) for v in value]
+    if isinstance(value, dict) and "store" in value:
+        return {**value, "store": rebase(value["store"], base)}
+    if isinstance(value, str) and value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+        return os.path.normpath(os.path.join(base, value))
+    return value
+
+
+def build(cls: type, table: Any, where: str, base: str | None = None) -> Any:
     """Construct ``cls`` from a TOML table: unknown keys and wrong types are errors naming them.
 
     Fields that are dataclasses, or ``dict[str, <dataclass>]``, are built recursively
@@ -271,7 +307,9 @@ def build(cls: type, table: Any, where: str) -> Any:
             raise LmdataError(f"{where}: unknown key {key!r} (known: {', '.join(fields)})")
         name = fields[key].name
         parse = fields[key].metadata.get("parse")  # a field whose TOML form is its own ([train.mix])
-        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key)
+        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key, base)
+        if fields[key].metadata.get("path"):
+            values[name] = rebase(values[name], base)
     return cls(**values)
 
 
@@ -283,17 +321,17 @@ def resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def _value(hint: Any, value: Any, where: str, key: str) -> Any:
+def _value(hint: Any, value: Any, where: str, key: str, base: str | None = None) -> Any:
     """One TOML value checked against a field's type hint."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`: a TOML value is never None
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
-        return build(hint, value, f"{where[:-1]}.{key}]")
+        return build(hint, value, f"{where[:-1]}.{key}]", base)
     if origin is dict and args and dataclasses.is_dataclass(args[1]):
         if not isinstance(value, dict):
             raise LmdataError(f"{where}.{key}: expected [{where.rsplit('[', 1)[-1][:-1]}.{key}.NAME] tables")
-        return {n: build(args[1], t, f"{where[:-1]}.{key}.{n}]") for n, t in value.items()}
+        return {n: build(args[1], t, f"{where[:-1]}.{key}.{n}]", base) for n, t in value.items()}
     want = origin or hint
     if want is Any:
         return value
@@ -305,13 +343,17 @@ def _value(hint: Any, value: Any, where: str, key: str) -> Any:
 
 
 def parse_pipeline(obj: dict[str, Any], where: str = "pipeline") -> PipelineConfig:
-    """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked)."""
+    """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked).
+
+    ``where`` is the file's path: the relative paths written in it are relative to its directory.
+    """
     cfg = PipelineConfig(path=where)
+    base = pipeline_dir(where)
     for name, table in obj.items():
         if name == "tokenizer":
-            cfg.tokenizer = build(TokenizerConfig, table, f"{where}: [tokenizer]")
+            cfg.tokenizer = build(TokenizerConfig, table, f"{where}: [tokenizer]", base)
         elif name == "ingest":
-            cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]")
+            cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]", base)
             check_ingest(cfg.ingest, f"{where}: [ingest]")
         else:
             cfg.sections[name] = table

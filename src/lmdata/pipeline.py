@@ -152,7 +152,7 @@ def ensure_trained(cfg: Any, *, log: Callable[[str], None]) -> tuple[Path, bool]
         if meta.get("tokenizer_hash") != open_store(cfg.store or cfg.mix[0]["store"]).manifest.tokenizer_hash:
             raise LmdataError(f"checkpoint {latest} was trained on another store than {cfg.store}; "
                               "pass --fresh to retrain, or set another out in [train]")
-        log(f"train: reusing {latest} (step {step_of(latest)} >= {steps})")
+        log(f"train: reusing {latest} (step {step_of(latest)} >= {steps}; --fresh retrains from step 0)")
         return latest, True
     if latest is not None:
         log(f"train: resuming {latest} (step {step_of(latest)} of {steps})")

@@ -7,8 +7,11 @@ A *source* is a list of paths or globs plus how to cut them into documents:
     kind="lines"    one document per line (empty lines skipped)
     kind="jsonl"    JSON Lines, the document in ``text_field``
     kind="parquet"  a Parquet file, the document in column ``text_field`` (read batch-wise)
+    kind="arrow"    an Arrow IPC file or stream (Feather v2, ``.arrow``), column ``text_field``;
+                    a Hugging Face ``datasets.save_to_disk`` directory (its ``state.json``
+                    lists the ``.arrow`` files) is given as the directory itself
     kind="auto"     pick by extension: .jsonl/.ndjson/.json -> jsonl, .parquet -> parquet,
-                    anything else -> text
+                    .arrow/.feather/.ipc -> arrow, anything else -> text
 
 Every kind also reads ``.gz`` and ``.zst`` files. A document's text is exactly the bytes
 between two separator lines minus the line break that ends it, so ``"a\\nb\\n<|endoftext|>\\n"``
@@ -18,7 +21,8 @@ A split is a source's document stream, or a slice of it: ``plan_splits`` impleme
 holdout (the last N documents of one split become another, e.g. ``validation``; counting
 them costs one read of the input, no tokenizing).
 
-Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
+A text source (text, lines, jsonl) that is binary -- a NUL byte, mostly invalid UTF-8 at its
+start, an Arrow or Parquet file -- is refused whatever ``errors`` says. Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
 stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is counted in
 ``SourceStats.replaced``.
 """
@@ -42,7 +46,10 @@ from typing import IO, Any, NamedTuple
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 
-KINDS = ("auto", "text", "lines", "jsonl", "parquet")
+KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
+ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
+SNIFF_BYTES = 1 << 16  # the start of a text source checked for binary data
+MAX_INVALID = 0.25  # more invalid UTF-8 than this share of the sniffed bytes: binary, not text
 ERRORS = ("strict", "replace")
 DEFAULT_SEPARATOR = EOT
 
@@ -96,10 +103,25 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Path]:
             path = Path(pattern)
             if not path.exists():
                 raise LmdataError(f"input {pattern}: no such file")
+            if path.is_dir() and (path / "state.json").is_file():
+                files.extend(saved_dataset_files(path))
+                continue
             if path.is_dir():
                 raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern}/*.txt'")
             files.append(path)
     return files
+
+
+def saved_dataset_files(path: Path) -> list[Path]:
+    """The ``.arrow`` files of a ``datasets.save_to_disk`` directory, in its ``state.json`` order."""
+    try:
+        names = [f["filename"] for f in json.loads((path / "state.json").read_text(encoding="utf-8"))["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LmdataError(f"input {path}: state.json does not list the dataset's files ({exc}); "
+                          "give the .arrow files themselves") from None
+    if not names or any((path / n).suffix not in ARROW_SUFFIXES or not (path / n).is_file() for n in names):
+        raise LmdataError(f"input {path}: state.json lists {names}, not existing .arrow files; give them directly")
+    return [path / n for n in names]
 
 
 def describe(path: Path) -> dict[str, object]:
@@ -127,6 +149,8 @@ def kind_of(path: Path, kind: str) -> str:
         return "jsonl"
     if name.endswith(".parquet"):
         return "parquet"
+    if name.endswith(ARROW_SUFFIXES):
+        return "arrow"
     return "text"
 
 
@@ -210,7 +234,11 @@ def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str
 
 
 def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats) -> str:
-    """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence."""
+    """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence; NUL is binary."""
+    nul = data.find(0)
+    if nul >= 0:
+        raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; "
+                          "give a text file (or kind arrow/parquet for those files)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -235,11 +263,31 @@ def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     offset = 0
     with open_binary(path) as fh:
         try:
+            check_text(path, fh.peek(SNIFF_BYTES)[:SNIFF_BYTES])
             for line in fh:
                 yield offset, line
                 offset += len(line)
         except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
             raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {offset} ({exc})") from None
+
+
+def check_text(path: Path, head: bytes) -> None:
+    """Refuse a binary file given as text (whatever ``errors`` says): an Arrow/Parquet file, NUL bytes,
+    or mostly invalid UTF-8 in its first ``SNIFF_BYTES``."""
+    what = None
+    if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+        what = "an Arrow IPC file; pass kind arrow (--kind arrow, or a .arrow name)"
+    elif head.startswith(b"PAR1"):
+        what = "a Parquet file; pass kind parquet (--kind parquet, or a .parquet name)"
+    elif head.find(0) >= 0:
+        what = f"binary data (a NUL byte at byte {head.find(0)}), not text"
+    else:
+        cut = head[:-3] if len(head) == SNIFF_BYTES else head  # a character cut by the sniff is not invalid
+        invalid = len(cut) - len(cut.decode("utf-8", "ignore").encode("utf-8"))
+        if invalid > MAX_INVALID * len(cut):
+            what = f"binary data ({invalid / len(cut):.0%} of its first {len(cut):,} bytes are invalid UTF-8), not text"
+    if what:
+        raise LmdataError(f"input {path}: {what}; --errors replace does not apply to binary files")
 
 
 def _text_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
@@ -307,22 +355,53 @@ def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iter
                     f"input {path}: no column {spec.text_field!r} (columns: {', '.join(pf.schema_arrow.names)}); "
                     "set text_field (--text-field)"
                 )
-            row = 0
-            for batch in pf.iter_batches(batch_size=1024, columns=[spec.text_field]):
-                column = batch.column(0)
-                is_binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
-                for value in column.to_pylist():
-                    row += 1
-                    if value is None:
-                        continue
-                    text = decode(value, spec.errors, f"{path} row {row - 1}", 0, stats) if is_binary else value
-                    if text:
-                        yield Document(text, len(value) if is_binary else len(text.encode("utf-8")))
+            yield from _column_documents(path, pf.iter_batches(batch_size=1024, columns=[spec.text_field]), spec, stats)
         except (pa.ArrowException, OSError, EOFError) as exc:
             raise LmdataError(f"input {path}: not a readable Parquet file ({exc})") from None
 
 
-_READERS = {"text": _text_documents, "lines": _line_documents, "jsonl": _jsonl_documents, "parquet": _parquet_documents}
+def _arrow_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:  # the file format (Feather v2) first, then the stream format (what `datasets` writes)
+                f = pa.ipc.open_file(source)
+                schema, batches = f.schema, (f.get_batch(i) for i in range(f.num_record_batches))
+            except pa.ArrowInvalid:
+                source.seek(0)
+                stream = pa.ipc.open_stream(source)
+                schema, batches = stream.schema, iter(stream)
+            if spec.text_field not in schema.names:
+                raise LmdataError(f"input {path}: no column {spec.text_field!r} (columns: {', '.join(schema.names)}); "
+                                  "set text_field (--text-field)")
+            yield from _column_documents(path, (b.select([spec.text_field]) for b in batches), spec, stats)
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise LmdataError(f"input {path}: not a readable Arrow IPC file ({exc})") from None
+
+
+def _column_documents(path: Path, batches: Iterator[Any], spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+    """Documents of one-column record batches (string or binary: binary is decoded as UTF-8)."""
+    import pyarrow as pa
+
+    row = 0
+    for batch in batches:
+        column = batch.column(0)
+        is_binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
+        if not (is_binary or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise LmdataError(f"input {path}: column {spec.text_field!r} holds {column.type}, not text; "
+                              "set text_field (--text-field) to the text column")
+        for value in column.to_pylist():
+            row += 1
+            if value is None:
+                continue
+            text = decode(value, spec.errors, f"{path} row {row - 1}", 0, stats) if is_binary else value
+            if text:
+                yield Document(text, len(value) if is_binary else len(text.encode("utf-8")))
+
+
+_READERS = {"text": _text_documents, "lines": _line_documents, "jsonl": _jsonl_documents,
+            "parquet": _parquet_documents, "arrow": _arrow_documents}
 
 
 def iter_documents(spec: SourceSpec, stats: SourceStats | None = None, files: list[Path] | None = None) -> Iterator[Document]:

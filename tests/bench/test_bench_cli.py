@@ -43,7 +43,7 @@ def test_bench_every_format_writes_table_json_and_plots(sample_store, tmp_path):
     assert {"memmap", "parquet", "lance"} <= set(formats)
     out = tmp_path / "out"
     # One worker: the path a trainer takes (forked readers); workers=0 runs in the model test.
-    res = lmdata("bench", "--store", str(sample_store), "--format", "all", "--workers", "1",
+    res = lmdata("bench", "--store", str(sample_store), "--format", "all", "--loader-workers", "1",
                  "--batch-size", "4", "--seq-len", "64", "--steps", "6", "--step-ms", "2",
                  "--gpu", "h100", "--model", "tiny", "--cache", "both", "--out", str(out))
     result = json.loads((out / "bench.json").read_text())

@@ -8,7 +8,6 @@ where a tmpfs cannot be mounted.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from samples import SAMPLE

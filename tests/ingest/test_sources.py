@@ -76,8 +76,9 @@ def test_text_documents_are_exactly_the_bytes_between_separators(tmp_path):
     assert _read(SourceSpec((str(path),), kind="text", separator="###")) == ["x", "y"]
 
 
+# "\0" excluded: a text source holding a NUL byte is binary and refused (test_arrow_and_binary.py)
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.text(st.characters(blacklist_characters="\r", blacklist_categories=["Cs"]), min_size=1), max_size=8))
+@given(st.lists(st.text(st.characters(blacklist_characters="\r\0", blacklist_categories=["Cs"]), min_size=1), max_size=8))
 def test_text_round_trip_property(tmp_path_factory, docs):
     docs = [d for d in docs if "<|endoftext|>" not in d.split("\n")]
     path = tmp_path_factory.mktemp("prop") / "p.txt"

@@ -222,7 +222,7 @@ def test_cli_commands(sample_store, tokenizer_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["splits"]["validation"]["documents"] == HOLDOUT
     r = _lmdata("sql", str(sample_store), "SELECT split, count(*) AS n FROM docs GROUP BY split ORDER BY split",
-                "--format", "csv")
+                "--output", "csv")
     assert r.stdout.splitlines() == ["split,n", "train,55", f"validation,{HOLDOUT}"]
     r = _lmdata("sql", str(sample_store), "SELECT nope FROM docs")
     assert r.returncode == 1 and r.stderr.startswith("error: sql:") and "Traceback" not in r.stderr

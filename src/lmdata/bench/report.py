@@ -65,6 +65,10 @@ def notes(result: dict[str, Any]) -> list[str]:
     return [text.format(threshold=KEEP_UP_STALL) for text in NOTES.values()]
 
 
+def _load(load: float | None) -> str:
+    return "load avg unknown (no os.getloadavg here)" if load is None else f"load avg {load:.1f} at start"
+
+
 def header_lines(result: dict[str, Any]) -> list[str]:
     """What was measured and against what rate, in two or three lines."""
     c = result["config"]
@@ -73,7 +77,7 @@ def header_lines(result: dict[str, Any]) -> list[str]:
     lines = [f"store {c['store']} split {c['split']}: batch {c['batch_size']} x seq_len {c['seq_len']}, "
              f"{c['steps_run']} steps, compute {compute}, prefetch {c['prefetch']}"
              + (f" reads of {c['batches_per_read']} batches" if "batches_per_read" in c else "") + "; "
-             f"{result['machine']['cpus']} CPUs, load avg {result['machine']['loadavg_1m_at_start']:.1f} at start"]
+             f"{result['machine']['cpus']} CPUs, " + _load(result['machine'].get('loadavg_1m_at_start'))]
     rate = f"{result['consume_tokens_per_s']:,.0f} tokens/s"
     if p := result.get("plan"):
         model = (f"{p['preset']} ({p['params']:,} params, {p['flops_per_token']:.3g} FLOPs/token) on {p['gpu']} "

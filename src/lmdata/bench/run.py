@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lmdata._mp import ignore_sigint
 from lmdata.bench import cache, flops, stall
 from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
@@ -53,7 +54,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     from lmdata.store import open_store
 
     cfg.check()
-    load = os.getloadavg()[0]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
     store = open_store(cfg.store)
     if cfg.split not in store.splits:
         raise LmdataError(f"--split {cfg.split!r}: not in {cfg.store}; it has {', '.join(store.splits)}")
@@ -76,8 +77,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
 
     runs = []
     for fmt, workers in itertools.product(formats, cfg.workers):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            rows = pool.submit(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device).result()
+        rows = _in_fresh_process(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device)
         for row in rows:
             rate = row["loader_tokens_per_s"]
             measured = tokens_per_step / (row["synthetic"]["compute_ms_mean"] / 1e3)
@@ -112,6 +112,19 @@ def make_step(cfg: BenchConfig, step_ms: float | None, vocab: int, device: str) 
         return stall.model_step(flops.model_kwargs(cfg.model, vocab, cfg.seq_len), device)
     assert step_ms is not None  # BenchConfig.check: --step-ms or --gpu
     return stall.simulated_step(step_ms)
+
+
+def _in_fresh_process(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` in a spawned, non-daemonic process (it starts loader workers); Ctrl-C ends it at once."""
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
+    try:
+        return pool.submit(fn, *args).result()
+    except BaseException:  # KeyboardInterrupt: the cell ignores SIGINT, so stop it here
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _fresh_cell(*args: Any) -> list[dict[str, Any]]:
@@ -181,7 +194,7 @@ def _prepare(mode: str, files: list[Path]) -> float | None:
     return cache.resident_fraction(files)
 
 
-def _machine(device: str, load: float) -> dict[str, Any]:
+def _machine(device: str, load: float | None) -> dict[str, Any]:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None

@@ -33,6 +33,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("lmdata.cli.train:export", "Export a training checkpoint (--to hf: a Hugging Face Llama directory)."),
 }
 
+# what a rerun of an interrupted command does, for the one line a Ctrl-C prints
+INTERRUPTED = {
+    "ingest": ": rerun with --resume to continue from the completed shards",
+    "train": ": rerun with --resume to continue from the last checkpoint",
+    "run": ": rerun the same command to continue",
+}
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
@@ -52,8 +59,21 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _version_message() -> str:
+    from lmdata.tokenizer.accelerator import accelerator_status
+
+    return f"lmdata {__version__} (Python {sys.version.split()[0]}, {sys.platform}); {accelerator_status()}"
+
+
+def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_message())
+        ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="lmdata")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version, and whether the C tokenizer accelerator is in use.")
 def cli() -> None:
     """lmdata: raw text -> tokens -> memmap/Parquet/Lance shards -> a loader that keeps the GPU busy."""
 
@@ -68,8 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a library's I/O error no layer below turned into ours (pyarrow's are OSErrors)
         click.echo(f"error: {os_error_line(exc)}", err=True)
         sys.exit(1)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        # the one line of a Ctrl-C; the work is left resumable (ingest: --resume; train: the last checkpoint)
+        argv = sys.argv[1:] if argv is None else argv
+        click.echo(f"interrupted{INTERRUPTED.get(next((a for a in argv if a in COMMANDS), ''), '')}", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

@@ -11,9 +11,10 @@ import dataclasses
 import click
 
 from lmdata.bench.flops import ACCELERATORS
-from lmdata.cli.options import config_options, given
+from lmdata.cli.options import config_options, echo_unless, given, progress_options
 from lmdata.config import BenchConfig, load_bench_config, load_pipeline
 from lmdata.errors import LmdataError
+from lmdata.model.presets import PRESETS
 
 GPUS = ", ".join(ACCELERATORS)
 
@@ -21,8 +22,9 @@ GPUS = ", ".join(ACCELERATORS)
 @click.command("bench")
 @click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
 @config_options(BenchConfig)
+@progress_options
 @click.pass_context
-def bench(ctx: click.Context, pipeline: str | None, **flags) -> None:
+def bench(ctx: click.Context, pipeline: str | None, progress: bool, quiet: bool, **flags) -> None:
     """Measure GPU stall time per storage format, worker count and page-cache state."""
     from lmdata.bench import report
     from lmdata.bench.run import run_bench
@@ -33,8 +35,9 @@ def bench(ctx: click.Context, pipeline: str | None, **flags) -> None:
         raise LmdataError("--store: no store given; pass --store DIR or a PIPELINE.toml with [ingest].out")
     if cfg.out:
         report.claim_out(cfg.out)  # refuse a folder of user files before the bench, not after it
-    result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
-    click.echo("\n".join(report.header_lines(result)))
+    result = run_bench(cfg, progress=echo_unless(quiet or not progress, err=True))
+    if not quiet:
+        click.echo("\n".join(report.header_lines(result)))
     click.echo(report.table(result))
     click.echo("\n".join(report.notes(result)))
     if cfg.out:
@@ -43,7 +46,7 @@ def bench(ctx: click.Context, pipeline: str | None, **flags) -> None:
 
 
 @click.command("plan")
-@click.option("--model", default="small", show_default=True, help="Model preset.")
+@click.option("--model", default="small", show_default=True, help=f"Model preset: {', '.join(PRESETS)}.")
 @click.option("--gpu", default="h100", show_default=True, help=f"Accelerator (peak dense bf16 FLOP/s): {GPUS}.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seq-len", default=None, type=int, help="Default: the preset's context_length.")

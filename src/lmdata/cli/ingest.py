@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from lmdata.cli.options import config_options, given
+from lmdata.cli.options import config_options, echo_unless, given, progress_options
 from lmdata.config import IngestConfig, SplitConfig, TokenizerConfig, check_ingest, load_pipeline
 from lmdata.errors import LmdataError
 
@@ -29,11 +29,11 @@ def _split_arg(values: tuple[str, ...]) -> dict[str, list[str]]:
     return splits
 
 
-def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool) -> Path:
+def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool, quiet: bool) -> Path:
     """The pipeline's tokenizer directory, trained first if it does not exist yet (as ``lmdata run`` does)."""
     from lmdata.pipeline import ensure_tokenizer
 
-    return ensure_tokenizer(cfg, progress=progress, log=lambda line: click.echo(line, err=True))
+    return ensure_tokenizer(cfg, progress=progress, log=echo_unless(quiet, err=True))
 
 
 @click.command("ingest")
@@ -46,15 +46,16 @@ def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool) -> Path:
 @click.option("--holdout", type=int, help="Move the last N documents of `train` into split `validation`.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted ingest from its completed shards.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store (or an interrupted one).")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@progress_options
 @click.pass_context
 def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, ...], split_args: tuple[str, ...],
-                   tokenizer_dir: str | None, holdout: int | None, resume: bool, overwrite: bool, no_progress: bool,
-                   **flags) -> None:
+                   tokenizer_dir: str | None, holdout: int | None, resume: bool, overwrite: bool, progress: bool,
+                   quiet: bool, **flags) -> None:
     """Tokenize raw text into a store (memmap, Parquet, Lance): a PIPELINE.toml, or flags."""
     from lmdata.ingest import ingest
     from lmdata.sources import SourceSpec
 
+    progress = progress and not quiet
     cfg = IngestConfig()
     tok = Path(tokenizer_dir) if tokenizer_dir else None
     if pipeline:
@@ -63,7 +64,7 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
             raise LmdataError(f"pipeline {pipeline}: no [ingest] section")
         cfg = pc.ingest
         if tok is None and pc.tokenizer is not None:
-            tok = _tokenizer_from_config(pc.tokenizer, progress=not no_progress)
+            tok = _tokenizer_from_config(pc.tokenizer, progress=progress, quiet=quiet)
     cli_splits = _split_arg(split_args)
     if inputs:
         cli_splits.setdefault("train", []).extend(inputs)
@@ -88,5 +89,5 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
         for name, s in cfg.splits.items()
     }
     ingest(specs, tok, cfg.out, formats=cfg.formats or None, shard_tokens=cfg.shard_tokens, workers=cfg.workers,
-           resume=resume, overwrite=overwrite, holdout=hold, progress=not no_progress, log=click.echo,
+           resume=resume, overwrite=overwrite, holdout=hold, progress=progress, log=click.echo,
            engine=cfg.engine, ray_address=cfg.ray_address or None)

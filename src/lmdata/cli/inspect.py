@@ -12,7 +12,8 @@ import click
 @click.command("sql")
 @click.argument("store", type=click.Path())
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--output", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="How to print the result rows.")
 @click.option("--limit", type=int, default=None,
               help="At most N rows (0: all). Default: 1,000 for a table; csv and json stream every row.")
 def sql_command(store: str, query: str, fmt: str, limit: int | None) -> None:
@@ -38,7 +39,7 @@ def inspect_command(store: str, as_json: bool) -> None:
 @click.argument("store", type=click.Path())
 @click.option("--split", default="train", show_default=True)
 @click.option("--doc", type=int, required=True, help="Document id within the split.")
-@click.option("--format", "fmt", help="Read from this format (default: the store's fastest).")
+@click.option("--format", "fmt", help="Store format to read (memmap, parquet, lance, ...); default: the store's fastest.")
 def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
     """Decode one document of a store back to text."""
     from lmdata.inspect import show

@@ -32,7 +32,8 @@ def _option(f: dataclasses.Field, hint: Any) -> Callable:
     if "cli" in f.metadata:  # a repeatable flag with its own parser (``--mix A=0.7 --mix B=0.3``)
         return click.option(f"--{name}", f.name, multiple=True, metavar=f.metadata.get("metavar"), help=help)
     if isinstance(default, bool):
-        return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=True, help=help)
+        # an off-by-default switch shows no "[default: no-x]"
+        return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=default, help=help)
     if typing.get_origin(hint) is list:
         shown = ",".join(map(str, default)) or "all"
         if "choices" in f.metadata:
@@ -43,6 +44,27 @@ def _option(f: dataclasses.Field, hint: Any) -> Callable:
     choice = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else kind
     return click.option(f"--{name}", f.name, type=choice, default=default, show_default=default not in (None, ""),
                         help=help)
+
+
+def progress_options(fn: Callable | None = None, *, progress: bool = True) -> Callable:
+    """``--progress/--no-progress`` (omitted with ``progress=False``: the config has the field) and ``--quiet``.
+
+    Progress goes to stderr: a bar on a terminal, a plain line every few seconds in a pipe or
+    file. ``--quiet`` prints only the command's summary (and errors).
+    """
+    def decorate(fn: Callable) -> Callable:
+        fn = click.option("--quiet", "-q", is_flag=True, help="Print only the summary: no progress, no log lines.")(fn)
+        if progress:
+            fn = click.option("--progress/--no-progress", default=True,
+                              help="Progress on stderr: a bar on a terminal, a line every few seconds in a log.")(fn)
+        return fn
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def echo_unless(quiet: bool, err: bool = False) -> Callable[[str], None]:
+    """The log function of a command: ``click.echo``, or nothing under ``--quiet``."""
+    return (lambda line: None) if quiet else (lambda line: click.echo(line, err=err))
 
 
 def config_options(cls: type, skip: tuple[str, ...] = ()) -> Callable:
@@ -71,16 +93,16 @@ def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, An
         if name in parsers:
             out[name] = [resolve(parsers[name])(v) for v in value] or None
         else:
-            out[name] = _list(value, hints[name], name) if typing.get_origin(hints[name]) is list else value
+            out[name] = _list(value, hints[name], flag(name, cls)) if typing.get_origin(hints[name]) is list else value
     return out
 
 
-def _list(value: str, hint: Any, name: str) -> list:
+def _list(value: str, hint: Any, name: str) -> list:  # name: the flag, e.g. loader-workers
     """A comma-separated flag value as the field's list (``all`` = empty: every one)."""
     items = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "all"]
     if typing.get_args(hint) == (int,):
         try:
             return [int(v) for v in items]
         except ValueError:
-            raise LmdataError(f"--{flag(name)} {value!r}: give comma-separated integers, e.g. 0,1,2") from None
+            raise LmdataError(f"--{name} {value!r}: give comma-separated integers, e.g. 0,1,2") from None
     return items

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from lmdata.cli.options import echo_unless, progress_options
+
 
 @click.command("run")
 @click.argument("pipeline", type=click.Path(dir_okay=False))
@@ -11,8 +13,8 @@ import click
 @click.option("--skip-bench", is_flag=True, help="Stop after sampling; do not run the bench.")
 @click.option("--fresh", is_flag=True, help="Redo every step: delete this pipeline's tokenizer (if it trains one), "
               "checkpoints, metrics, sample and bench report, and re-ingest with --overwrite.")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
-def run_command(pipeline: str, steps: int | None, skip_bench: bool, fresh: bool, no_progress: bool) -> None:
+@progress_options
+def run_command(pipeline: str, steps: int | None, skip_bench: bool, fresh: bool, progress: bool, quiet: bool) -> None:
     """Run PIPELINE.toml end to end: tokenizer, ingest, verify, train, sample, bench.
 
     Each step is skipped when its output is already there (rerunning reuses what is
@@ -20,6 +22,6 @@ def run_command(pipeline: str, steps: int | None, skip_bench: bool, fresh: bool,
     """
     from lmdata.pipeline import run_pipeline
 
-    result = run_pipeline(pipeline, steps=steps, skip_bench=skip_bench, fresh=fresh, progress=not no_progress,
-                          log=click.echo)
+    result = run_pipeline(pipeline, steps=steps, skip_bench=skip_bench, fresh=fresh, progress=progress and not quiet,
+                          log=echo_unless(quiet))
     click.echo(result.summary())

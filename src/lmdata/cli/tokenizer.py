@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from lmdata._eot import EOT
+from lmdata.cli.options import progress_options
 from lmdata.errors import LmdataError
 
 _READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
@@ -26,19 +27,21 @@ def tokenizer() -> None:
 @click.option("--special-token", "special_tokens", multiple=True, default=(EOT,), show_default=True,
               help="A special token (repeatable); given ones replace the default.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
-@click.option("--workers", type=int, default=None, help="Processes counting pre-tokens [default: all cores].")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokenizer processes (here: counting pre-tokens); 0 = all cores. The result does not depend on it.")
 @click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
-@click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
+@progress_options
 def train(inputs: tuple[Path, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
-          workers: int | None, errors: str, progress: bool, pattern: str) -> None:
+          workers: int, errors: str, progress: bool, quiet: bool, pattern: str) -> None:
     """Train on INPUT files and write the tokenizer directory --out (Hugging Face's tokenizer.json included)."""
     from lmdata.tokenizer.encoder import Tokenizer
     from lmdata.tokenizer.train import train_bpe_stats
 
-    vocab, merges, stats = train_bpe_stats(list(inputs), vocab_size, list(special_tokens), workers=workers,
-                                           errors=errors, progress=progress, pattern=pattern)
+    vocab, merges, stats = train_bpe_stats(list(inputs), vocab_size, list(special_tokens), workers=workers or None,
+                                           errors=errors, progress=progress and not quiet,
+                                           pattern=pattern)
     tok = Tokenizer(vocab, merges, list(special_tokens), pattern)
     digest = tok.save(out)
     click.echo(f"wrote {out}: {tok.vocab_size:,} ids; {stats.summary()}; {digest}")

@@ -10,15 +10,16 @@ import dataclasses
 
 import click
 
-from lmdata.cli.options import config_options, given
+from lmdata.cli.options import config_options, echo_unless, given, progress_options
 from lmdata.config import TrainConfig, load_train_config
 
 
 @click.command("train")
 @click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
 @config_options(TrainConfig)
+@progress_options(progress=False)
 @click.pass_context
-def train(ctx: click.Context, pipeline: str | None, **flags) -> None:
+def train(ctx: click.Context, pipeline: str | None, quiet: bool, **flags) -> None:
     """Train a Transformer LM on a store: lmdata train [PIPELINE.toml] [--flags].
 
     Writes checkpoints/, metrics.jsonl and loss.png into --out. Works under
@@ -28,8 +29,12 @@ def train(ctx: click.Context, pipeline: str | None, **flags) -> None:
 
     cfg = load_train_config(pipeline) if pipeline else TrainConfig()
     cfg = dataclasses.replace(cfg, **given(ctx, TrainConfig, flags))
-    result = run_train(cfg, log=click.echo)
-    if result.checkpoint is not None:
+    if quiet:
+        cfg.progress = False
+    result = run_train(cfg, log=echo_unless(quiet))
+    if quiet:
+        click.echo(result.summary())
+    elif result.checkpoint is not None:
         click.echo(f"checkpoint: {result.checkpoint}")
 
 

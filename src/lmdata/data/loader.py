@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.permutation import Permutation, derive_key
 from lmdata.errors import LmdataError
@@ -149,6 +150,45 @@ class InFlight:
         """Index lists being read right now, by worker id (busy workers only)."""
         slots = [self.board[i:i + self.width] for i in range(0, len(self.board), self.width)]
         return {w: list(s[1:1 + s[0]]) for w, s in enumerate(slots) if s[0] > 0}
+
+
+class ThreadReads:
+    """The DataLoader's reads on ``num_workers`` threads, in order, ``num_workers * prefetch`` ahead.
+
+    For a script without an ``if __name__ == "__main__":`` guard whose workers would have to
+    be spawned (``lmdata._mp``): such workers re-run the script and die. Each thread reads
+    its own unpickled copy of the dataset (as a worker process would); Lance takes, Parquet
+    decoding and memmap copies release the GIL, so the reads still overlap the training step.
+    """
+
+    def __init__(self, source: Any, sampler: EpochSampler, num_workers: int, prefetch: int) -> None:
+        self.source, self.sampler, self.num_workers, self.depth = source, sampler, num_workers, num_workers * prefetch
+
+    def __iter__(self) -> Iterator[Any]:
+        import pickle
+        import threading
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        blob, local = pickle.dumps(self.source), threading.local()
+
+        def read(indices: list[int]) -> Any:
+            if not hasattr(local, "source"):
+                local.source = pickle.loads(blob)
+            return local.source.__getitems__(indices)
+
+        pool, pending = ThreadPoolExecutor(self.num_workers, thread_name_prefix="lmdata-loader"), deque()
+        try:
+            for indices in self.sampler:
+                pending.append(pool.submit(read, indices))
+                if len(pending) >= self.depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True)
 
 
 def keep_batch(data: Any) -> Any:
@@ -430,6 +470,11 @@ def make_loader(
     workers, in_flight = {}, None
     if num_workers > 0:
         start_method = _start_method(dataset, start_method)
+        if reimports_unguarded_main(start_method):  # spawned workers would re-run the script: fork or threads
+            if not (getattr(dataset, "fork_safe", True) and can_fork()):
+                return TokenLoader(dataset, sampler, ThreadReads(source, sampler, num_workers, prefetch), None,
+                                   pin_memory and _can_pin())
+            start_method = "fork"
         if start_method == "forkserver":  # fork workers from a server that already imported torch
             import multiprocessing as mp
 

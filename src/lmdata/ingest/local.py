@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing as mp
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lmdata._mp import clean_method, worker_pool
 from lmdata.ingest.encode import batches, encode_texts, init_worker
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceStats, SplitSource, iter_documents
@@ -69,7 +69,14 @@ class BackgroundWriter:
 
 
 class LocalEngine:
-    """This machine's cores: a forkserver pool of ``workers`` encoders (none for one worker)."""
+    """This machine's cores: a pool of ``workers`` encoders (none for one worker).
+
+    The pool forks from a clean forkserver where there is one (the main process may hold
+    Lance/Arrow threads, which a plain fork does not carry over), spawns on Windows. A script
+    without an ``if __name__ == "__main__":`` guard would re-run itself in each such worker
+    (``lmdata._mp``), so for it the pool forks directly on Linux (the encoders touch no
+    Lance or Arrow) and is a thread pool elsewhere (the C encoder releases the GIL).
+    """
 
     def __init__(self, tokenizer_dir: Path, workers: int, address: str | None = None) -> None:
         self.workers = workers
@@ -84,8 +91,7 @@ class LocalEngine:
         if self.workers == 1:
             init_worker(str(store_tokenizer))
             return
-        # forkserver, not fork: the main process may hold Lance/Arrow threads, which fork does not survive
-        self.pool = mp.get_context("forkserver").Pool(self.workers, init_worker, (str(store_tokenizer),))
+        self.pool = worker_pool(self.workers, clean_method(), init_worker, (str(store_tokenizer),))
 
     def stop(self) -> None:
         if self.pool is not None:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,17 +121,17 @@ def start_split(writers: dict[str, FormatWriter]) -> tuple[dict[str, dict[int, S
 
 
 def progress_bar(name: str, source: SplitSource, show: bool) -> Any:
-    """tqdm in bytes of input (so it shows MB/s); tokens/s goes in its postfix."""
-    from tqdm import tqdm
+    """Progress in bytes of input (so it shows MB/s); tokens/s goes in its postfix (``lmdata._progress``)."""
+    from lmdata._progress import progress
 
-    return tqdm(desc=f"ingest {name}", unit="B", unit_scale=True, disable=not show, file=sys.stderr,
-                mininterval=0.5, dynamic_ncols=True, total=_known_size(source))
+    return progress(show, desc=f"ingest {name}", unit="B", unit_scale=True, mininterval=0.5,
+                    total=_known_size(source) if show else None)
 
 
 def _known_size(source: SplitSource) -> int | None:
     """Input bytes the progress bar will count, when that is knowable up front."""
     files = expand(source.spec.paths)
-    if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) == "parquet" or
+    if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) in ("parquet", "arrow") or
                                                         f.suffix in (".gz", ".zst") for f in files):
         return None
     return sum(f.stat().st_size for f in files)

@@ -191,7 +191,7 @@ def write_sql(store: str | Path, query: str, out: TextIO, fmt: str = "table", li
     ends with a note when rows were left out.
     """
     if fmt not in OUTPUT_FORMATS:
-        raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+        raise LmdataError(f"--output {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
     if limit is not None and limit < 0:
         raise LmdataError(f"--limit {limit}: give a number of rows >= 0 (0: no limit)")
     cap = (TABLE_LIMIT if fmt == "table" else None) if limit is None else (limit or None)
@@ -204,7 +204,7 @@ def write_sql(store: str | Path, query: str, out: TextIO, fmt: str = "table", li
         more = cap is not None and len(rows) > cap
         out.write(format_rows(columns, rows[:cap], "table") + "\n")
         if more:
-            out.write(f"(first {cap:,} rows shown; --limit N for more, 0 for all, or --format csv|json)\n")
+            out.write(f"(first {cap:,} rows shown; --limit N for more, 0 for all, or --output csv|json)\n")
         return len(rows[:cap])
 
 
@@ -231,7 +231,7 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> st
         write_rows(columns, rows, buf, fmt)
         return buf.getvalue().rstrip("\n")
     if fmt != "table":
-        raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+        raise LmdataError(f"--output {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
     cells = [columns] + [[_cell(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]

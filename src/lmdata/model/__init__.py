@@ -19,7 +19,7 @@ _EXPORTS = {
     "MultiHeadSelfAttention": "lmdata.model.attention",
     "TransformerBlock": "lmdata.model.transformer",
     "TransformerLM": "lmdata.model.transformer",
-    "PRESETS": "lmdata.model.transformer",
+    "PRESETS": "lmdata.model.presets",
     "model_config": "lmdata.model.transformer",
 }
 

@@ -12,8 +12,7 @@ pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's 
 classes) and BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over
 threads; a custom regex is still called from C, GIL held.  Special tokens are split here.  It must give the same ids as
 the pure-Python path, which stays as the fallback and the reference the tests hold it to.
-Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
-which one an instance uses).
+``LMDATA_PURE_PYTHON=1`` forces pure Python (``Tokenizer.accelerated``; ``accelerator``).
 """
 
 from __future__ import annotations
@@ -27,8 +26,10 @@ from operator import add
 from pathlib import Path
 
 from lmdata._eot import EOT
+from lmdata._mp import worker_pool
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import bytes_unicode, saved
+from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
 from lmdata.tokenizer.train import check_special_tokens
@@ -84,8 +85,8 @@ class Tokenizer:
 
     def _make_fast(self):
         """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
-        if _fastbpe is None or os.environ.get("LMDATA_PURE_PYTHON", "") not in ("", "0"):
-            return None
+        if _fastbpe is None or pure_python_forced():
+            return warn_not_built(_fastbpe is not None)  # None; warns once per process unless LMDATA_PURE_PYTHON=1
         from lmdata.tokenizer import unicode_classes
 
         triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
@@ -364,7 +365,7 @@ class Tokenizer:
         if self._fast is None:
             if multiprocessing.current_process().daemon or chars < max(pool_min_chars, 8 << 20):
                 return self._encode_list(texts)
-            with multiprocessing.get_context().Pool(workers) as pool:
+            with worker_pool(workers) as pool:
                 return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
         from concurrent.futures import ThreadPoolExecutor
 

@@ -139,12 +139,12 @@ def count_files(
     block_bytes: int = 4 << 20, pattern: Pattern = GPT2,
 ) -> Counter:
     """Pre-token frequencies over all files; the same for any ``workers``."""
-    from tqdm import tqdm
+    from lmdata._progress import progress as progress_bar
 
     read = ReadStats()
     total = sum(p.stat().st_size for p in paths)
     workers = max(1, min(workers, -(-total // block_bytes)))  # a pool only pays off for several blocks
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=not progress)
+    bar = progress_bar(progress, total=total, unit="B", unit_scale=True, desc="pre-tokenize")
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
     count = partial(count_pretokens, special_tokens=specials, pattern=pattern)
     counts: Counter = Counter()
@@ -160,9 +160,9 @@ def count_files(
             counts.update(count(block))
             advance()
     else:
-        import multiprocessing
+        from lmdata._mp import worker_pool
 
-        with multiprocessing.get_context().Pool(workers) as pool:
+        with worker_pool(workers) as pool:
             pending: deque = deque()
             for block in blocks:  # at most 2 blocks per worker in flight: bounded memory
                 pending.append(pool.apply_async(count, (block,)))
@@ -187,7 +187,7 @@ def _inverse_key(token: bytes) -> str:
 
 def merge_pairs(counts: Counter, num_merges: int, progress: bool = False) -> list[tuple[int, int]]:
     """The BPE merges as (id_a, id_b) pairs; new ids are 256, 257, ... in merge order."""
-    from tqdm import tqdm
+    from lmdata._progress import progress as progress_bar
 
     words: list[str] = []
     freqs: list[int] = []
@@ -209,7 +209,7 @@ def merge_pairs(counts: Counter, num_merges: int, progress: bool = False) -> lis
     heapq.heapify(heap)
     merges: list[tuple[int, int]] = []
     tokens = [bytes([i]) for i in range(256)]
-    for _ in tqdm(range(num_merges), desc="merge", unit="merge", disable=not progress):
+    for _ in progress_bar(progress, range(num_merges), desc="merge", unit="merge", total=num_merges):
         best = _pop_best(heap, pair_counts, inv)
         if best is None:
             break

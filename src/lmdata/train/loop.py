@@ -68,6 +68,15 @@ class TrainResult:
     val_loss: float | None = None
     checkpoint: Path | None = None
 
+    def summary(self) -> str:
+        """One line: steps run, last loss, validation loss, checkpoint (what ``--quiet`` prints)."""
+        parts = [f"trained steps {self.start_step}-{self.steps}" if self.losses else f"nothing to train (step {self.steps})"]
+        if self.losses:
+            parts.append(f"loss {self.losses[-1]:.4f}")
+        if self.val_loss is not None:
+            parts.append(f"val loss {self.val_loss:.4f}")
+        return "; ".join(parts + [f"checkpoint: {self.checkpoint or 'none'}"])
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -316,7 +325,7 @@ class Run:
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainResult:
     """Train per ``cfg`` (see TrainConfig); under torchrun, one call per rank."""
-    from tqdm import tqdm
+    from lmdata._progress import PlainProgress, progress
 
     cfg.check()
     check_run_dir(cfg.out)  # every rank: a folder of user files is refused before any rank writes
@@ -351,9 +360,10 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
 
     result = TrainResult(out=run.out, start_step=start, steps=run.steps)
     batches = forever(run.loader)
-    bar = tqdm(total=run.steps, initial=start, disable=not (cfg.progress and dist.main), unit="step", dynamic_ncols=True)
+    bar = progress(cfg.progress and dist.main, total=run.steps, initial=start, unit="step", desc="train")
     metrics = open(run.out / METRICS, "a") if dist.main else None
-    say = (lambda msg: bar.write(msg)) if dist.main and cfg.progress else say
+    if not isinstance(bar, PlainProgress):  # a terminal's bar: log lines go above it
+        say = bar.write
     window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
     try:
         for step in range(start, run.steps):

@@ -1,0 +1,133 @@
+"""Output that fits where it goes, and Ctrl-C: as a user's shell runs the commands.
+
+- ``lmdata train ... > log 2>&1`` holds one whole line per log step (no ``\\r`` bar updates);
+- ``--quiet`` prints only the summary;
+- SIGINT to the process group (what Ctrl-C sends) during ingest, train and bench: exit 130,
+  one line on stderr, no traceback (workers' included), and ``--resume`` completes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmdata.store import verify_store
+
+from samples import SAMPLE, fingerprint
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_LINE = re.compile(r"^step +\d+ +loss ")
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> Path:
+    """The sample, vocabulary 512, memmap, 6 documents held out (as tests/train/conftest.py's)."""
+    from lmdata.cli import main
+
+    root = tmp_path_factory.mktemp("cli-out")
+    tok, store = root / "tokenizer", root / "store"
+    main(["tokenizer", "train", str(SAMPLE), "--vocab-size", "512", "--out", str(tok), "--workers", "1", "-q"])
+    main(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tok), "--out", str(store), "--format", "memmap",
+          "--holdout", "6", "--workers", "1", "-q"])
+    return store
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO / "src"), **extra}
+
+
+def _start(args: list[str], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **env: str) -> subprocess.Popen:
+    # a session of its own: the SIGINT below goes to the whole process group, workers included, like Ctrl-C
+    return subprocess.Popen([sys.executable, "-m", "lmdata", *args], stdout=stdout, stderr=stderr, text=True,
+                            env=_env(**env), start_new_session=True)
+
+
+def _ctrl_c(proc: subprocess.Popen, ready, what: str) -> tuple[str, str]:
+    deadline = time.monotonic() + 300
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, f"{what} ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
+    return out, err
+
+
+TRAIN = ["train", "--batch-size", "2", "--seq-len", "16", "--warmup", "1", "--eval-batches", "1", "--log-every", "1"]
+
+
+def test_train_log_piped_to_a_file_has_one_line_per_step(small_store, tmp_path):
+    log = tmp_path / "train.log"
+    with open(log, "w") as fh:  # `lmdata train ... > train.log 2>&1`, progress on (the default)
+        proc = _start([*TRAIN, "--store", str(small_store), "--out", str(tmp_path / "run"), "--steps", "6"],
+                      stdout=fh, stderr=subprocess.STDOUT, LMDATA_PROGRESS_SECONDS="0")
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "\r" not in text
+    assert [int(line.split()[1]) for line in text.splitlines() if STEP_LINE.match(line)] == [1, 2, 3, 4, 5, 6]
+    assert any(line.startswith("train: ") for line in text.splitlines())  # the plain progress lines, whole
+
+
+def test_quiet_prints_only_the_summary(small_store, tmp_path):
+    proc = _start([*TRAIN, "--store", str(small_store), "--out", str(tmp_path / "run"), "--steps", "3", "--quiet"])
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert err == "" and len(out.splitlines()) == 1 and out.startswith("trained steps 0-3; loss ")
+    proc = _start(["ingest", "--input", str(SAMPLE), "--tokenizer", str(small_store / "tokenizer"), "--out",
+                   str(tmp_path / "s"), "--format", "memmap", "--holdout", "6", "--quiet"])
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and err == "", err
+    assert [line.split(":")[0] for line in out.splitlines()] == ["train", "validation"]  # a summary line per split
+
+
+def test_ctrl_c_during_train_keeps_the_last_checkpoint_and_resumes(small_store, tmp_path):
+    out_dir = tmp_path / "run"
+    args = [*TRAIN, "--store", str(small_store), "--out", str(out_dir), "--ckpt-every", "2", "--keep", "0"]
+    proc = _start([*args, "--steps", "100000"])
+    _, err = _ctrl_c(proc, lambda: len(list((out_dir / "checkpoints").glob("ckpt-*.pt"))) >= 2, "training")
+    assert err.strip().splitlines()[-1] == "interrupted: rerun with --resume to continue from the last checkpoint"
+    last = max(int(p.stem.split("-")[1]) for p in (out_dir / "checkpoints").glob("ckpt-*.pt"))
+    resumed = _start([*args, "--steps", str(last + 2), "--resume", "--quiet"])
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert out.startswith(f"trained steps {last}-{last + 2}")
+
+
+def test_ctrl_c_during_ingest_then_resume_equals_an_uninterrupted_run(small_store, tmp_path):
+    tok = small_store / "tokenizer"
+    args = ["ingest", "--input", str(SAMPLE), "--tokenizer", str(tok), "--shard-tokens", "20000", "--workers", "2",
+            "--no-progress"]
+    out = tmp_path / "interrupted"
+    proc = _start([*args, "--out", str(out)])
+    records = out / "train" / "lance" / "_shards"
+    _, err = _ctrl_c(proc, lambda: len(list(records.glob("*.json"))) >= 2, "the ingest")
+    assert err.strip().splitlines() == ["interrupted: rerun with --resume to continue from the completed shards"]
+    assert not (out / "manifest.json").exists()
+    resumed = _start([*args, "--out", str(out), "--resume", "--quiet"])
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    whole = _start([*args, "--out", str(tmp_path / "whole"), "--quiet"])
+    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
+
+
+def test_ctrl_c_during_bench(small_store, tmp_path):
+    args = ["bench", "--store", str(small_store), "--out", str(tmp_path / "b"), "--format", "memmap",
+            "--loader-workers", "1", "--batch-size", "2", "--seq-len", "16", "--compute", "simulated",
+            "--step-ms", "20", "--steps", "100000", "--gpu", ""]
+    proc = _start(args)
+    started = time.monotonic()
+    _, err = _ctrl_c(proc, lambda: time.monotonic() - started > 8, "the bench")  # mid-cell: cells run minutes
+    assert err.strip().splitlines()[-1] == "interrupted"
+    assert not (tmp_path / "b" / "bench.json").exists()
+    done = _start([*args[:-4], "--steps", "4", "--quiet"])
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    assert (tmp_path / "b" / "bench.json").is_file() and err == ""
