@@ -42,6 +42,7 @@ from lmdata.errors import LmdataError
 from lmdata.sources import SourceSpec, SourceStats, SplitSource, expand, iter_documents, kind_of, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
 from lmdata.store.protocol import ShardInfo
+from lmdata.store.uri import is_uri
 
 BATCH_BYTES = 1 << 20  # text per task sent to a worker: large enough to amortize pickling
 BATCH_DOCS = 4096
@@ -334,6 +335,13 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     """
     if engine not in ("local", "ray"):
         raise LmdataError(f"--engine {engine!r}: choose local or ray")
+    if is_uri(out):  # object storage: build in a local staging directory, upload, manifest last
+        from lmdata.store.publish import ingest_remote
+
+        return ingest_remote(ingest, out, resume=resume, overwrite=overwrite, log=log, splits=splits,
+                             tokenizer_dir=tokenizer_dir, formats=formats, shard_tokens=shard_tokens,
+                             workers=workers, holdout=holdout, progress=progress, engine=engine,
+                             ray_address=ray_address)
     if engine == "ray":
         from lmdata.ingest_ray import require_ray
 

@@ -31,7 +31,9 @@ def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
     store = open_store(syn.path)  # sizes still match: opening stays cheap and succeeds
     r = store.reader("train", fmt)
     np.testing.assert_array_equal(r.windows(np.array([5]), 100)[0], syn.stream[5:105])  # shard 0 untouched
-    start = shard.first_token + 10
+    # readers check what they read (memmap: the 4 KiB blocks under a window): read across the flip
+    flipped = shard.first_token + shard.n_tokens // 2
+    start = flipped - 20
     for _ in range(2):  # refused every time, not only the first
         with pytest.raises(LmdataError, match=shard.files[0].path) as err:
             r.windows(np.array([7, start]), 100)
@@ -41,9 +43,9 @@ def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
     np.testing.assert_array_equal(r.windows(np.array([n - 50]), 50)[0], syn.stream[-50:])
     assert last.name != shard.name
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
-        store.dataset("train", 99, fmt)[start // 99 + 1]
+        store.dataset("train", 99, fmt)[flipped // 99]
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
-        r.document(shard.first_doc)
+        r.document(int(np.searchsorted(syn.doc_starts, flipped, side="right") - 1))
     assert not verify_store(syn.path).ok
 
 
@@ -51,7 +53,7 @@ def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
 def test_a_shard_rewritten_after_it_was_verified_is_hashed_again(make_store, fmt):
     syn = make_store([fmt])
     shard, path = victim(syn, fmt)
-    start = np.array([shard.first_token])
+    start = np.array([shard.first_token + shard.n_tokens // 2 - 20])  # across the flip below
     np.testing.assert_array_equal(open_store(syn.path).reader("train", fmt).windows(start, 64)[0],
                                   syn.stream[start[0] : start[0] + 64])
     flip(path)

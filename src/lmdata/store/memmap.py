@@ -6,6 +6,8 @@ On disk, per split (``<store>/<split>/memmap/``)::
                        (the manifest holds dtype and count; size = n_tokens * itemsize)
     docs-00000.npy     int64 [n_docs + 1]: each document's start within the shard, then
                        the shard's length (NumPy .npy, so it is self-describing)
+    tokens-00000.bin.crc  CRC-32 of each 4 KiB block of the tokens (store format 2; layout
+                       in ``blocks.py``), checked on the blocks a read touches (``memmap_blocks``)
     _shards/00000.json completion record of the shard (see ``files.py``)
 
 The reader maps each shard lazily (once per process: a memmap is never pickled, and a
@@ -17,6 +19,8 @@ boundary is copied piece by piece.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import re
 from pathlib import Path
@@ -28,6 +32,8 @@ from lmdata.errors import LmdataError
 from lmdata.store import files
 from lmdata.store.checksum import DEFAULT_VERIFY, at_offsets, check_sizes, check_verify_mode, file_info, \
     shard_file_path, verify_shard
+from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
+from lmdata.store.memmap_blocks import BlockReads
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments, shard_bounds
 
@@ -39,7 +45,7 @@ def _names(index: int) -> tuple[str, str]:
 class MemmapWriter(files.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
 
-    OWNED = re.compile(r"tokens-\d{5}\.bin|docs-\d{5}\.npy|_shards")
+    OWNED = re.compile(r"tokens-\d{5}\.bin(\.crc)?|docs-\d{5}\.npy|_shards")
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
@@ -51,6 +57,8 @@ class MemmapWriter(files.RecordedShardWriter):
         replaced = [
             files.write_atomic(self.format_dir / tok_name, tokens.tofile),
             files.write_atomic(self.format_dir / doc_name, lambda p: files.save_npy(p, doc_starts)),
+            files.write_atomic(self.format_dir / (tok_name + SIDECAR_SUFFIX),
+                               lambda p: p.write_bytes(BlockSums.of(tokens).encode())),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",
@@ -58,7 +66,8 @@ class MemmapWriter(files.RecordedShardWriter):
             n_tokens=len(tokens),
             first_doc=first_doc,
             first_token=first_token,
-            files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name)],
+            files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name),
+                   file_info(self.format_dir, tok_name + SIDECAR_SUFFIX)],
         )
         files.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
         return shard
@@ -69,10 +78,12 @@ class MemmapReader:
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY
     ) -> None:
-        self.format_dir = Path(format_dir)
+        self.remote = getattr(format_dir, "remote", False)  # a Location on object storage
+        self.format_dir = format_dir if self.remote else Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.verify = check_verify_mode(verify)
+        self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
         self.segments = Segments(shard_bounds(self.shards))
         self.n_tokens = self.segments.n_tokens
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
@@ -85,7 +96,8 @@ class MemmapReader:
         return state
 
     def check(self) -> None:
-        check_sizes(self.format_dir, self.shards)
+        if not self.remote:  # remote sizes: ``open_store`` lists the prefix once
+            check_sizes(self.format_dir, self.shards)
 
     def _tokens(self, i: int) -> np.ndarray:
         if self._pid != os.getpid():
@@ -94,7 +106,8 @@ class MemmapReader:
         if mm is None:
             shard = self.shards[i]
             path = shard_file_path(self.format_dir, shard, shard.files[0])
-            verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
+            # with block checksums (store format 2) the blocks a read touches are checked instead
+            verify_shard(self.format_dir, shard, "size" if self.blocks.has_sums[i] else self.verify, shard.files[:1])
             size = os.stat(path).st_size
             if size != shard.n_tokens * self.dtype.itemsize:
                 raise LmdataError(
@@ -115,6 +128,8 @@ class MemmapReader:
         seg = self.segments
         starts = seg.check_windows(starts, length)
         try:
+            if self.remote:
+                return self.blocks.remote_windows(starts, length, seg)
             return self._windows(starts, length)
         except LmdataError as exc:
             raise at_offsets(exc, starts, length) from exc
@@ -126,14 +141,21 @@ class MemmapReader:
         local = starts - seg.bounds[first]
         for j, (i, i_last, lo) in enumerate(zip(first.tolist(), last.tolist(), local.tolist())):
             if i == i_last:
-                out[j] = self._tokens(i)[lo : lo + length]
+                out[j] = self._span(i, lo, lo + length)
             else:  # straddles a shard boundary: copy it piece by piece
                 s0 = int(starts[j])
                 for k in range(i, i_last + 1):
                     base = int(seg.bounds[k])
                     a, b = max(s0, base), min(s0 + length, int(seg.bounds[k + 1]))
-                    out[j, a - s0 : b - s0] = self._tokens(k)[a - base : b - base]
+                    out[j, a - s0 : b - s0] = self._span(k, a - base, b - base)
         return out
+
+    def _span(self, i: int, lo: int, hi: int) -> np.ndarray:
+        """Tokens ``[lo, hi)`` of local shard ``i``, their blocks verified (once per process)."""
+        tokens = self._tokens(i)
+        if self.verify != "size":
+            self.blocks.check_local(i, tokens, lo, hi)
+        return tokens[lo:hi]
 
     def document(self, doc_id: int) -> np.ndarray:
         """One document's tokens (its end-of-text included)."""
@@ -142,15 +164,24 @@ class MemmapReader:
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
         starts = self.doc_starts(i)
         k = doc_id - int(self._doc_bounds[i])
-        return np.array(self._tokens(i)[starts[k] : starts[k + 1]])
+        if self.remote:
+            return self.blocks.remote_tokens(i, int(starts[k]), int(starts[k + 1]))
+        return np.array(self._span(i, int(starts[k]), int(starts[k + 1])))
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length."""
         shard = self.shards[i]
-        verify_shard(self.format_dir, shard, self.verify, shard.files[1:2])
-        path = shard_file_path(self.format_dir, shard, shard.files[1])
+        if self.remote:  # small: one GET, its sha256 checked against the manifest
+            path = self.format_dir / shard.files[1].path
+            raw = path.read_bytes()
+            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != shard.files[1].sha256:
+                raise LmdataError(f"{path}: shard {shard.name} document index fails its sha256 checksum; "
+                                  "run `lmdata verify` and re-ingest with --overwrite")
+        else:
+            verify_shard(self.format_dir, shard, self.verify, shard.files[1:2])
+            path = shard_file_path(self.format_dir, shard, shard.files[1])
         try:
-            starts = np.load(path, allow_pickle=False)
+            starts = np.load(io.BytesIO(raw) if self.remote else path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise LmdataError(
                 f"{path}: shard {shard.name} document index is unreadable ({exc}); run `lmdata verify`"
