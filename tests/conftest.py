@@ -133,3 +133,9 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3:
     bucket = f"t-{uuid.uuid4().hex[:12]}"
     s3_server.make_bucket(bucket)
     return S3(s3_server, bucket)
+
+
+@pytest.fixture(scope="session")
+def s3_env(s3_server: S3Server) -> dict[str, str]:
+    """``aws_env`` of the session's server (for module-scoped fixtures that set it themselves)."""
+    return aws_env(s3_server.endpoint)

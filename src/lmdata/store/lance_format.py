@@ -43,6 +43,8 @@ the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner pe
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
@@ -201,7 +203,8 @@ class LanceReader:
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
         io: str | None = None, column: str | None = None,
     ) -> None:
-        self.format_dir = Path(format_dir)
+        self.remote = getattr(format_dir, "remote", False)  # a Location: Lance reads it through its object store
+        self.format_dir = format_dir if self.remote else Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype)
         self.verify = check_verify_mode(verify)
@@ -228,16 +231,23 @@ class LanceReader:
         return state
 
     def check(self) -> None:
-        check_sizes(self.format_dir, self.shards)
+        if not self.remote:  # remote sizes: ``open_store`` lists the prefix once
+            check_sizes(self.format_dir, self.shards)
 
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
-        # first touch of the fragment: its data file and row index (only the index for ``doc_starts``)
-        verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
-        path = shard_file_path(self.format_dir, shard, shard.files[-1])
+        if self.remote:  # the row index only (one GET, sha256-checked); never a download of the data file
+            path = self.format_dir / shard.files[-1].path
+            raw = path.read_bytes()
+            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != shard.files[-1].sha256:
+                raise LmdataError(f"{path}: shard {shard.name} row index fails its sha256 checksum; "
+                                  "run `lmdata verify` and re-ingest with --overwrite")
+        else:  # first touch of the fragment: its data file and row index (only the index for ``doc_starts``)
+            verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
+            path = shard_file_path(self.format_dir, shard, shard.files[-1])
         try:
-            rows = np.load(path, allow_pickle=False)
+            rows = np.load(io.BytesIO(raw) if self.remote else path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise read_error(path, shard, exc) from exc
         if rows.shape != (2, shard.extra["rows"] + 1) or rows[0, -1] != shard.n_tokens:
@@ -263,13 +273,16 @@ class LanceReader:
 
             self.check()
             try:
-                ds = lance.dataset(str(self.format_dir))
+                if self.remote:
+                    ds = lance.dataset(self.format_dir.uri, storage_options=self.format_dir.storage_options())
+                else:
+                    ds = lance.dataset(str(self.format_dir))
             except Exception as exc:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
-            self._ds = open_uring(self.format_dir, ds, self._column, self.io) or ds
+            self._ds = ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds)
             self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
             committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
                          for f in self._fragments]

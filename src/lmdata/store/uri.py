@@ -36,6 +36,7 @@ RETRIES = 3
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
         "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
+_SDK_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 _filesystems: dict[tuple, Any] = {}  # per process: environment -> S3FileSystem
 
 
@@ -132,11 +133,17 @@ class Location:
     def __hash__(self) -> int:
         return hash((self.scheme, self.path))
 
-    def __getstate__(self) -> tuple[str, str]:
-        return (self.scheme, self.path)
+    def __getstate__(self) -> tuple:
+        # A remote location carries the AWS settings it was made under, so a loader worker
+        # (a forkserver child started before the caller set them) reads the same endpoint.
+        env = {k: os.environ[k] for k in _ENV + _SDK_ENV if k in os.environ} if self.remote else {}
+        return (self.scheme, self.path, env)
 
-    def __setstate__(self, state: tuple[str, str]) -> None:
-        self.scheme, self.path = state
+    def __setstate__(self, state: tuple) -> None:
+        self.scheme, self.path = state[0], state[1]
+        for key, value in (state[2] if len(state) > 2 else {}).items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
 
     # -- the filesystem ---------------------------------------------------------------------------
     @property

@@ -1,0 +1,115 @@
+"""A store on object storage (a real S3 server on loopback): ingest, verify, read, resume, refuse.
+
+The sample goes to ``s3://`` once per module in every format; each test reads it back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+from ingest_common import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
+
+from lmdata.data import make_loader
+from lmdata.errors import LmdataError
+from lmdata.ingest import ingest
+from lmdata.sources import SourceSpec
+from lmdata.store import open_store, verify_store
+from lmdata.store.uri import location
+
+N_BATCHES = 6
+
+
+@pytest.fixture(scope="module")
+def remote_sample(s3_server, s3_env, tokenizer_dir, tmp_path_factory):
+    """(s3 URI of the sample store, its local twin) -- the AWS environment set for the module."""
+    mp = pytest.MonkeyPatch()
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        mp.delenv(key)
+    for key, value in s3_env.items():
+        mp.setenv(key, value)
+    mp.setenv("LMDATA_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    bucket = f"m-{uuid.uuid4().hex[:10]}"
+    s3_server.make_bucket(bucket)
+    uri = f"s3://{bucket}/stores/sample"
+    kwargs = dict(formats=FORMATS, shard_tokens=SAMPLE_SHARD_TOKENS, workers=1,
+                  holdout=("train", "validation", HOLDOUT), progress=False, log=None)
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, **kwargs)
+    local = tmp_path_factory.mktemp("twin") / "sample"
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, local, **kwargs)
+    yield uri, local
+    mp.undo()
+
+
+def test_remote_store_verifies_and_matches_the_local_one(remote_sample):
+    uri, local = remote_sample
+    assert not any(p.startswith("s3:") for p in os.listdir("."))  # never a local directory named "s3:"
+    report = verify_store(uri)
+    assert report.ok, report.problems
+    remote, here = open_store(uri), open_store(local)
+    assert remote.manifest.to_json()["splits"]["train"]["n_tokens"] == here.manifest.splits["train"].n_tokens
+    assert remote.tokenizer().hash == here.tokenizer().hash
+    for fmt in FORMATS:
+        assert np.array_equal(remote.document("validation", 2, fmt), here.document("validation", 2, fmt))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_first_batches_from_s3_equal_the_local_stores(remote_sample, fmt, workers):
+    uri, local = remote_sample
+    batches = []
+    for where in (uri, local):
+        ds = open_store(where).dataset("train", 64, fmt)
+        loader = make_loader(ds, 8, num_workers=workers, seed=3, timeout=60)
+        got = []
+        for inputs, targets in loader:
+            got.append((inputs.numpy().copy(), targets.numpy().copy()))
+            if len(got) == N_BATCHES:
+                break
+        batches.append(got)
+    for (xr, yr), (xl, yl) in zip(*batches):
+        assert np.array_equal(xr, xl) and np.array_equal(yr, yl)
+
+
+def _flip_object(uri: str, at: float = 0.5) -> None:
+    obj = location(uri)
+    data = bytearray(obj.read_bytes())
+    data[int(len(data) * at)] ^= 0x10
+    obj.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_a_corrupted_object_is_refused_naming_it(s3, tokenizer_dir, tmp_path, monkeypatch, fmt):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri = s3.uri("flip")
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, formats=[fmt], shard_tokens=60_000,
+           workers=1, progress=False, log=None)
+    store = open_store(uri)
+    shard = store.manifest.splits["train"].formats[fmt][1]
+    _flip_object(f"{uri}/train/{fmt}/{shard.files[0].path}")
+    r = open_store(uri).reader("train", fmt)
+    flipped = shard.first_token + shard.n_tokens // 2
+    with pytest.raises(LmdataError, match=f"{shard.files[0].path}.*shard {shard.name}"):
+        r.windows(np.arange(flipped - 3000, flipped + 1, 500), 1000)
+    assert not verify_store(uri).ok
+
+
+def test_unknown_scheme_and_missing_bucket_are_one_line_errors(s3, tokenizer_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LmdataError, match="unknown URI scheme"):
+        ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, "gs://bucket/store", progress=False, log=None)
+    assert list(tmp_path.iterdir()) == []
+    for call in (lambda: open_store(f"s3://{s3.bucket}-nope/store"),
+                 lambda: ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, f"s3://{s3.bucket}-nope/x",
+                                progress=False, log=None)):
+        with pytest.raises(LmdataError, match="bucket does not exist") as err:
+            call()
+        assert "\n" not in str(err.value)
+    with pytest.raises(LmdataError, match="not a store"):
+        open_store(s3.uri("empty"))
