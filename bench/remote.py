@@ -1,6 +1,6 @@
 """Which format on object storage: loader throughput from s3:// with 0/5/20 ms per request.
 
-    .venv/bin/python bench/remote.py --corpus data/sample.txt --batches 24
+    .venv/bin/python bench/remote.py --corpus data/sample.txt --batches 24 --seq 512
 
 Starts a moto S3 server on loopback, ingests ``--corpus`` into a local store and into
 ``s3://bench/store`` (every format), and for each added latency starts a delay proxy
@@ -147,7 +147,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", type=Path, default=REPO / "data" / "sample.txt")
     p.add_argument("--vocab-size", type=int, default=1024)
-    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--batches", type=int, default=24)
     p.add_argument("--rate", type=float, default=3.5e6, help="tokens/s of the simulated step (H100, small)")

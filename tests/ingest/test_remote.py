@@ -194,3 +194,18 @@ def test_two_concurrent_lance_appends_lose_nothing(s3):
     got = sorted(ds.to_table().column("x").to_pylist())
     assert got == [-1] + list(range(0, 40)) + list(range(1000, 1040))
     assert ds.version == 9  # one commit per append, none lost
+
+
+def test_cli_commands_take_s3_uris(remote_sample):
+    from click.testing import CliRunner
+
+    from lmdata.cli import cli
+
+    uri, _ = remote_sample
+    runner = CliRunner()
+    for args in (["verify", uri], ["inspect", uri], ["show", uri, "--split", "validation", "--doc", "1"],
+                 ["sql", uri, "SELECT count(*) FROM docs"]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 0, (args, result.output)
+    result = runner.invoke(cli, ["verify", "gs://bucket/store"])
+    assert isinstance(result.exception, LmdataError) and "unknown URI scheme" in str(result.exception)

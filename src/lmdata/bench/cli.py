@@ -20,7 +20,7 @@ def _int_list(value: str, flag: str) -> list[int]:
 
 
 @click.command("bench")
-@click.option("--store", "store", required=True, type=click.Path(path_type=Path), help="Store directory (from `lmdata ingest`).")
+@click.option("--store", "store", required=True, type=str, help="Store directory or s3:// URI (from `lmdata ingest`).")
 @click.option("--split", default="train", show_default=True, help="Split to read.")
 @click.option("--format", "fmt", default="all", show_default=True, help="A format of the store, a comma-separated list of them, or `all`.")
 @click.option("--workers", default="0,1,2", show_default=True, help="Comma-separated loader worker counts.")

@@ -31,6 +31,7 @@ import numpy as np
 
 from lmdata.bench import cache, flops, stall
 from lmdata.errors import LmdataError
+from lmdata.store.uri import is_uri
 
 COMPUTE = ("simulated", "model")
 CACHE = ("warm", "cold")
@@ -59,7 +60,8 @@ class BenchConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        self.store = Path(self.store)
+        if not is_uri(str(self.store)):  # s3://bucket/store stays a URI (Path would fold its //)
+            self.store = Path(self.store)
         if isinstance(self.cache, str):
             self.cache = [self.cache]
         if "both" in self.cache:  # the CLI's --cache both, also accepted from a pipeline's [bench]
@@ -202,7 +204,8 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
                            pin_memory=device.startswith("cuda"), seed=cfg.seed, rank=0, world_size=1)
 
     rows = []
-    files = cache.format_files(Path(cfg.store) / cfg.split / fmt)
+    # page-cache control is for local files; a remote store has none to warm or drop
+    files = [] if is_uri(str(cfg.store)) else cache.format_files(Path(cfg.store) / cfg.split / fmt)
     for mode in cfg.cache:
         _prepare(mode, files)
         # every worker's first read (Lance: opening the dataset) before the rate is timed
