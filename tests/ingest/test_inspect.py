@@ -165,10 +165,11 @@ def test_views_are_lazy(sample_store, tmp_path):
     path.write_bytes(bytes(data))
     connect(store).close()
     assert sql(store, "SELECT count(*) FROM tokens WHERE split = 'validation'")[1][0][0] > 0
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its docs index
-        sql(store, "SELECT count(*) FROM docs")
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its pages' CRCs,
-        sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")  # named by a checksum pass
+    # Parquet pages carry CRC-32s: a read is checked on the pages it touches (the docs view reads
+    # only the doc_id/token_offset pages, undamaged here); the tokens scan meets the flipped page
+    sql(store, "SELECT count(*) FROM docs")
+    with pytest.raises(LmdataError, match=f"^sql: .*shard 00003"):
+        sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")
 
 
 def test_output_is_capped_or_streamed(sample_store):
