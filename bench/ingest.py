@@ -63,19 +63,19 @@ def run_case(case: str, corpus: Path, tokenizer_dir: Path, work: Path, workers: 
 def _encode_only(spec, tokenizer_dir: Path, workers: int) -> dict:
     import multiprocessing as mp
 
-    from lmdata import ingest as job
+    from lmdata.ingest import encode, local
     from lmdata.sources import iter_documents
 
-    batches = job._batches(iter_documents(spec), 0, "uint32", lambda n: None)
+    batches = encode.batches(iter_documents(spec), 0, "uint32", lambda n: None)
     nbytes = tokens = 0
     if workers == 1:
-        job.init_worker(str(tokenizer_dir))
-        results = (job.encode_texts(*b) for b in batches)
+        encode.init_worker(str(tokenizer_dir))
+        results = (encode.encode_texts(*b) for b in batches)
         for toks, _, nb in results:
             nbytes, tokens = nbytes + nb, tokens + len(toks)
         return {"text_bytes": nbytes, "tokens": tokens}
-    with mp.get_context("forkserver").Pool(workers, job.init_worker, (str(tokenizer_dir),)) as pool:
-        for toks, _, nb in job._ordered_map(pool, batches, 2 * workers + 2):
+    with mp.get_context("forkserver").Pool(workers, encode.init_worker, (str(tokenizer_dir),)) as pool:
+        for toks, _, nb in local.ordered_map(pool, batches, 2 * workers + 2):
             nbytes, tokens = nbytes + nb, tokens + len(toks)
     return {"text_bytes": nbytes, "tokens": tokens}
 

@@ -34,7 +34,7 @@ INGEST = """
 import resource, sys, time
 from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
-from lmdata.store import lance_fragments
+from lmdata.store.formats import lance_fragments
 
 def main():
     lance_fragments.FRAGMENT_TOKENS = int(sys.argv[3]) << 20

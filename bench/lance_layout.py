@@ -67,7 +67,7 @@ def build_layouts(store: Any, out: Path) -> dict[str, tuple[Path, np.ndarray]]:
     import lance
     import pyarrow as pa
 
-    from lmdata.store.parquet import pieces
+    from lmdata.store.formats.parquet import pieces
 
     tokens, docs, shard_bounds = stream_and_docs(store)
     n = len(tokens)
@@ -97,7 +97,7 @@ def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False, uring: boo
     import pyarrow as pa
     from lance.file import LanceFileReader
 
-    from lmdata.store.lance_format import uring_uri
+    from lmdata.store.formats.lance import uring_uri
     from lmdata.store.windows import concat_ranges
 
     ds = lance.dataset(uring_uri(path) if uring else str(path))

@@ -32,7 +32,8 @@ from pathlib import Path
 from common import replace_section  # bench/ is on sys.path when a script runs
 
 EOT = "<|endoftext|>"
-TASKS = ["train/ours", "train/hf", "encode/ours", "encode/ours-python", "encode/tiktoken", "encode/hf"]
+TASKS = ["train/ours", "train/rustbpe", "train/hf", "encode/ours", "encode/ours-2threads", "encode/ours-python",
+         "encode/tokie", "encode/tiktoken", "encode/hf"]
 
 
 def _ids_digest(ids) -> str:
@@ -47,6 +48,41 @@ def _train_ours(args) -> dict:
     vocab, merges = train_bpe(args.input, args.vocab_size, [EOT], workers=args.threads)
     Tokenizer(vocab, merges, [EOT]).save(Path(args.workdir) / "ours")
     return {}
+
+
+def _train_rustbpe(args) -> dict:
+    import rustbpe
+
+    from lmdata.tokenizer.patterns import GPT2_PATTERN
+
+    def lines():
+        with open(args.input, encoding="utf-8") as f:
+            yield from f
+
+    rustbpe.Tokenizer().train_from_iterator(lines(), args.vocab_size, pattern=GPT2_PATTERN)
+    return {}
+
+
+def _encode_tokie(args, text: str) -> dict:
+    import tokie
+
+    tok = tokie.Tokenizer.from_json(str(Path(args.workdir) / "ours" / "tokenizer.json"))
+    start, cpu = time.perf_counter(), time.process_time()
+    ids = list(tok.encode(text, add_special_tokens=False).ids)
+    return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "ids": _ids_digest(ids),
+            "n_ids": len(ids)}
+
+
+def _encode_ours_threads(args, text: str) -> dict:
+    """encode_batch over the documents on 2 threads (the C encoder releases the GIL)."""
+    from lmdata.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(Path(args.workdir) / "ours")
+    docs = [d for d in re.split(f"({re.escape(EOT)})", text) if d]
+    start, cpu = time.perf_counter(), time.process_time()
+    ids = [i for part in tok.encode_batch(docs, 2) for i in part]
+    return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu, "ids": _ids_digest(ids),
+            "n_ids": len(ids)}
 
 
 def _train_hf(args) -> dict:
@@ -123,12 +159,13 @@ def run_task(args) -> dict:
     """Run one task in this process and return its measurements."""
     if args.task.startswith("train/"):
         start = time.perf_counter()
-        out = {"train/ours": _train_ours, "train/hf": _train_hf}[args.task](args)
+        out = {"train/ours": _train_ours, "train/rustbpe": _train_rustbpe, "train/hf": _train_hf}[args.task](args)
         out["seconds"] = time.perf_counter() - start
     else:
+        os.sched_setaffinity(0, {0, 1} if args.task == "encode/ours-2threads" else {0})  # one pinned core
         text = Path(args.input).read_text(encoding="utf-8")
         out = {"encode/ours": _encode_ours, "encode/ours-python": _encode_ours, "encode/tiktoken": _encode_tiktoken,
-               "encode/hf": _encode_hf}[
+               "encode/hf": _encode_hf, "encode/tokie": _encode_tokie, "encode/ours-2threads": _encode_ours_threads}[
             args.task](args, text)
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     out["rss_mb"] = me.ru_maxrss / 1024
@@ -156,7 +193,7 @@ def measure(args, task: str) -> dict:
 
 def table(args, results: dict[str, dict]) -> str:
     """A markdown table: wall time, MB/s, peak RSS, and ratios to each peer."""
-    mb = Path(args.input).stat().st_size / 1e6
+    mb = args.input_mb
     ours_ids = results["encode/ours"].get("ids")
     rows = ["| task | wall s | MB/s | CPU s | peak RSS MB | ours vs this: wall | CPU | ids equal ours |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -209,7 +246,7 @@ def readme_section(args, results: dict[str, dict], header: str) -> str:
     ours, hf = results["train/ours"], results["train/hf"]
     enc, tik, py = results["encode/ours"], results["encode/tiktoken"], results["encode/ours-python"]
     warm = enc["extra"][0]
-    mb = Path(args.input).stat().st_size / 1e6
+    mb = args.input_mb
     verdict = [
         f"- Training: {ours['seconds']:.1f} s vs {hf['seconds']:.1f} s for `tokenizers` "
         f"({ours['seconds'] / hf['seconds']:.2f}x its time; target at most 2x: "
@@ -238,6 +275,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="threads/processes for training (encoding uses 1)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per task; the fastest is reported")
     parser.add_argument("--readme", type=Path, help="rewrite the '## Tokenizer' section of this file")
+    parser.add_argument("--tile-mb", type=int, default=0, help="repeat the input to about this many MB first")
+    parser.add_argument("--skip", default="", help="comma-separated tasks to leave out (e.g. encode/ours-python)")
     parser.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -247,17 +286,25 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="lmdata-bench-") as workdir:
         args.workdir = workdir
+        if args.tile_mb:
+            data = Path(args.input).read_bytes()
+            tiled = Path(workdir) / f"tiled-{args.tile_mb}mb.txt"
+            with open(tiled, "wb") as f:
+                for _ in range(max(1, args.tile_mb * 1_000_000 // len(data))):
+                    f.write(data)
+            args.input = str(tiled)
+        args.input_mb = Path(args.input).stat().st_size / 1e6
         results = {}
-        for task in TASKS:
+        for task in [t for t in TASKS if t not in args.skip.split(",")]:
             results[task] = measure(args, task)
             print(f"{task}: {results[task]['seconds']:.2f} s", file=sys.stderr, flush=True)
-    size = Path(args.input).stat().st_size / 1e6
-    header = (f"Input `{args.input}` ({size:.1f} MB), vocab {args.vocab_size}, best of {args.repeat}, "
-              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; 1-min load average {load_before:.1f} before, "
-              f"{os.getloadavg()[0]:.1f} after (other jobs share these cores: wall times are noisy, CPU s less so).")
-    print(header + "\n\n" + table(args, results))
-    if args.readme:
-        replace_section(args.readme, "## Tokenizer\n\n" + readme_section(args, results, header), "Tokenizer")
+        size = args.input_mb
+        header = (f"Input `{args.input}` ({size:.1f} MB), vocab {args.vocab_size}, best of {args.repeat}, "
+                  f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; 1-min load average {load_before:.1f} before, "
+                  f"{os.getloadavg()[0]:.1f} after (other jobs share these cores: wall times are noisy, CPU s less so).")
+        print(header + "\n\n" + table(args, results))
+        if args.readme:
+            replace_section(args.readme, "## Tokenizer\n\n" + readme_section(args, results, header), "Tokenizer")
 
 
 if __name__ == "__main__":

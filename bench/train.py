@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmdata.model.transformer import TransformerLM, model_config
-from lmdata.train.loop import loss_fn, resolve_device, train_step
+from lmdata.bench.flops import accelerator_flops, model_cost
+from lmdata.train.device import guess_gpu, resolve_device
+from lmdata.train.loop import loss_fn, train_step
 from lmdata.train.optim import AdamW
 
 
@@ -93,7 +95,7 @@ def make_variants(cfg: dict, device, precision: str, lr: float = 1e-3):
         model = TransformerLM(**cfg, fast=fast).to(device)
         opt = AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
         fwd = loss_fn(model, device, precision)
-        variants[name] = lambda batch, fwd=fwd, opt=opt: train_step(fwd, opt, batch, 1.0)[0]
+        variants[name] = lambda batch, fwd=fwd, opt=opt: train_step(fwd, opt, [batch], 1.0)[0]
     torch.manual_seed(0)
     tmodel = TorchLM(**cfg).to(device)
     topt = torch.optim.AdamW(tmodel.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -132,7 +134,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                    help="auto = bf16 autocast on CUDA, fp32 elsewhere (as lmdata train)")
+    ap.add_argument("--gpu", default="", help="MFU against this accelerator's peak (lmdata.bench.flops.ACCELERATORS); "
+                    "default: guessed from the CUDA device; none on CPU")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     ap.add_argument("--store", default="", help="read batches from this store's train split")
     ap.add_argument("--workers", type=int, default=0)
@@ -140,6 +145,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.precision == "auto":
+        args.precision = "bf16" if device.type == "cuda" else "fp32"
     over = {"vocab_size": args.vocab_size} if args.vocab_size else {}
     if args.store:
         from lmdata.store import open_store
@@ -166,11 +173,17 @@ def main() -> None:
     ref = statistics.median(rates["torch"])
     print(f"# {args.model} {cfg} batch {args.batch_size}x{args.seq_len} on {device} {args.precision}, "
           f"threads {torch.get_num_threads()}, {args.rounds} rounds x {per_round} steps, data: {args.store or 'fixed batch'}")
-    print("| variant | tokens/s (median) | min..max | vs torch |")
-    print("|---|---:|---:|---:|")
+    # MFU: the FLOPs/token of `lmdata plan` (the same count train's log line uses) over the peak
+    flops = model_cost(cfg, args.seq_len).flops_per_token
+    gpu = args.gpu or guess_gpu(device)
+    peak = accelerator_flops(gpu) if gpu else None
+    print(f"# FLOPs/token {flops:.4g}; MFU against {gpu + ' (' + format(peak / 1e12, '.0f') + ' TFLOP/s bf16)' if gpu else 'no accelerator (CPU: model GFLOP/s shown)'}")
+    print("| variant | tokens/s (median) | min..max | vs torch | " + ("MFU |" if peak else "GFLOP/s |"))
+    print("|---|---:|---:|---:|---:|")
     for name, r in rates.items():
         med = statistics.median(r)
-        print(f"| {name} | {med:,.0f} | {min(r):,.0f}..{max(r):,.0f} | {med / ref:.2f}x |")
+        eff = f"{med * flops / peak:.1%}" if peak else f"{med * flops / 1e9:,.1f}"
+        print(f"| {name} | {med:,.0f} | {min(r):,.0f}..{max(r):,.0f} | {med / ref:.2f}x | {eff} |")
 
 
 if __name__ == "__main__":

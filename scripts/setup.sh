@@ -7,7 +7,7 @@
 # your own build, or LMDATA_TORCH=skip when the venv already has the torch you want.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-}"
+extras="train${1:+,$1}"  # the train extra (torch) is always wanted here: torch is installed first, below
 venv="${LMDATA_VENV:-.venv}"
 python="${PYTHON:-python3}"
 

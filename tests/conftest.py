@@ -1,4 +1,5 @@
-"""Fixtures every test directory may use: a real S3 server on loopback (moto).
+"""Shared fixtures: one small tokenizer and one sample store per session (kept read-only),
+and a real S3 server on loopback (moto).
 
 ``s3_server`` starts ``moto_server -H 127.0.0.1 -p PORT`` once per test session (installed by
 the ``dev`` extra) and stops it by its PID at the end; ``s3`` gives each test a fresh bucket
@@ -23,6 +24,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from samples import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
+
+from lmdata.ingest import ingest
+from lmdata.sources import SourceSpec
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 512-id BPE trained on the shipped sample (< 1 s)."""
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(str(SAMPLE), 512, ["<|endoftext|>"], workers=1)
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir: Path):
+    from lmdata.tokenizer import Tokenizer
+
+    return Tokenizer.load(tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    """data/sample.txt in every format, last 6 documents held out as `validation`. Do not modify."""
+    out = tmp_path_factory.mktemp("stores") / "sample"
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, out, formats=FORMATS,
+           shard_tokens=SAMPLE_SHARD_TOKENS, workers=1, holdout=("train", "validation", HOLDOUT), progress=False, log=None)
+    return out
+
+
+# ---------------------------------------------------------------------------- S3 on loopback
 
 
 @dataclass

@@ -65,7 +65,7 @@ def command_path(argv: list[str]) -> list[str]:
     assert argv[0] in COMMANDS, f"README uses unknown command `lmdata {argv[0]}`"
     path = [argv[0]]
     if argv[0] == "tokenizer" and len(argv) > 1 and not argv[1].startswith("-"):
-        assert argv[1] in ("train", "encode", "decode"), f"README uses unknown `lmdata tokenizer {argv[1]}`"
+        assert argv[1] in ("train", "encode", "decode", "import", "export"), f"README uses unknown `lmdata tokenizer {argv[1]}`"
         path.append(argv[1])
     return path
 
@@ -97,7 +97,7 @@ FOREIGN_FLAGS = {"--standalone", "--nproc_per_node", "--index-url", "--no-deps"}
 def test_every_flag_the_readme_mentions_exists() -> None:
     """Also the flags in prose and in the troubleshooting table, e.g. `--text-field NAME`."""
     every_help = "\n".join(help_text(*p) for p in [[n] for n in COMMANDS if n != "tokenizer"]
-                           + [["tokenizer", s] for s in ("train", "encode", "decode")])
+                           + [["tokenizer", s] for s in ("train", "encode", "decode", "import", "export")])
     for flag in sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", README.read_text())) - FOREIGN_FLAGS):
         assert re.search(rf"(^|[\s/,]){re.escape(flag)}([\s=/,]|$)", every_help, re.M), \
             f"README mentions {flag}, which no lmdata command takes"
@@ -119,9 +119,9 @@ def test_every_command_has_help_text() -> None:
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
 def test_pipeline_parses(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lmdata.config import load_pipeline
-    from lmdata.pipeline import load_sections
+    from lmdata.config import load_sections
     from lmdata.sources import expand
-    from lmdata.train.config import load_train_config
+    from lmdata.config import load_train_config
 
     monkeypatch.chdir(REPO)  # pipeline paths are relative to the repository root
     pipe = load_pipeline(path)

@@ -1,17 +1,27 @@
-"""Pipeline files (``pipelines/*.toml``) -> small dataclasses, one per section.
+"""Pipeline files (``pipelines/*.toml``) -> one small dataclass per section, one parser.
 
-Each field carries its help text (``field(metadata={"help": ...})``), so the file
-format is documented where it is parsed. Sections this module does not own
-(``[train]``, ``[bench]``, ...) are passed through untouched in ``PipelineConfig.sections``
-for their owners; an unknown key *inside* ``[tokenizer]`` or ``[ingest]`` is an error
-naming the key. Relative paths are relative to the directory ``lmdata`` runs in (the
-repository root for the shipped pipelines). Example: ``pipelines/sample.toml``.
+Each field carries its help text (``field(metadata={"help": ...})``): the same fields are
+the flags of the section's command (``batch_size`` -> ``--batch-size``, ``lmdata.cli``
+derives them), so each default is written once, here. ``build`` is the one parser: a
+short recursive function from a TOML table to a dataclass that rejects unknown keys and
+wrong types, naming them. ``parse_pipeline`` checks ``[tokenizer]`` and ``[ingest]`` at
+once; the other sections (``[train]``, ``[bench]``, ``[sample]``, later ``[mix]``) are
+kept as tables in ``PipelineConfig.sections`` and built by their command through
+``PipelineConfig.section`` (so ``lmdata ingest`` does not fail on a ``[bench]`` typo).
+Below a job's entry point, functions take plain values, never these objects.
+Relative paths are relative to the directory ``lmdata`` runs in (the repository root for
+the shipped pipelines). Example: ``pipelines/sample.toml``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+    import tomli as tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +29,26 @@ from typing import Any
 from lmdata.errors import LmdataError
 from lmdata.sources import DEFAULT_SEPARATOR, ERRORS, KINDS
 
-def _f(default: Any, help: str) -> Any:
+BATCHES_PER_READ = 4  # consecutive batches read with one call: the loader's, train's and bench's default
+DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16")
+COMPUTE = ("simulated", "model")
+ENGINES = ("local", "ray")
+CACHE = ("warm", "cold")
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field: ``batch_size`` -> ``batch-size``."""
+    return name.replace("_", "-")
+
+
+# ---------------------------------------------------------------------------- [tokenizer], [ingest]
 
 
 @dataclass
@@ -36,7 +62,8 @@ class TokenizerConfig:
 @dataclass
 class SplitConfig:
     sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).")
-    kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).")
+    kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
+                   choices=KINDS)
     separator: str = _f(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
     text_field: str = _f("text", "kind=jsonl/parquet: the field or column holding the document text.")
 
@@ -44,31 +71,186 @@ class SplitConfig:
 @dataclass
 class HoldoutConfig:
     documents: int = _f(0, "How many documents, taken from the END of `from`'s sources, form split `to`.")
-    from_split: str = _f("train", "The split the held-out documents are taken from (TOML key: `from`).")
+    from_split: str = _f("train", "The split the held-out documents are taken from (TOML key: `from`).", toml="from")
     to: str = _f("validation", "The name of the held-out split.")
 
 
 @dataclass
 class IngestConfig:
     out: str = _f("", "The store directory to write.")
-    formats: list[str] = _f([], "Formats to write, all from the same token stream; empty = memmap, parquet, lance.")
+    formats: list[str] = _f([], "Formats to write, all from the same token stream (comma-separated on the command "
+                            "line); empty = memmap, parquet, lance.", flag="format")
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
     workers: int = _f(0, "Tokenizer processes; 0 = all cores. The store does not depend on it.")
-    errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).")
+    errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).",
+                     choices=ERRORS)
     engine: str = _f("local", "Where to tokenize and write: local (this machine) or ray (a Ray cluster, "
-                     "`pip install 'lmdata[ray]'`); the store is the same.")
+                     "`pip install 'lmdata[ray]'`); the store is the same.", choices=ENGINES)
     ray_address: str = _f("", "engine = \"ray\": the cluster to join (auto, HOST:6379, ray://HOST:10001); "
                           "empty = start a local Ray.")
     splits: dict[str, SplitConfig] = _f({}, "[ingest.splits.NAME] tables: the documents of each split.")
     holdout: HoldoutConfig | None = _f(None, "[ingest.holdout]: move the last N documents of a split into another.")
 
 
+# ---------------------------------------------------------------------------- [train], [bench], [sample]
+
+
+@dataclass
+class TrainConfig:
+    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).")
+    split: str = _f("train", "Split to train on.")
+    val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
+    format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
+    model: str = _f("tiny", "Model preset (see lmdata.model.transformer.PRESETS); vocab_size comes from the store.")
+    d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
+    layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
+    heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
+    d_ff: int = _f(0, "SwiGLU hidden width over the preset's; 0 = the preset's.")
+    context: int = _f(0, "Model context_length over the preset's; 0 = the preset's.")
+    seq_len: int = _f(0, "Training context length; 0 = the model's context_length (must not exceed it).")
+    batch_size: int = _f(0, "Sequences per micro-batch per rank; 0 = the preset's (lmdata.train.defaults).")
+    grad_accum: int = _f(1, "Micro-batches per optimizer step (gradient accumulation); a step sees "
+                         "batch_size x grad_accum sequences per rank.")
+    mix: list | None = _f(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
+                          "repeated (TOML: [train.mix.NAME] tables of store, split, weight); every store needs "
+                          "the same tokenizer.", parse="lmdata.data.mixed:parse_mix_table",
+                          cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT")
+    steps: int = _f(200, "Optimizer steps (ignored when --tokens is set).")
+    tokens: int = _f(0, "Train for this many tokens instead of --steps (all ranks together).")
+    lr: float = _f(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
+    min_lr: float = _f(-1.0, "Learning rate at the end of the cosine decay; -1 = lr / 10.")
+    warmup: int = _f(-1, "Linear warm-up steps; -1 = the preset's.")
+    weight_decay: float = _f(0.1, "AdamW decoupled weight decay (matrices only; norm gains are not decayed).")
+    beta1: float = _f(0.9, "AdamW beta1.")
+    beta2: float = _f(0.95, "AdamW beta2.")
+    grad_clip: float = _f(1.0, "Clip the global gradient L2 norm to this; 0 = no clipping.")
+    seed: int = _f(0, "Seed of the model init and the data order.")
+    device: str = _f("auto", f"One of {', '.join(DEVICES)}; auto = cuda, then mps, then cpu.")
+    precision: str = _f("auto", f"One of {', '.join(PRECISIONS)}; auto = bf16 autocast on CUDA, fp32 elsewhere "
+                        "(weights stay fp32).")
+    gpu: str = _f("", "Accelerator whose peak FLOP/s the MFU is measured against (lmdata.bench.flops.ACCELERATORS); "
+                  "empty = guessed from the CUDA device name, none on CPU.")
+    fast: bool = _f(False, "Fast path: torch's fused scaled_dot_product_attention kernel.")
+    compile: bool = _f(False, "Fast path: torch.compile the model (slow first step; needs a C compiler on CPU).")
+    eval_every: int = _f(100, "Validate every N steps (and at the end); 0 = only at the end.")
+    eval_batches: int = _f(10, "Batches per validation.")
+    ckpt_every: int = _f(100, "Checkpoint every N steps (and at the end); 0 = only at the end.")
+    keep: int = _f(3, "Keep the newest K checkpoints; 0 = keep all.")
+    log_every: int = _f(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
+    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.")
+    resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
+    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process).")
+    prefetch: int = _f(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
+    batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
+    doc_mask: bool = _f(False, "Attention stays inside documents; RoPE positions restart per document.")
+    progress: bool = _f(True, "Show a progress bar.")
+
+    def check(self) -> None:
+        """Values that parse but cannot work: name the flag and what is allowed."""
+        if self.device not in DEVICES:
+            raise LmdataError(f"--device: {self.device!r} is not one of {', '.join(DEVICES)}")
+        if self.precision not in PRECISIONS:
+            raise LmdataError(f"--precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if not self.store and not self.mix:
+            raise LmdataError("--store: no store given; pass --store DIR or set store in the pipeline's [train]")
+        for name in ("grad_accum", "log_every", "eval_batches", "prefetch", "batches_per_read"):
+            if getattr(self, name) < 1:
+                raise LmdataError(f"--{flag(name)}: must be >= 1, got {getattr(self, name)}")
+        for name in ("steps", "tokens", "eval_every", "ckpt_every", "keep", "workers", "seq_len", "batch_size",
+                     "d_model", "layers", "heads", "d_ff", "context"):
+            if getattr(self, name) < 0:
+                raise LmdataError(f"--{flag(name)}: must be >= 0, got {getattr(self, name)}")
+        if self.warmup < -1:
+            raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
+        if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):
+            raise LmdataError(f"--lr/--min-lr: need 0 <= min_lr <= lr and lr > 0, got {self.lr} / {self.min_lr}")
+
+
+@dataclass
+class BenchConfig:
+    """``[bench]`` and the ``lmdata bench`` flags (``run_bench`` takes it)."""
+
+    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.")
+    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).")
+    split: str = _f("train", "Split to read.")
+    formats: list[str] = _f([], "Formats to compare (a comma-separated list on the command line); empty = every "
+                            "format of the store.", flag="format")
+    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line).")
+    batch_size: int = _f(32, "Sequences per step.")
+    seq_len: int = _f(256, "Tokens per sequence.")
+    steps: int = _f(100, "Steps per run (capped at one epoch of the split).")
+    compute: str = _f("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
+                      "steps.", choices=COMPUTE)
+    step_ms: float | None = _f(None, "Simulated step time in ms; default: derived from model and gpu.")
+    model: str = _f("small", "Model preset whose token rate the loader must keep up with (and --compute model).")
+    gpu: str = _f("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
+                  "empty = none.")
+    mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")
+    cache: list[str] = _f(["warm"], "Page cache before each run: files read once (warm), evicted (cold), or both.",
+                          choices=("warm", "cold", "both"))
+    prefetch: int = _f(2, "Reads each worker does ahead (a read is batches_per_read batches).")
+    batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); "
+                               "1 = evenly spread waits.")
+    seed: int = _f(0, "Seed of the batch order.")
+    device: str = _f("auto", "auto, cpu or cuda[:N].")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cache, str):
+            self.cache = [self.cache]
+        if "both" in self.cache:  # the CLI's --cache both, also accepted from a pipeline's [bench]
+            self.cache = ["warm", "cold"]
+
+    def check(self) -> None:
+        """Reject flag values that cannot run, naming the flag."""
+        if self.compute not in COMPUTE:
+            raise LmdataError(f"--compute {self.compute!r}: choose one of {', '.join(COMPUTE)}")
+        if bad := [c for c in self.cache if c not in CACHE]:
+            raise LmdataError(f"--cache {bad[0]!r}: choose warm, cold or both")
+        if not self.workers or min(self.workers) < 0:
+            raise LmdataError(f"--workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
+        if self.steps < 2:
+            raise LmdataError(f"--steps {self.steps}: need at least 2 (the first step is start-up)")
+        if self.batch_size < 1 or self.seq_len < 1:
+            raise LmdataError(f"--batch-size {self.batch_size} / --seq-len {self.seq_len}: must be >= 1")
+        if self.compute == "simulated" and self.step_ms is None and not self.gpu:
+            raise LmdataError("--compute simulated needs --step-ms X, or --gpu NAME to derive it from --model")
+        if self.step_ms is not None and self.step_ms < 0:
+            raise LmdataError(f"--step-ms {self.step_ms}: must be >= 0")
+        if self.prefetch < 1:
+            raise LmdataError(f"--prefetch {self.prefetch}: must be >= 1 (reads each worker does ahead)")
+        if self.batches_per_read < 1:
+            raise LmdataError(f"--batches-per-read {self.batches_per_read}: must be >= 1 (batches read with one call)")
+        if self.compute == "model" or self.gpu:
+            from lmdata.bench import flops
+
+            flops.preset(self.model)  # an unknown --model fails here, not inside a cell
+
+
+
+@dataclass
+class SampleConfig:
+    """``[sample]``: what ``lmdata sample`` generates from the final checkpoint."""
+
+    prompt: str = _f("Once upon a time", "Text to continue.")
+    max_tokens: int = _f(120, "Most new tokens (stops earlier at end-of-text).")
+    temperature: float = _f(0.8, "Softmax temperature; 0 = greedy.")
+    top_p: float = _f(0.95, "Nucleus sampling mass.")
+    seed: int = _f(0, "Sampling seed.")
+
+
+# ---------------------------------------------------------------------------- the pipeline
+
+
 @dataclass
 class PipelineConfig:
     tokenizer: TokenizerConfig | None = None
     ingest: IngestConfig | None = None
-    sections: dict[str, Any] = field(default_factory=dict)  # [train], [bench], ... for their owners
+    sections: dict[str, Any] = field(default_factory=dict)  # [train], [bench], [sample], ...: see ``section``
     path: str = ""
+
+    def section(self, cls: type, name: str, **defaults: Any) -> Any:
+        """Section ``[name]`` built as ``cls`` (``defaults`` fill keys the file leaves out)."""
+        return build(cls, {**defaults, **self.sections.get(name, {})}, f"pipeline {self.path}: [{name}]")
 
 
 def help_text(cls: type) -> dict[str, str]:
@@ -76,58 +258,67 @@ def help_text(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
-def _build(cls: type, table: Any, where: str, renames: dict[str, str] | None = None) -> Any:
-    """Construct ``cls`` from a TOML table: unknown keys and wrong types are errors naming them."""
+def build(cls: type, table: Any, where: str) -> Any:
+    """Construct ``cls`` from a TOML table: unknown keys and wrong types are errors naming them.
+
+    Fields that are dataclasses, or ``dict[str, <dataclass>]``, are built recursively
+    (``[ingest.holdout]``, ``[ingest.splits.NAME]``); a field's TOML key is its name or
+    its ``toml`` metadata (``from`` for ``from_split``).
+    """
     if not isinstance(table, dict):
         raise LmdataError(f"{where}: expected a table, got {type(table).__name__}")
-    renames = renames or {}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.metadata.get("toml", f.name): f for f in dataclasses.fields(cls)}
+    values = {}
     for key, value in table.items():
-        allowed = _keys(cls, renames)
-        if key not in allowed:
-            raise LmdataError(f"{where}: unknown key {key!r} (known: {', '.join(allowed)})")
-        name = renames.get(key, key)
-        expected = type(fields[name].default) if fields[name].default is not dataclasses.MISSING else None
-        if expected is None and fields[name].default_factory is not dataclasses.MISSING:
-            expected = type(fields[name].default_factory())
-        if expected in (int, str, list) and not (isinstance(value, expected) and not isinstance(value, bool)):
-            raise LmdataError(f"{where}.{key}: expected {expected.__name__}, got {value!r}")
-        kwargs[name] = value
-    return cls(**kwargs)
+        if key not in fields:
+            raise LmdataError(f"{where}: unknown key {key!r} (known: {', '.join(fields)})")
+        name = fields[key].name
+        parse = fields[key].metadata.get("parse")  # a field whose TOML form is its own ([train.mix])
+        values[name] = resolve(parse)(value, f"{where}.{key}") if parse else _value(hints[name], value, where, key)
+    return cls(**values)
 
 
-def _keys(cls: type, renames: dict[str, str]) -> list[str]:
-    inverse = {v: k for k, v in renames.items()}
-    return [inverse.get(f.name, f.name) for f in dataclasses.fields(cls)]
+def resolve(path: str) -> Any:
+    """``"module:function"`` -> the function (imported late: config.py imports nothing heavy)."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _value(hint: Any, value: Any, where: str, key: str) -> Any:
+    """One TOML value checked against a field's type hint."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`: a TOML value is never None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, f"{where[:-1]}.{key}]")
+    if origin is dict and args and dataclasses.is_dataclass(args[1]):
+        if not isinstance(value, dict):
+            raise LmdataError(f"{where}.{key}: expected [{where.rsplit('[', 1)[-1][:-1]}.{key}.NAME] tables")
+        return {n: build(args[1], t, f"{where[:-1]}.{key}.{n}]") for n, t in value.items()}
+    want = origin or hint
+    if want is Any:
+        return value
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
+        raise LmdataError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
+    return value
 
 
 def parse_pipeline(obj: dict[str, Any], where: str = "pipeline") -> PipelineConfig:
-    """A parsed TOML document -> PipelineConfig (checked)."""
+    """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked)."""
     cfg = PipelineConfig(path=where)
     for name, table in obj.items():
         if name == "tokenizer":
-            cfg.tokenizer = _build(TokenizerConfig, table, f"{where}: [tokenizer]")
+            cfg.tokenizer = build(TokenizerConfig, table, f"{where}: [tokenizer]")
         elif name == "ingest":
-            cfg.ingest = _parse_ingest(table, f"{where}: [ingest]")
+            cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]")
+            check_ingest(cfg.ingest, f"{where}: [ingest]")
         else:
             cfg.sections[name] = table
-    return cfg
-
-
-def _parse_ingest(table: Any, where: str) -> IngestConfig:
-    if not isinstance(table, dict):
-        raise LmdataError(f"{where}: expected a table")
-    table = dict(table)
-    splits = table.pop("splits", {})
-    holdout = table.pop("holdout", None)
-    if not isinstance(splits, dict):
-        raise LmdataError(f"{where}.splits: expected [ingest.splits.NAME] tables")
-    cfg: IngestConfig = _build(IngestConfig, table, where)
-    cfg.splits = {name: _build(SplitConfig, t, f"{where[:-1]}.splits.{name}]") for name, t in splits.items()}
-    if holdout is not None:
-        cfg.holdout = _build(HoldoutConfig, holdout, f"{where[:-1]}.holdout]", renames={"from": "from_split"})
-    check_ingest(cfg, where)
     return cfg
 
 
@@ -139,7 +330,7 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
         raise LmdataError(f"{where}: shard_tokens must be positive, got {cfg.shard_tokens}")
     if cfg.workers < 0:
         raise LmdataError(f"{where}: workers must be >= 0 (0 = all cores), got {cfg.workers}")
-    if cfg.engine not in ("local", "ray"):
+    if cfg.engine not in ENGINES:
         raise LmdataError(f"{where}: engine must be local or ray, got {cfg.engine!r}")
     if cfg.errors not in ERRORS:
         raise LmdataError(f"{where}: errors must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
@@ -172,3 +363,27 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     except tomllib.TOMLDecodeError as exc:
         raise LmdataError(f"pipeline {path}: invalid TOML ({exc})") from None
     return parse_pipeline(obj, str(path))
+
+
+def load_train_config(pipeline_path: str | Path) -> TrainConfig:
+    """The ``[train]`` section of a pipeline file; ``store`` defaults to ``[ingest].out``."""
+    pipe = load_pipeline(pipeline_path)
+    defaults = {"store": pipe.ingest.out} if pipe.ingest is not None and pipe.ingest.out else {}
+    return pipe.section(TrainConfig, "train", **defaults)
+
+
+def load_bench_config(pipe: PipelineConfig) -> BenchConfig:
+    """``[bench]``; ``store`` defaults to ``[ingest].out`` and ``out`` to ``<store>-bench``."""
+    store = pipe.ingest.out if pipe.ingest is not None else ""
+    bench = pipe.section(BenchConfig, "bench", **({"store": store} if store else {}))
+    if not bench.out and bench.store:
+        bench.out = f"{str(bench.store).rstrip('/')}-bench"
+    return bench
+
+
+def load_sections(path: str | Path) -> tuple[PipelineConfig, TrainConfig, BenchConfig, SampleConfig]:
+    """Every section of a pipeline file, checked: (pipeline, train, bench, sample)."""
+    pipe = load_pipeline(path)
+    if pipe.ingest is None or pipe.tokenizer is None:
+        raise LmdataError(f"pipeline {path}: `lmdata run` needs [tokenizer] and [ingest] sections")
+    return pipe, load_train_config(path), load_bench_config(pipe), pipe.section(SampleConfig, "sample")

@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
-from lmdata.ingest import ShardCutter, ingest
+from lmdata.ingest import ingest
+from lmdata.ingest.shards import ShardCutter
 from lmdata.sources import SourceSpec, iter_documents
 from lmdata.store import open_store, verify_store
 
-from ingest_common import FORMATS, HOLDOUT, REPO, SAMPLE, SAMPLE_SHARD_TOKENS, fingerprint
+from samples import FORMATS, HOLDOUT, REPO, SAMPLE, SAMPLE_SHARD_TOKENS, fingerprint
 
 
 def _sample(**kw):
@@ -95,7 +96,7 @@ def test_uint32_when_the_vocab_does_not_fit_uint16(tmp_path):
 @settings(max_examples=25, deadline=None)
 @given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=40), shard_tokens=st.integers(1, 120))
 def test_shards_cut_at_document_boundaries(tmp_path_factory, lengths, shard_tokens):
-    from lmdata.store.memmap import MemmapWriter
+    from lmdata.store.formats.memmap import MemmapWriter
 
     writer = MemmapWriter(tmp_path_factory.mktemp("cut"), np.dtype("uint16"))
     cutter = ShardCutter({"memmap": writer}, {"memmap": {}}, shard_tokens, 0, 0, 0)
@@ -270,7 +271,7 @@ def test_bad_input_in_a_resumed_store_says_overwrite(tmp_path, tokenizer_dir):
 def test_default_formats_are_the_built_ins(tmp_path, tokenizer_dir):
     """A plug-in (here registered at run time) is written only when named, not by default."""
     from lmdata.store import register_format
-    from lmdata.store.memmap import MemmapReader, MemmapWriter
+    from lmdata.store.formats.memmap import MemmapReader, MemmapWriter
     from lmdata.store.registry import available_formats, unregister_format
 
     (tmp_path / "d.txt").write_text("one\n<|endoftext|>\ntwo\n")
@@ -401,8 +402,8 @@ def show_all(store, split):
 
 
 def test_ingest_modules_import_light():
-    code = ("import sys, lmdata.ingest, lmdata.sources, lmdata.config, lmdata.inspect, lmdata.ingest_cli, "
-            "lmdata.ingest_output; print(','.join(m for m in ('pyarrow', 'lance', 'duckdb', 'polars', 'torch', "
+    code = ("import sys, lmdata.ingest, lmdata.sources, lmdata.config, lmdata.inspect, lmdata.cli.ingest, "
+            "lmdata.ingest.output; print(','.join(m for m in ('pyarrow', 'lance', 'duckdb', 'polars', 'torch', "
             "'tqdm', 'zstandard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 import pytest
-from ingest_common import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
+from samples import FORMATS, HOLDOUT, SAMPLE, SAMPLE_SHARD_TOKENS
 
 from lmdata.data import make_loader
 from lmdata.errors import LmdataError
@@ -115,6 +115,26 @@ def test_unknown_scheme_and_missing_bucket_are_one_line_errors(s3, tokenizer_dir
         open_store(s3.uri("empty"))
 
 
+def test_overwrite_on_s3_deletes_only_objects_of_our_layout(s3, tokenizer_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    spec, opts = {"train": SourceSpec((str(SAMPLE),))}, dict(formats=["memmap"], workers=1, progress=False, log=None)
+    user = location(s3.uri("theirs", "notes.txt"))
+    user.write_bytes(b"a user's object")
+    with pytest.raises(LmdataError, match="no lmdata store") as err:
+        ingest(spec, tokenizer_dir, s3.uri("theirs"), overwrite=True, **opts)
+    assert "\n" not in str(err.value) and user.read_bytes() == b"a user's object"
+    uri = s3.uri("ours")
+    ingest(spec, tokenizer_dir, uri, **opts)
+    stray = location(uri + "/train/memmap/README.md")
+    stray.write_bytes(b"mine")
+    with pytest.raises(LmdataError, match="did not write.*train/memmap/README.md"):
+        ingest(spec, tokenizer_dir, uri, overwrite=True, **opts)
+    assert stray.read_bytes() == b"mine"
+    stray.delete()
+    ingest(spec, tokenizer_dir, uri, overwrite=True, **opts)
+    assert verify_store(uri).ok
+
+
 def test_inspect_sql_and_show_read_a_remote_store(remote_sample):
     from lmdata.inspect import inspect, show, sql
 
@@ -135,7 +155,7 @@ def _objects(uri: str) -> dict[str, bytes]:
 
 
 def test_kill_9_during_a_remote_ingest_then_resume_gives_identical_objects(s3, tokenizer_dir, tmp_path, monkeypatch):
-    from ingest_common import fingerprint
+    from samples import fingerprint
 
     from lmdata.store.publish import staging_dir
 

@@ -78,7 +78,7 @@ def build_store(
 @pytest.fixture(autouse=True)
 def small_lance_fragments(monkeypatch):
     """Lance fragments of ~2 shards (not one 256 Mi-token fragment), so reads cross fragments."""
-    from lmdata.store import lance_fragments
+    from lmdata.store.formats import lance_fragments
 
     monkeypatch.setattr(lance_fragments, "FRAGMENT_TOKENS", 30_000)
 

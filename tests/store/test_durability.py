@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from lmdata.store import files
+from lmdata.store.formats import base
 from lmdata.store.registry import get_format
 
 # file fsyncs per fresh shard: memmap tokens + docs + record; Parquet file + record;
@@ -33,7 +33,7 @@ def test_rewriting_a_shard_replaces_its_record(tmp_path, fmt):
     fdir = tmp_path / "train" / fmt
     writer = get_format(fmt).writer(fdir, np.dtype(np.uint16))
     old = writer.write_shard(0, np.full(300, 7, dtype=np.uint16), np.array([0, 300]), 0, 0)
-    assert files.forget(fdir, 0).to_json() == old.to_json()
+    assert base.forget(fdir, 0).to_json() == old.to_json()
     assert writer.completed() == {}  # the record is gone before any file of the shard changes
     new = writer.write_shard(0, np.full(300, 9, dtype=np.uint16), np.array([0, 300]), 0, 0)
     new = writer.write_shard(0, np.full(300, 5, dtype=np.uint16), np.array([0, 300]), 0, 0)  # names exist: rewrite path

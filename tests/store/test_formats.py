@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
-from lmdata.store.registry import available_formats, get_format
+from lmdata.store.registry import get_format
 
-FORMATS = available_formats()
+from formats import FORMATS
 DTYPES = [np.uint16, np.uint32]
 
 

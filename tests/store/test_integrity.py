@@ -7,9 +7,8 @@ import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store import open_store, verify_store
-from lmdata.store.registry import available_formats
 
-FORMATS = available_formats()
+from formats import FORMATS
 
 
 def flip(path, where=0.5):

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from lmdata.errors import LmdataError
-from lmdata.store import lance_format, lance_fragments, open_store
+from lmdata.store import open_store
+from lmdata.store.formats import lance as lance_format, lance_fragments
 
 
 def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):

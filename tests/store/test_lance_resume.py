@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from lmdata.errors import LmdataError
-from lmdata.store import lance_fragments, open_store
+from lmdata.store import open_store
+from lmdata.store.formats import lance_fragments
 from lmdata.store.registry import get_format
 
 U16 = np.dtype(np.uint16)
@@ -173,7 +174,7 @@ def test_staging_from_before_token_bytes_is_written_again(tmp_path, parts, monke
     """An ingest interrupted under an older lmdata (rows without ``token_bytes``) resumes into the new layout."""
     import json
 
-    from lmdata.store import lance_format
+    from lmdata.store.formats import lance as lance_format
 
     tokens, stream = parts
     fdir = tmp_path / "train" / "lance"

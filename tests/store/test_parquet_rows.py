@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.store import open_store
-from lmdata.store.parquet import PIECE_TOKENS, ROW_GROUP_ROWS, pieces
+from lmdata.store.formats.parquet import PIECE_TOKENS, ROW_GROUP_ROWS, pieces
 
 
 @settings(max_examples=50, deadline=None)

@@ -116,7 +116,7 @@ def test_manifest_counts_must_add_up(make_store):
 
 
 def test_a_format_registered_at_run_time_is_used(make_store):
-    from lmdata.store.memmap import MemmapReader, MemmapWriter
+    from lmdata.store.formats.memmap import MemmapReader, MemmapWriter
 
     class Upper(MemmapReader):
         pass
@@ -158,7 +158,7 @@ def test_plugin_formats_load_from_entry_points(tmp_path):
     """A third-party distribution declaring an ``lmdata.formats`` entry point (installed on sys.path)."""
     out = run_with_plugin(
         tmp_path, "toyfmt",
-        "from lmdata.store.memmap import MemmapReader, MemmapWriter\nFORMAT = (MemmapWriter, MemmapReader)\n",
+        "from lmdata.store.formats.memmap import MemmapReader, MemmapWriter\nFORMAT = (MemmapWriter, MemmapReader)\n",
         "toy = toyfmt:FORMAT",
         "from lmdata.store.registry import available_formats, get_format;"
         "print(available_formats()[-1], get_format('toy').reader.__name__)",

@@ -12,9 +12,8 @@ from lmdata.errors import LmdataError
 from lmdata.store import verify_store
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.store.checksum import sha256_file
-from lmdata.store.registry import available_formats
 
-FORMATS = available_formats()
+from formats import FORMATS
 
 
 def test_sound_store_verifies(make_store):
@@ -95,7 +94,7 @@ def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store
     """The loader reads ``token_bytes``, DuckDB reads ``tokens``: verify reads both and compares them."""
     import pyarrow as pa
 
-    from lmdata.store import lance_format
+    from lmdata.store.formats import lance as lance_format
 
     real = lance_format.with_token_bytes
 

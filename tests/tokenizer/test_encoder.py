@@ -15,8 +15,8 @@ from lmdata.tokenizer import Tokenizer, train_bpe
 from lmdata.tokenizer import encoder as encoder_module
 from lmdata.tokenizer.bytes_unicode import bytes_to_unicode, merges_txt, vocab_json
 
-from . import reference
-from .strategies import PIECES, SPECIALS, texts
+import bpe_reference as reference
+from text_strategies import PIECES, SPECIALS, texts
 
 EOT = "<|endoftext|>"
 SAMPLE = Path(__file__).parents[2] / "data" / "sample.txt"
@@ -198,3 +198,33 @@ def test_overlapping_special_tokens_longest_wins(backend):
     tok = with_backend(Tokenizer(vocab, [], ["<|a|>", "<|a|><|a|>", "|>"]), backend)
     ids = tok.encode("x<|a|><|a|>y<|a|>|>")
     assert ids == [ord("x"), tok.special_ids["<|a|><|a|>"], ord("y"), tok.special_ids["<|a|>"], tok.special_ids["|>"]]
+
+
+@pytest.fixture(scope="module", params=["cl100k", "o200k", r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+"])
+def patterned(request, tmp_path_factory):
+    """A 500-id tokenizer trained with another pattern, on the C and the Python backend."""
+    path = tmp_path_factory.mktemp("pat") / "in.txt"
+    path.write_text(SAMPLE.read_text(encoding="utf-8")[:100_000] + "".join(PIECES) * 20, encoding="utf-8")
+    vocab, merges = train_bpe(path, 500, SPECIALS, workers=1, pattern=request.param)
+    fast = Tokenizer(vocab, merges, SPECIALS, request.param)
+    pure = Tokenizer(vocab, merges, SPECIALS, request.param)
+    pure._fast = None
+    return fast, pure
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts | st.text(max_size=60))
+def test_every_pattern_matches_reference_on_both_backends(patterned, text):
+    fast, pure = patterned
+    want = reference.encode(text, pure.vocab, pure.merges, SPECIALS, pure.pattern)
+    assert pure.encode(text) == want
+    assert fast.encode(text) == want
+    assert list(fast.encode_iterable([text[: len(text) // 2], text[len(text) // 2 :]], min_buffer=1)) == want
+
+
+def test_encode_batch_on_threads_equals_encode(trained_files):
+    tok = Tokenizer(*trained_files, SPECIALS)
+    text = SAMPLE.read_text(encoding="utf-8")
+    docs = text.split("\n\n") + [EOT + "x", "", "<pad> ünï"]
+    assert tok.encode_batch(docs, 2, pool_min_chars=0) == [tok.encode(d) for d in docs]
+    assert tok.encode_batch(docs, 3) == [tok.encode(d) for d in docs]

@@ -9,6 +9,7 @@ import pytest
 from lmdata.cli import main
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import Tokenizer, train_bpe
+from lmdata.tokenizer.saved import FILES
 
 EOT = "<|endoftext|>"
 
@@ -46,7 +47,7 @@ def test_train_cli_writes_a_loadable_tokenizer(corpus, tmp_path, capsys):
     code, out, _ = run(["tokenizer", "train", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok"),
                         "--workers", "1", "--no-progress"], capsys)
     assert code == 0 and "distinct pre-tokens" in out and "merges" in out
-    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["merges.txt", "tokenizer.json", "vocab.json"]
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == sorted(FILES)
     tok = Tokenizer.load(tmp_path / "tok")
     assert tok.eot_id == tok.vocab_size - 1
 
@@ -146,7 +147,7 @@ def test_decode_not_an_id(saved, capsys, monkeypatch):
     assert code == 1 and "'x2' is not a token id" in err
 
 
-@pytest.mark.parametrize("name", ["vocab.json", "merges.txt", "tokenizer.json"])
+@pytest.mark.parametrize("name", ["vocab.json", "merges.txt", "lmdata_tokenizer.json"])
 def test_tokenizer_dir_missing_a_file(saved, capsys, monkeypatch, name):
     (saved / name).unlink()
     code, _, err = run(["tokenizer", "encode", str(saved)], capsys, b"hi", monkeypatch)
@@ -161,11 +162,11 @@ def test_tokenizer_dir_content_changed(saved, capsys, monkeypatch, name):
     assert code == 1 and name in err and "does not match" in err
 
 
-def test_tokenizer_json_hash_changed(saved):
-    meta = json.loads((saved / "tokenizer.json").read_text())
+def test_metadata_hash_changed(saved):
+    meta = json.loads((saved / "lmdata_tokenizer.json").read_text())
     meta["special_tokens"] = ["<|other|>"]
-    (saved / "tokenizer.json").write_text(json.dumps(meta))
-    with pytest.raises(LmdataError, match="tokenizer.json"):
+    (saved / "lmdata_tokenizer.json").write_text(json.dumps(meta))
+    with pytest.raises(LmdataError, match="lmdata_tokenizer.json"):
         Tokenizer.load(saved)
 
 

@@ -2,24 +2,40 @@
 
 from collections import Counter
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import (
     ReadStats, count_pretokens, iter_text_blocks, pretokens, safe_cut, split_pieces,
 )
 
-from .reference import PATTERN, split_special
-from .strategies import SPECIALS, texts
+from bpe_reference import PATTERN, split_special
+from text_strategies import SPECIALS, texts
+
+
+NAMED_PATTERNS = [Pattern.get(n) for n in ("gpt2", "cl100k", "o200k")]
+CUSTOM = Pattern.get(r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+")
 
 
 @settings(max_examples=400, deadline=None)
-@given(texts)
-def test_chunks_pretokenize_like_the_whole_text(text):
-    pieces = split_pieces(text)
+@given(texts, st.sampled_from(NAMED_PATTERNS + [CUSTOM]))
+def test_chunks_pretokenize_like_the_whole_text(text, pattern):
+    pieces = split_pieces(text, pattern)
     chunks = pieces[:1] + [" " + p for p in pieces[1:]]
     assert "".join(chunks) == text
-    assert [t for c in chunks for t in PATTERN.findall(c)] == PATTERN.findall(text)
+    assert [t for c in chunks for t in pattern.findall(c)] == pattern.findall(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts | st.text(max_size=40), st.sampled_from(NAMED_PATTERNS))
+def test_c_pretokenizer_equals_the_regex(text, pattern):
+    fastbpe = pytest.importorskip("lmdata.tokenizer._fastbpe")
+    from lmdata.tokenizer import unicode_classes
+
+    unicode_classes.install(fastbpe)
+    assert fastbpe.pretokenize(text, pattern.c_mode) == pattern.findall(text)
 
 
 def _reference_counts(text, specials):
@@ -35,18 +51,20 @@ def test_count_pretokens_equals_plain_regex_path(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(texts | texts.map(lambda t: t.replace(" ", "")), st.integers(0, 80))
-@example("  <|endoftext|>", 80)  # the space before a special token ends its segment: no cut there
-def test_safe_cut_does_not_change_tokens(text, end):
+@given(texts | texts.map(lambda t: t.replace(" ", "")), st.integers(0, 80),
+       st.sampled_from(NAMED_PATTERNS + [CUSTOM]))
+@example("  <|endoftext|>", 80, NAMED_PATTERNS[0])  # the space before a special token ends its segment
+def test_safe_cut_does_not_change_tokens(text, end, pattern):
     """A cut found in a prefix leaves both sides' tokens unchanged, whatever follows."""
     prefix = text[:end]
-    cut = safe_cut(prefix, SPECIALS)
+    cut = safe_cut(prefix, SPECIALS, pattern)
     if cut:
-        assert _split_tokens(text[:cut]) + _split_tokens(text[cut:]) == _split_tokens(text)
+        assert _split_tokens(text[:cut], pattern) + _split_tokens(text[cut:], pattern) == _split_tokens(text, pattern)
 
 
-def _split_tokens(text):
-    return [(s, t) for s, part in split_special(text, SPECIALS) for t in ([part] if s else PATTERN.findall(part))]
+def _split_tokens(text, pattern=None):
+    find = pattern.findall if pattern else PATTERN.findall
+    return [(s, t) for s, part in split_special(text, SPECIALS) for t in ([part] if s else find(part))]
 
 
 @settings(max_examples=100, deadline=None)

@@ -5,18 +5,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.tokenizer import train_bpe
+from lmdata.tokenizer.patterns import Pattern
 
-from . import reference
-from .strategies import SPECIALS, texts
+import bpe_reference as reference
+from text_strategies import SPECIALS, texts
 
 EOT = "<|endoftext|>"
 
 
-def _train_both(tmp_path, text, vocab_size, specials, **opts):
+PATTERNS = ["gpt2", "cl100k", "o200k", r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+"]
+
+
+def _train_both(tmp_path, text, vocab_size, specials, pattern=None, **opts):
     path = tmp_path / "in.txt"
     path.write_bytes(text.encode("utf-8"))
-    fast = train_bpe(path, vocab_size, specials, workers=1, **opts)
-    return fast, reference.train(text, vocab_size, specials)
+    fast = train_bpe(path, vocab_size, specials, workers=1, pattern=pattern, **opts)
+    return fast, reference.train(text, vocab_size, specials, Pattern.get(pattern).text)
 
 
 def test_hand_worked_example(tmp_path):
@@ -39,28 +43,30 @@ def test_hand_worked_example(tmp_path):
     "1 22 333 4444 2024-01-01 3.14159",  # digits
     "don't I'll we're they've she'd I'm it's DON'T",  # contractions
 ])
-def test_fixed_cases_match_reference(tmp_path, text):
-    fast, ref = _train_both(tmp_path, text * 3, 300, [EOT])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_fixed_cases_match_reference(tmp_path, text, pattern):
+    fast, ref = _train_both(tmp_path, text * 3, 300, [EOT], pattern)
     assert fast == ref
 
 
 @settings(max_examples=150, deadline=None)
-@given(texts, st.integers(256 + 2, 330), st.sampled_from([16, 64, 1 << 20]))
-def test_random_text_matches_reference(tmp_path_factory, text, vocab_size, block_bytes):
-    """Identical merges and vocab, whatever the block size used to stream the input."""
+@given(texts, st.integers(256 + 2, 330), st.sampled_from([16, 64, 1 << 20]), st.sampled_from(PATTERNS))
+def test_random_text_matches_reference(tmp_path_factory, text, vocab_size, block_bytes, pattern):
+    """Identical merges and vocab, whatever the block size used to stream the input, for every pattern."""
     if not text.strip():
         text += "x"
     tmp = tmp_path_factory.mktemp("train")
-    fast, ref = _train_both(tmp, text, vocab_size, SPECIALS, block_bytes=block_bytes)
+    fast, ref = _train_both(tmp, text, vocab_size, SPECIALS, pattern, block_bytes=block_bytes)
     assert fast == ref
 
 
-def test_worker_count_does_not_change_the_result(tmp_path):
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k"])
+def test_worker_count_does_not_change_the_result(tmp_path, pattern):
     path = tmp_path / "in.txt"
-    path.write_text(("The cat sat on the mat. " * 50 + EOT + "\nA dog's life, isn't it?\n") * 200)
-    one = train_bpe(path, 400, [EOT], workers=1, block_bytes=4096)
-    two = train_bpe(path, 400, [EOT], workers=2, block_bytes=4096)
-    assert one == two
+    path.write_text(("The cat sat on the mat. " * 50 + EOT + "\nA dog's life, isn't it? 日本語\n") * 200)
+    one = train_bpe(path, 400, [EOT], workers=1, block_bytes=4096, pattern=pattern)
+    for workers in (2, 3):
+        assert train_bpe(path, 400, [EOT], workers=workers, block_bytes=4096, pattern=pattern) == one
 
 
 def test_several_inputs_count_as_separate_streams(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
 from lmdata.train.checkpoint import list_checkpoints, read_checkpoint
-from lmdata.train.config import TrainConfig
+from lmdata.config import TrainConfig
 from lmdata.train.loop import train
 
 
@@ -97,13 +97,12 @@ def test_batches_per_read_changes_how_batches_are_read_not_what_is_learned(sampl
 
 
 def test_batches_per_read_defaults_agree():
-    from lmdata.bench.cli import bench
-    from lmdata.bench.run import BenchConfig
+    from lmdata.cli.bench import bench
+    from lmdata.config import BenchConfig
     from lmdata.data.loader import BATCHES_PER_READ
-    from lmdata.pipeline import BenchSection
 
     cli_default = next(p.default for p in bench.params if p.name == "batches_per_read")
-    assert TrainConfig().batches_per_read == BenchConfig(store=".").batches_per_read == BenchSection().batches_per_read \
+    assert TrainConfig().batches_per_read == BenchConfig(store=".").batches_per_read == BenchConfig().batches_per_read \
         == cli_default == BATCHES_PER_READ
 
 
@@ -142,7 +141,7 @@ def test_existing_run_needs_resume(sample_store, tmp_path):
 
 
 @pytest.mark.parametrize("change,match", [
-    (dict(model="huge"), "unknown preset 'huge'; valid presets: small, tiny"),
+    (dict(model="huge"), "unknown preset 'huge'; valid presets: gpt2-small, small, tiny"),
     (dict(seq_len=65), "--seq-len 65 is longer than model 'tiny'"),
     (dict(batch_size=100_000), "--batch-size 100000 is larger than a rank's share"),
     (dict(split="nope"), "no split 'nope'; splits: train, validation"),

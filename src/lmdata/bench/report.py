@@ -7,9 +7,10 @@ leaves a half-written ``bench.json`` that looks valid.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from lmdata import _atomic
 
 COLUMNS = [
     # header, key, format
@@ -26,18 +27,42 @@ COLUMNS = [
     ("1st batch ms", "first_batch_ms", "{:.0f}"),
     ("loader tok/s", "loader_tokens_per_s", "{:,.0f}"),
     ("headroom", "headroom", "x{:.2f}"),
-    ("keeps up", "keeps_up", "{}"),
+    ("keeps up", "keeps_up", "{}"),  # stall < KEEP_UP_STALL (5%)
     ("workers RSS MB", "workers_rss_mb", "{:.0f}"),
     ("USS MB", "workers_uss_mb", "{:.0f}"),
 ]
 
 
-def _cells(run: dict[str, Any]) -> list[str]:
+NOTES = {
+    "keeps up": "keeps up: stall under {threshold:.0%} (the loader's rate against the need is the headroom column)",
+    "stall A/B": "stall A/B: 1 - synthetic-batch step / real step (nanoGPT's A/B); '-' where the real steps ran "
+                 "faster than the synthetic ones: timing noise on a shared machine, no data cost measurable",
+}
+
+
+def columns(runs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """COLUMNS less those whose optional package was missing (USS needs psutil)."""
+    has_uss = any("workers_uss_mb" in r.get("memory", {}) for r in runs)
+    return [c for c in COLUMNS if c[1] != "workers_uss_mb" or has_uss]
+
+
+def _cells(run: dict[str, Any], cols: list[tuple[str, str, str]]) -> list[str]:
     mem = run.get("memory", {})
     row = {**run, "workers_rss_mb": mem.get("workers_rss_mb", 0.0), "workers_uss_mb": mem.get("workers_uss_mb", 0.0),
            "keeps_up": "yes" if run["keeps_up"] else "NO",
            "resident_before": "?" if run.get("resident_before") is None else f"{run['resident_before']:.0%}"}
-    return [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+    cells = []
+    for _, key, fmt in cols:
+        value = row.get(key)
+        cells.append("-" if key == "stall_ab" and value is not None and value < 0 else fmt.format(value))
+    return cells
+
+
+def notes(result: dict[str, Any]) -> list[str]:
+    """One line per column that needs reading instructions."""
+    from lmdata.bench.run import KEEP_UP_STALL
+
+    return [text.format(threshold=KEEP_UP_STALL) for text in NOTES.values()]
 
 
 def header_lines(result: dict[str, Any]) -> list[str]:
@@ -61,8 +86,9 @@ def header_lines(result: dict[str, Any]) -> list[str]:
 
 def table(result: dict[str, Any], markdown: bool = False) -> str:
     """The result as an aligned text table, or a Markdown table."""
-    heads = [h for h, _, _ in COLUMNS]
-    rows = [_cells(r) for r in result["runs"]]
+    cols = columns(result["runs"])
+    heads = [h for h, _, _ in cols]
+    rows = [_cells(r, cols) for r in result["runs"]]
     if markdown:
         out = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
         return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
@@ -72,18 +98,28 @@ def table(result: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_json(result: dict[str, Any], path: Path) -> None:
-    _atomic_write(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
+    _atomic.write_file(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
+
+
+def plot_title(what: str, result: dict[str, Any]) -> str:
+    """A short title: what the plot shows, then batch, compute and store name (the table has the rest)."""
+    c = result["config"]
+    compute = (f"simulated {c['step_ms']:.3g} ms steps" if c["compute"] == "simulated"
+               else f"{c['model']} steps on {c['device']}")
+    if p := result.get("plan"):
+        compute += f" ({p['preset']} on {p['gpu']} at {p['mfu']:.0%} MFU)"
+    return f"{what}\nbatch {c['batch_size']} x {c['seq_len']}, {compute}, store {'/'.join(Path(str(c['store'])).parts[-2:])}"
+
+
+def _title(fig: Any, what: str, result: dict[str, Any]) -> None:
+    """The title wrapped to the figure's width, so neither edge is cut."""
+    import textwrap
+
+    width_chars = int(fig.get_figwidth() * 12)  # ~12 characters per inch at 9 pt
+    lines = [w for line in plot_title(what, result).splitlines() for w in textwrap.wrap(line, width_chars)]
+    fig.suptitle("\n".join(lines), fontsize=9)
+    fig.tight_layout()  # (matplotlib >= 3.3 makes room for the suptitle itself)
 
 
 def plot_stall(result: dict[str, Any], path: Path) -> None:
@@ -113,9 +149,8 @@ def plot_stall(result: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylim(0, top * 1.3 + 1)  # room for the legend above the bars
     axes[0][0].set_ylabel("stall fraction (%)")
     axes[0][0].legend(loc="upper center", ncol=len(formats), fontsize=8)
-    fig.suptitle("\n".join(header_lines(result)[:1]), fontsize=8)
-    fig.tight_layout()
-    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    _title(fig, "Stall fraction per format and loader workers", result)
+    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -125,6 +160,7 @@ def plot_waits(result: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import numpy as np
 
     runs = result["runs"]
@@ -139,13 +175,14 @@ def plot_waits(result: dict[str, Any], path: Path) -> None:
             ax.step(w, np.arange(1, w.size + 1) / w.size, where="post", label=f"{r['format']} w={r['workers']}",
                     color=f"C{formats.index(r['format'])}", linestyle=styles[workers.index(r["workers"]) % 4])
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlapped the major ones
         ax.set_xlabel("wait per step (ms, log)")
         ax.set_title(f"{mode} page cache")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("fraction of steps")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    _atomic_write(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    _title(fig, "Loader wait per step (CDF)", result)
+    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -181,8 +218,8 @@ def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     out = claim_out(out)
     paths = {"json": out / "bench.json", "table": out / "table.txt",
              "stall_png": out / "stall.png", "waits_png": out / "waits.png"}
-    text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n"
-    _atomic_write(paths["table"], lambda p: p.write_text(text))
+    text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n\n" + "\n".join(notes(result)) + "\n"
+    _atomic.write_file(paths["table"], lambda p: p.write_text(text))
     plot_stall(result, paths["stall_png"])
     plot_waits(result, paths["waits_png"])
     write_json(result, paths["json"])  # last: its presence means the run finished

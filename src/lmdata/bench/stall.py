@@ -146,7 +146,7 @@ def model_step(model_kw: dict[str, Any], device: str, lr: float = 1e-3, grad_cli
     forward = loss_fn(model, dev, "bf16" if cuda else "fp32")
 
     def run(x: Any, y: Any) -> None:
-        train_step(forward, opt, [x, y], grad_clip)
+        train_step(forward, opt, [[x, y]], grad_clip)
 
     def step(x: Any, y: Any) -> float:
         if not cuda:

@@ -27,12 +27,12 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from lmdata.config import BATCHES_PER_READ
 from lmdata.data.permutation import Permutation, derive_key
 from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
 STATE_VERSION = 1
-BATCHES_PER_READ = 4  # make_loader's default: batches read with one __getitems__ call
 BLOCK_BATCHES = 64  # batches whose sample indices are permuted in one call (~0.15 ms -> ~0.01 ms a batch)
 
 

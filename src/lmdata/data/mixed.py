@@ -143,3 +143,87 @@ class MixedDataset:
             if info is not None:
                 info[at] = part_i
         return windows if info is None else (windows, info)
+
+    def fractions(self) -> list[float]:
+        """Each source's share of the mixture's samples (its weight, to within 1/n_samples)."""
+        return [c / self.n_samples for c in self.counts]
+
+    def sources_of_batch(self, loader: Any) -> np.ndarray:
+        """Samples per source in the batch ``loader`` (a make_loader over this mixture) last handed out."""
+        state = loader.state_dict()
+        indices = loader.sampler.batch(state["epoch"], state["batch"] - 1)
+        return np.bincount(self.locate(indices)[0], minlength=len(self.datasets))
+
+
+# -- mixtures of store splits, as `lmdata train --mix` and `[train.mix]` name them -------------
+#
+#     [train.mix.stories]            # one table per source; the name is only a label
+#     store = "runs/stories-store"
+#     split = "train"                # default "train"
+#     weight = 0.7
+#
+# and on the command line `--mix runs/stories-store:train=0.7 --mix runs/code-store=0.3`.
+# A source is the dict {"store": path, "split": name, "weight": float}.
+
+
+def parse_mix_flag(spec: str) -> dict[str, Any]:
+    """``STORE[:SPLIT]=WEIGHT`` -> a source dict; ``s3://b/p:train=1`` keeps the URI's colon."""
+    path, eq, weight = spec.rpartition("=")
+    if not eq or not path:
+        raise LmdataError(f"--mix {spec!r}: expected STORE[:SPLIT]=WEIGHT, e.g. runs/a-store:train=0.7")
+    store, colon, split = path.rpartition(":")
+    if not colon or not store or "/" in split or split.startswith("\\"):
+        store, split = path, "train"
+    try:
+        w = float(weight)
+    except ValueError:
+        raise LmdataError(f"--mix {spec!r}: weight {weight!r} is not a number") from None
+    return _source(store, split, w, f"--mix {spec!r}")
+
+
+def parse_mix_table(table: Any, where: str) -> list[dict[str, Any]]:
+    """``[train.mix]`` (tables of store, split, weight) -> source dicts, in file order."""
+    if not isinstance(table, dict) or not table or not all(isinstance(v, dict) for v in table.values()):
+        raise LmdataError(f"{where}: expected tables [train.mix.NAME] with store, split, weight")
+    out = []
+    for name, entry in table.items():
+        unknown = set(entry) - {"store", "split", "weight"}
+        if unknown or "store" not in entry or "weight" not in entry:
+            raise LmdataError(f"{where}.{name}: needs store and weight (and optionally split), "
+                              f"got {', '.join(sorted(entry)) or 'nothing'}")
+        w = entry["weight"]
+        if isinstance(w, bool) or not isinstance(w, (int, float)):
+            raise LmdataError(f"{where}.{name}.weight: expected a number, got {w!r}")
+        out.append(_source(str(entry["store"]), str(entry.get("split", "train")), float(w), f"{where}.{name}"))
+    return out
+
+
+def _source(store: str, split: str, weight: float, where: str) -> dict[str, Any]:
+    if not weight > 0:
+        raise LmdataError(f"{where}: weight must be > 0, got {weight}; drop the source instead")
+    return {"store": store, "split": split, "weight": weight}
+
+
+def open_mix_stores(sources: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Open each source's store; refuse a missing split or a tokenizer other than the first's.
+
+    Returns the sources with ``open`` (the Store) and ``tokenizer_hash`` added.
+    """
+    from lmdata.store import open_store
+
+    out = []
+    for src in sources:
+        store = open_store(src["store"])
+        if src["split"] not in store.manifest.splits:
+            raise LmdataError(f"--mix {src['store']}:{src['split']}: no such split; "
+                              f"splits: {', '.join(store.manifest.splits)}")
+        out.append({**src, "open": store, "tokenizer_hash": store.manifest.tokenizer_hash})
+    first = out[0]
+    for src in out[1:]:
+        if src["tokenizer_hash"] != first["tokenizer_hash"]:
+            raise LmdataError(
+                f"--mix: store {src['store']} was ingested with tokenizer {src['tokenizer_hash'][:12]} but "
+                f"{first['store']} with {first['tokenizer_hash'][:12]}; ids would mean different text -- "
+                "re-ingest one of them with the other's tokenizer"
+            )
+    return out

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
@@ -136,36 +137,10 @@ class Manifest:
             raise LmdataError(f"{where}: malformed manifest ({exc!r}); re-run the ingest with --overwrite") from exc
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via tmp + fsync + rename + directory fsync."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file (its data) or a directory (its entries) by path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable."""
-    fsync_path(path)
-
-
 def write_manifest(store: Path, manifest: Manifest) -> None:
     """Write ``<store>/manifest.json`` atomically (the last step of an ingest)."""
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=False).encode() + b"\n"
-    atomic_write_bytes(Path(store) / MANIFEST_NAME, data)
+    _atomic.write_bytes(Path(store) / MANIFEST_NAME, data)
 
 
 def read_manifest(store: Any) -> Manifest:

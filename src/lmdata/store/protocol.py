@@ -1,6 +1,6 @@
 """The tiny protocol every storage format implements: one writer, one reader.
 
-A format is one module in ``lmdata/store/`` that calls ``register_format(name, Writer,
+A format is one module in ``lmdata/store/formats/`` that calls ``register_format(name, Writer,
 Reader)``. Nothing outside ``store/`` knows a format by name.
 
 Writer (one per split per ingest, in the ingest's main process)::
@@ -53,7 +53,7 @@ Conventions of the built-in formats (compatible extensions of the above):
   raises ``LmdataError`` for a doc id that does not exist.
 - A writer marks a shard complete with ``<format_dir>/_shards/NNNNN.json`` (the ShardInfo,
   written after the shard's files are durable); ``completed()`` returns those whose files
-  are all present with the recorded size (``lmdata.store.files``).
+  are all present with the recorded size (``lmdata.store.formats.base``).
 - Temporary files are named ``.NAME.tmp-PID``; ``cleanup_partial`` removes them.
 - A reader class may set ``fork_safe = False`` (Lance does: its runtime crashes in forked
   children once the parent has used it); ``make_loader`` then starts workers with

@@ -8,10 +8,16 @@ directory on local disk (``staging_dir``: ``$LMDATA_CACHE_DIR/staging/<hash of t
 default ``~/.cache/lmdata``), with its own locks and completion records, and ``publish``
 uploads it in the order that keeps the remote store crash-safe:
 
+    0. the ingest plan (``ingest-plan.json``): the prefix is an interrupted ingest of ours
     1. every shard file (tokens, offsets, checksum sidecars, Parquet files, Lance data)
     2. every completion record (``_shards/*.json``) and Lance's version files
-    3. the tokenizer and the ingest plan
+    3. the tokenizer
     4. ``manifest.json`` -- last: until it exists the prefix is not a store
+
+``--overwrite`` / ``--resume`` on a prefix that already holds objects apply the local
+store's ownership rule (``ingest.output.foreign_keys``): the prefix must carry our manifest
+or plan, and every object must be one our layout names; anything else is refused, naming
+it, and ``--overwrite`` deletes only the objects it listed, never the whole prefix.
 
 An object appears whole or not at all (a PUT or a completed multipart upload), so a crash
 at any point leaves either no manifest (``open_store`` refuses: "not a store") or a complete
@@ -30,7 +36,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from lmdata._ownership import refuse_foreign
 from lmdata.errors import LmdataError
+from lmdata.ingest import output
 from lmdata.store.uri import Location, location
 
 MANIFEST = "manifest.json"
@@ -47,8 +55,12 @@ def staging_dir(loc: Location) -> Path:
 
 
 def _rank(rel: str) -> int:
-    """Upload order: data, then records and versions, then tokenizer/plan, manifest last."""
+    """Upload order: the ingest plan first (it marks the prefix as ours: an interrupted upload is
+    then resumable and never mistaken for a user's objects), data, then records and versions,
+    then the tokenizer, manifest last."""
     parts = rel.split("/")
+    if rel == "ingest-plan.json":
+        return -1
     if rel == MANIFEST:
         return 3
     if parts[0] == "tokenizer" or len(parts) == 1:
@@ -98,6 +110,13 @@ def remote_manifest(loc: Location) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) and obj.get("format", "lmdata-store") == "lmdata-store" else None
 
 
+def _remote_json(obj: Location) -> Any:
+    try:
+        return json.loads(obj.read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def check_bucket(loc: Location, flag: str) -> None:
     """A one-line error now, not a failed upload after the whole ingest, if ``loc`` cannot be written."""
     probe = loc / ".lmdata-write-probe"
@@ -116,13 +135,20 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
             f"--out {loc.uri}: the prefix already holds {len(existing)} objects; pass --resume to finish an "
             "interrupted ingest, --overwrite to replace a store, or choose another prefix"
         )
-    if existing and overwrite and not resume:
-        if remote_manifest(loc) is None and not any(x.name == "ingest-plan.json" for x in existing):
+    if existing and resume and overwrite:
+        raise LmdataError("--resume and --overwrite exclude each other; pick one")
+    if existing:
+        keys = [x.path[len(loc.path) + 1:] for x in existing]
+        layout = output.layout_from(remote_manifest(loc), _remote_json(loc / output.PLAN_NAME))
+        if layout is None:
             raise LmdataError(
-                f"--out {loc.uri}: the prefix holds objects that are not an lmdata store; refusing to delete "
-                "them (choose another prefix)"
+                f"--out {loc.uri}: the prefix holds {len(keys)} objects but no lmdata store (no manifest.json or "
+                "ingest-plan.json of lmdata's); refusing to write or delete there -- choose another prefix"
             )
-        loc.delete_tree()
+        refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
+        if overwrite:
+            for x in existing:  # only the objects our layout names (checked above); never the whole prefix
+                x.delete()
     staging = staging_dir(loc)
     if not resume and staging.exists():
         shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI

@@ -21,14 +21,15 @@ from types import ModuleType
 from typing import Any
 
 from lmdata.errors import LmdataError
+from lmdata.store.protocol import FormatReader, FormatWriter
 
 ENTRY_POINT_GROUP = "lmdata.formats"
 
 # name -> "module:WriterClass:ReaderClass" of the built-in formats, in default-read order.
 _BUILTINS: dict[str, str] = {
-    "memmap": "lmdata.store.memmap:MemmapWriter:MemmapReader",
-    "lance": "lmdata.store.lance_format:LanceWriter:LanceReader",
-    "parquet": "lmdata.store.parquet:ParquetWriter:ParquetReader",
+    "memmap": "lmdata.store.formats.memmap:MemmapWriter:MemmapReader",
+    "lance": "lmdata.store.formats.lance:LanceWriter:LanceReader",
+    "parquet": "lmdata.store.formats.parquet:ParquetWriter:ParquetReader",
 }
 
 
@@ -37,18 +38,26 @@ class Format:
     """A registered format: its name, writer class and reader class."""
 
     name: str
-    writer: Any
-    reader: Any
+    writer: type[FormatWriter] | Any
+    reader: type[FormatReader] | Any
 
 
 _registered: dict[str, Format] = {}
 _entry_points_loaded = False
 
 
-def register_format(name: str, writer: Any, reader: Any) -> None:
-    """Make ``name`` a format: ``writer(format_dir, dtype)`` and ``reader(format_dir, shards, dtype)``."""
+def register_format(name: str, writer: FormatWriter | Any, reader: FormatReader | Any, *,
+                    replace: bool = False) -> None:
+    """Make ``name`` a format: ``writer(format_dir, dtype)`` and ``reader(format_dir, shards, dtype)``.
+
+    A name that is already a format (a built-in or one registered before) is refused unless
+    ``replace=True``: a plug-in never silently takes over ``parquet``.
+    """
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise LmdataError(f"format name {name!r} must be letters, digits, '-' or '_' (it is a directory name)")
+    if not replace and (name in _BUILTINS or name in _registered):
+        raise LmdataError(f"format {name!r} is already registered; pick another name, or pass replace=True "
+                          "to register_format to replace it")
     _registered[name] = Format(name, writer, reader)
 
 

@@ -201,10 +201,10 @@ class Location:
     def write_bytes(self, data: bytes) -> None:
         """Replace the object with ``data``: one PUT, all or nothing (a local path: tmp + fsync + rename)."""
         if not self.remote:
-            from lmdata.store.manifest import atomic_write_bytes
+            from lmdata import _atomic
 
             self.local_path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.local_path, data)
+            _atomic.write_bytes(self.local_path, data)
             return
         try:
             with self.fs.open_output_stream(self.fs_path) as fh:

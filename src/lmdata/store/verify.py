@@ -135,15 +135,8 @@ def _digest(full: Any, remote: bool) -> tuple[str, Any]:
     return digest.hexdigest(), np.concatenate(crcs) if crcs else np.zeros(0, np.uint32)
 
 
-def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
-    """Per-shard eot counts, and chunk-by-chunk equality of every readable format's stream."""
-    from lmdata.store.store import Store
-
-    if not formats:
-        return []
-    store = Store(path, manifest)
-    info = manifest.splits[split]
-    problems: list[str] = []
+def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each format's reader and its alternate encodings' ("fmt (label)"), and the format of each."""
     readers: dict[str, Any] = {}  # "fmt" or "fmt (alternate)" -> reader
     fmt_of: dict[str, str] = {}
     for fmt in formats:
@@ -159,6 +152,18 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
         readers[fmt], fmt_of[fmt] = reader, fmt
         for label, alt in alternates.items():
             readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
+    return readers, fmt_of
+
+
+def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
+    """Per-shard eot counts, and chunk-by-chunk equality of every readable format's stream."""
+    from lmdata.store.store import Store
+
+    if not formats:
+        return []
+    info = manifest.splits[split]
+    problems: list[str] = []
+    readers, fmt_of = _open_readers(Store(path, manifest), split, formats, problems)
     # The reference: a format of one encoding when there is one. A format whose two encodings
     # disagree cannot tell which is wrong; a third reading of the stream can.
     single = [n for n in readers if fmt_of[n] == n and sum(fmt_of[m] == n for m in readers) == 1]

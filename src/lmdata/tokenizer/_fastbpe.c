@@ -1,22 +1,40 @@
 /* _fastbpe: the compiled encoding loop of lmdata.tokenizer.encoder (plain CPython C API).
  *
- * Encoder(merges, byte_ids, pretokenize, cache_entries, max_cached_chunk) holds
+ * Encoder(merges, byte_ids, pretokenize, cache_entries, max_cached_chunk, mode) holds
  *   - the merge table: an open-addressing hash (left_id, right_id) -> (rank, merged id);
  *   - the byte -> id table (identity for our vocabs, a permutation for GPT-2's);
- *   - a chunk cache: chunk code points -> ids, in C (no str object per chunk);
- *   - pretokenize: the GPT-2 regex's findall, called only for a new chunk holding a
- *     non-ASCII character (ASCII chunks are pre-tokenized here, same rules, see below).
- * encode(text) cuts text into chunks exactly as pretokenize.split_pieces does (before a
- * " " followed by a character that is not str.isspace()), looks each chunk up in the cache,
- * and on a miss pre-tokenizes it and runs BPE on each pre-token.  bpe(bytes) is one
- * pre-token.  BPE: a linked list plus a binary min-heap of (rank, position); all pairs of the
- * lowest rank are merged left to right as one step (= str.replace of the best pair), so a
- * 1 MB pre-token costs O(n log n).  The Python encoder is the reference this must equal.
+ *   - chunk caches: chunk code points -> ids, in C (no str object per chunk), one per
+ *     concurrent encode call (a free list guarded by the GIL), so threads never share one;
+ *   - mode: the pre-tokenizer. 0 = GPT-2, 1 = cl100k, 2 = o200k: done here, in C, with the
+ *     character classes of the `regex` module (set_classes), and with the GIL released;
+ *     -1 = any other regex: pretokenize(text) (its findall) is called, GIL held.
+ * encode(text) cuts text into chunks exactly as patterns.Pattern.split_pieces does (before a
+ * " " followed by a character that is not str.isspace(); for cl100k also after one), looks
+ * each chunk up in the cache, and on a miss pre-tokenizes it and runs BPE on each pre-token.
+ * encode_many(texts) does a list in one GIL release.  bpe(bytes) is one pre-token.  BPE: a
+ * linked list plus a binary min-heap of (rank, position); all pairs of the lowest rank are
+ * merged left to right as one step (= str.replace of the best pair), so a 1 MB pre-token
+ * costs O(n log n).  The Python encoder is the reference this must equal.
+ *
+ * Everything that runs without the GIL allocates with PyMem_Raw* and reports failure by a
+ * return code (ERR_NOMEM, ERR_BIG, ERR_SURROGATE), turned into an exception afterwards.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#define ERR_NOMEM -1
+#define ERR_BIG -2
+#define ERR_SURROGATE -3
+
+static int raise_err(int rc) {
+    if (rc == ERR_NOMEM) PyErr_NoMemory();
+    else if (rc == ERR_BIG) PyErr_SetString(PyExc_ValueError, "a single pre-token of 2 GiB or more cannot be encoded");
+    else if (rc == ERR_SURROGATE) PyErr_SetString(PyExc_ValueError,
+                                                  "text holds a lone surrogate, which has no UTF-8 form");
+    return -1;
+}
 
 typedef struct { uint64_t key; int32_t rank; int32_t merged; } MergeSlot;  /* key 0 = empty */
 
@@ -26,6 +44,26 @@ typedef struct Entry {
     int32_t data[];  /* nchars code points, then nids ids */
 } Entry;
 
+/* A cache slot is one 64-byte line: a chunk of up to 12 BMP code points with up to 8 ids
+ * lives in it (most chunks of prose), so a hit costs one cache miss; a longer one is an Entry
+ * on the heap (nchars == BIG). */
+#define IN_CHARS 12
+#define IN_IDS 8
+#define BIG 0xFF
+typedef struct {
+    uint32_t tag;  /* high half of the hash, | 1; 0 = empty */
+    uint8_t nchars, nids;
+    uint16_t chars[IN_CHARS];
+    union { int32_t ids[IN_IDS]; Entry *entry; } u;
+} Slot;
+
+typedef struct Cache {
+    Slot *slots;
+    uint64_t mask;
+    Py_ssize_t used, limit;
+    struct Cache *next;
+} Cache;
+
 typedef struct {
     PyObject_HEAD
     MergeSlot *merges;
@@ -34,9 +72,9 @@ typedef struct {
     PyObject *pretokenize;
     PyObject **id_objs;  /* id -> int object, so the output list shares them */
     Py_ssize_t n_ids;
-    Entry **cache;
-    uint64_t cache_mask;
-    Py_ssize_t cache_used, cache_limit, max_cached_chunk;
+    Cache *free_caches;  /* idle caches; taken and given back with the GIL held */
+    Py_ssize_t cache_limit, max_cached_chunk;
+    int mode;
 } Encoder;
 
 /* ---------------------------------------------------------------- growable id buffer */
@@ -47,8 +85,8 @@ static int buf_reserve(IdBuf *b, Py_ssize_t extra) {
     if (b->n + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 1024;
     while (cap < b->n + extra) cap *= 2;
-    int32_t *v = PyMem_Realloc(b->v, (size_t)cap * sizeof(int32_t));
-    if (!v) { PyErr_NoMemory(); return -1; }
+    int32_t *v = PyMem_RawRealloc(b->v, (size_t)cap * sizeof(int32_t));
+    if (!v) return ERR_NOMEM;
     b->v = v; b->cap = cap;
     return 0;
 }
@@ -100,36 +138,38 @@ static inline uint64_t heap_pop(Heap *h) {
     return top;
 }
 
-/* Append the BPE ids of the UTF-8 bytes s[0:n] to out. */
-static int bpe_bytes(Encoder *e, const unsigned char *s, Py_ssize_t n, IdBuf *out) {
+/* Append the BPE ids of the UTF-8 bytes s[0:n] to out (no GIL needed). */
+static int bpe_bytes(const Encoder *e, const unsigned char *s, Py_ssize_t n, IdBuf *out) {
     if (n == 0) return 0;
-    if (n >= 0x7fffffff) {  /* positions are 32-bit in the heap entries */
-        PyErr_SetString(PyExc_ValueError, "a single pre-token of 2 GiB or more cannot be encoded");
-        return -1;
-    }
+    if (n >= 0x7fffffff) return ERR_BIG;  /* positions are 32-bit in the heap entries */
     if (n == 1) {
-        if (buf_reserve(out, 1) < 0) return -1;
+        if (buf_reserve(out, 1) < 0) return ERR_NOMEM;
         out->v[out->n++] = e->byte_ids[s[0]];
+        return 0;
+    }
+    if (n == 2) {  /* the common short case: one lookup */
+        const MergeSlot *m = merge_find(e, e->byte_ids[s[0]], e->byte_ids[s[1]]);
+        if (buf_reserve(out, 2) < 0) return ERR_NOMEM;
+        if (m) out->v[out->n++] = m->merged;
+        else { out->v[out->n++] = e->byte_ids[s[0]]; out->v[out->n++] = e->byte_ids[s[1]]; }
         return 0;
     }
     /* one block: sym, nxt, prv (int32 each), heap (uint64, at most n - 1 + 2 per merge) */
     enum { SMALL = 64 };
     int32_t small_sym[SMALL], small_nxt[SMALL], small_prv[SMALL];
-    uint64_t small_heap[3 * SMALL];
+    uint64_t small_heap[3 * SMALL], small_pending[2 * SMALL];
     int32_t *sym = small_sym, *nxt = small_nxt, *prv = small_prv;
-    uint64_t *heapv = small_heap, *pending = NULL;
+    uint64_t *heapv = small_heap, *pending = small_pending;
     void *block = NULL;
     if (n > SMALL) {
         /* heap holds at most (n - 1) + 2 * merges <= 3n entries; pending at most 2n */
-        block = PyMem_Malloc((size_t)n * (3 * sizeof(int32_t) + 5 * sizeof(uint64_t)));
-        if (!block) { PyErr_NoMemory(); return -1; }
+        block = PyMem_RawMalloc((size_t)n * (3 * sizeof(int32_t) + 5 * sizeof(uint64_t)));
+        if (!block) return ERR_NOMEM;
         heapv = (uint64_t *)block;
         pending = heapv + 3 * n;
         sym = (int32_t *)(pending + 2 * n);
         nxt = sym + n; prv = nxt + n;
     }
-    uint64_t small_pending[2 * SMALL];
-    if (!pending) pending = small_pending;
     Heap h = {heapv, 0};
     for (Py_ssize_t i = 0; i < n; i++) { sym[i] = e->byte_ids[s[i]]; nxt[i] = (int32_t)i + 1; prv[i] = (int32_t)i - 1; }
     for (Py_ssize_t i = 0; i + 1 < n; i++) {
@@ -164,79 +204,331 @@ static int bpe_bytes(Encoder *e, const unsigned char *s, Py_ssize_t n, IdBuf *ou
     int rc = buf_reserve(out, n);
     if (rc == 0)
         for (Py_ssize_t i = 0; i < n; i = nxt[i]) out->v[out->n++] = sym[i];
-    PyMem_Free(block);
+    PyMem_RawFree(block);
     return rc;
 }
 
 /* ---------------------------------------------------------------- pre-tokenizing */
 
-/* regex's \s, \p{L}, \p{N} on ASCII (U+001C..U+001F are not \s for `regex`, unlike isspace) */
-#define A_SPACE 1
-#define A_LETTER 2
-#define A_DIGIT 3
-#define A_OTHER 4
-static unsigned char ascii_class[128];
+/* One byte per code point, from the `regex` module (unicode_classes.py). */
+#define F_S 1   /* \s */
+#define F_L 2   /* \p{L} */
+#define F_N 4   /* \p{N} */
+#define F_U 8   /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+#define F_W 16  /* [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
+static uint8_t *uclass = NULL;
 
-static void init_ascii_class(void) {
-    for (int c = 0; c < 128; c++) {
-        unsigned char k = A_OTHER;
-        if (c == ' ' || (c >= 9 && c <= 13)) k = A_SPACE;
-        else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) k = A_LETTER;
-        else if (c >= '0' && c <= '9') k = A_DIGIT;
-        ascii_class[c] = k;
-    }
+static inline uint8_t cls(Py_UCS4 c) { return c < 0x110000 ? uclass[c] : 0; }
+static inline int is_o(Py_UCS4 c) { return !(cls(c) & (F_S | F_L | F_N)); } /* [^\s\p{L}\p{N}] */
+static inline int is_nl(Py_UCS4 c) { return c == '\r' || c == '\n'; }
+/* (?i:x) for an ASCII lowercase letter x; U+017F LONG S folds to s */
+static inline int ci(Py_UCS4 c, char x) { return c == (Py_UCS4)x || c == (Py_UCS4)(x - 32) || (x == 's' && c == 0x17F); }
+
+/* the class among \s, \p{L}, \p{N}, other */
+static inline int kind(Py_UCS4 c) {
+    uint8_t k = cls(c);
+    return (k & F_S) ? F_S : (k & F_L) ? F_L : (k & F_N) ? F_N : 0;
 }
 
-/* Length of the GPT-2 pattern's match at s[i] (ASCII, n > i), the pattern being
- * '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+  */
-static Py_ssize_t ascii_match(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
-    unsigned char c = s[i];
+/* '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static Py_ssize_t match_gpt2(const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
+    Py_UCS4 c = s[i];
     if (c == '\'' && i + 1 < n) {
-        unsigned char d = s[i + 1];
+        Py_UCS4 d = s[i + 1];
         if (d == 's' || d == 'd' || d == 'm' || d == 't') return 2;
         if (i + 2 < n) {
-            unsigned char f = s[i + 2];
+            Py_UCS4 f = s[i + 2];
             if ((d == 'l' && f == 'l') || (d == 'v' && f == 'e') || (d == 'r' && f == 'e')) return 3;
         }
     }
     Py_ssize_t j = i;
-    if (c == ' ' && i + 1 < n && ascii_class[s[i + 1]] != A_SPACE) j = i + 1;
-    unsigned char k = ascii_class[s[j]];
-    if (k != A_SPACE) {  /* one of the three ' ?X+' alternatives */
+    if (c == ' ' && i + 1 < n && kind(s[i + 1]) != F_S) j = i + 1;
+    int k = kind(s[j]);
+    if (k != F_S) {
         j++;
-        while (j < n && ascii_class[s[j]] == k) j++;
+        while (j < n && kind(s[j]) == k) j++;
         return j - i;
     }
     j = i;
-    while (j < n && ascii_class[s[j]] == A_SPACE) j++;
+    while (j < n && (cls(s[j]) & F_S)) j++;
     if (j == n || j - i == 1) return j - i;  /* \s+ to the end, or a single \s */
-    return j - i - 1;  /* leave the last space to the next match's ' ?' */
+    return j - i - 1;                        /* leave the last space to the next match's ' ?' */
 }
 
-/* Append the ids of one chunk (code points c[0:n]) to out. */
-static int encode_chunk(Encoder *e, PyObject *text, Py_ssize_t start, Py_ssize_t n, const Py_UCS4 *c, IdBuf *out) {
-    int ascii = 1;
-    for (Py_ssize_t i = 0; i < n; i++) if (c[i] >= 128) { ascii = 0; break; }
-    if (ascii) {
-        unsigned char small[256], *s = small;
-        if (n > (Py_ssize_t)sizeof(small)) {
-            s = PyMem_Malloc((size_t)n);
-            if (!s) { PyErr_NoMemory(); return -1; }
+/* '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s */
+static Py_ssize_t match_cl100k(const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
+    Py_UCS4 c = s[i];
+    if (c == '\'' && i + 1 < n) {
+        Py_UCS4 d = s[i + 1];
+        if (ci(d, 's') || ci(d, 'd') || ci(d, 'm') || ci(d, 't')) return 2;
+        if (i + 2 < n) {
+            Py_UCS4 f = s[i + 2];
+            if ((ci(d, 'l') && ci(f, 'l')) || (ci(d, 'v') && ci(f, 'e')) || (ci(d, 'r') && ci(f, 'e'))) return 3;
         }
-        for (Py_ssize_t i = 0; i < n; i++) s[i] = (unsigned char)c[i];
-        int rc = 0;
-        for (Py_ssize_t i = 0; i < n && rc == 0;) {
-            Py_ssize_t len = ascii_match(s, i, n);
-            rc = bpe_bytes(e, s + i, len, out);
-            i += len;
-        }
-        if (s != small) PyMem_Free(s);
-        return rc;
     }
-    PyObject *chunk = PyUnicode_Substring(text, start, start + n);
-    if (!chunk) return -1;
-    PyObject *words = PyObject_CallOneArg(e->pretokenize, chunk);
-    Py_DECREF(chunk);
+    uint8_t k = cls(c);
+    Py_ssize_t j = (!(k & (F_L | F_N)) && !is_nl(c)) ? i + 1 : i;  /* the possessive prefix */
+    if (j < n && (cls(s[j]) & F_L)) {
+        j++;
+        while (j < n && (cls(s[j]) & F_L)) j++;
+        return j - i;
+    }
+    if (k & F_N) {
+        j = i + 1;
+        while (j < n && j - i < 3 && (cls(s[j]) & F_N)) j++;
+        return j - i;
+    }
+    j = (c == ' ' && i + 1 < n && is_o(s[i + 1])) ? i + 1 : i;
+    if (is_o(s[j])) {
+        j++;
+        while (j < n && is_o(s[j])) j++;
+        while (j < n && is_nl(s[j])) j++;
+        return j - i;
+    }
+    j = i;
+    while (j < n && (cls(s[j]) & F_S)) j++;
+    if (j == n) return j - i;                                     /* \s++$ */
+    for (Py_ssize_t q = j - 1; q >= i; q--) if (is_nl(s[q])) return q + 1 - i;  /* \s*[\r\n] */
+    return j - i >= 2 ? j - i - 1 : 1;                            /* \s+(?!\S) | \s */
+}
+
+static inline Py_ssize_t o200k_suffix(const Py_UCS4 *s, Py_ssize_t e, Py_ssize_t n) {  /* (?i:'s|'t|'re|'ve|'m|'ll|'d)? */
+    if (e + 1 < n && s[e] == '\'') {
+        Py_UCS4 d = s[e + 1];
+        if (ci(d, 's') || ci(d, 't') || ci(d, 'm') || ci(d, 'd')) return e + 2;
+        if (e + 2 < n) {
+            Py_UCS4 f = s[e + 2];
+            if ((ci(d, 'r') && ci(f, 'e')) || (ci(d, 'v') && ci(f, 'e')) || (ci(d, 'l') && ci(f, 'l'))) return e + 3;
+        }
+    }
+    return e;
+}
+
+/* [^\r\n\p{L}\p{N}]?[U]*[W]+('s..)? | [^\r\n\p{L}\p{N}]?[U]+[W]*('s..)? | \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n/]*
+ * | \s*[\r\n]+ | \s+(?!\S) | \s+     (U, W: the o200k letter sets above) */
+static Py_ssize_t match_o200k(const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
+    Py_UCS4 c = s[i];
+    uint8_t k = cls(c);
+    int pre = !(k & (F_L | F_N)) && !is_nl(c);
+    for (int take = pre; take >= 0; take--) {  /* first alternative, prefix taken first */
+        Py_ssize_t p = i + take, u = p;
+        while (u < n && (cls(s[u]) & F_U)) u++;
+        for (Py_ssize_t q = u; q >= p; q--) {  /* [U]* gives back until [W]+ can start */
+            if (q < n && (cls(s[q]) & F_W)) {
+                Py_ssize_t e = q + 1;
+                while (e < n && (cls(s[e]) & F_W)) e++;
+                return o200k_suffix(s, e, n) - i;
+            }
+        }
+    }
+    for (int take = pre; take >= 0; take--) {
+        Py_ssize_t p = i + take;
+        if (p < n && (cls(s[p]) & F_U)) {
+            Py_ssize_t e = p + 1;
+            while (e < n && (cls(s[e]) & F_U)) e++;
+            while (e < n && (cls(s[e]) & F_W)) e++;
+            return o200k_suffix(s, e, n) - i;
+        }
+    }
+    if (k & F_N) {
+        Py_ssize_t j = i + 1;
+        while (j < n && j - i < 3 && (cls(s[j]) & F_N)) j++;
+        return j - i;
+    }
+    Py_ssize_t j = (c == ' ' && i + 1 < n && is_o(s[i + 1])) ? i + 1 : i;
+    if (is_o(s[j])) {
+        j++;
+        while (j < n && is_o(s[j])) j++;
+        while (j < n && (is_nl(s[j]) || s[j] == '/')) j++;
+        return j - i;
+    }
+    j = i;
+    while (j < n && (cls(s[j]) & F_S)) j++;
+    for (Py_ssize_t q = j - 1; q >= i; q--) if (is_nl(s[q])) return q + 1 - i;  /* \s*[\r\n]+ */
+    if (j == n || j - i == 1) return j - i;                                     /* \s+(?!\S) | \s+ */
+    return j - i - 1;
+}
+
+typedef Py_ssize_t (*Matcher)(const Py_UCS4 *, Py_ssize_t, Py_ssize_t);
+static const Matcher MATCHERS[3] = {match_gpt2, match_cl100k, match_o200k};
+
+static inline int utf8_put(Py_UCS4 c, unsigned char *o) {
+    if (c < 0x80) { o[0] = (unsigned char)c; return 1; }
+    if (c < 0x800) { o[0] = 0xC0 | (c >> 6); o[1] = 0x80 | (c & 0x3F); return 2; }
+    if (c < 0x10000) {
+        if (c >= 0xD800 && c <= 0xDFFF) return ERR_SURROGATE;
+        o[0] = 0xE0 | (c >> 12); o[1] = 0x80 | ((c >> 6) & 0x3F); o[2] = 0x80 | (c & 0x3F); return 3;
+    }
+    o[0] = 0xF0 | (c >> 18); o[1] = 0x80 | ((c >> 12) & 0x3F); o[2] = 0x80 | ((c >> 6) & 0x3F); o[3] = 0x80 | (c & 0x3F);
+    return 4;
+}
+
+/* Append the ids of one chunk (code points c[0:n]) to out: pre-tokenize in C, BPE each. */
+static int encode_chunk(const Encoder *e, const Py_UCS4 *c, Py_ssize_t n, IdBuf *out) {
+    Matcher match = MATCHERS[e->mode];
+    unsigned char small[1024], *buf = small;
+    Py_ssize_t cap = sizeof(small);
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < n && rc == 0;) {
+        Py_ssize_t len = match(c, i, n), m = 0;
+        if (4 * len > cap) {
+            while (4 * len > cap) cap *= 2;
+            unsigned char *bigger = PyMem_RawRealloc(buf == small ? NULL : buf, (size_t)cap);
+            if (!bigger) { rc = ERR_NOMEM; break; }
+            buf = bigger;
+        }
+        for (Py_ssize_t q = i; q < i + len; q++) {
+            int w = utf8_put(c[q], buf + m);
+            if (w < 0) { rc = w; break; }
+            m += w;
+        }
+        if (rc == 0) rc = bpe_bytes(e, buf, m, out);
+        i += len;
+    }
+    if (buf != small) PyMem_RawFree(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- chunk caches */
+
+static Cache *cache_new(Py_ssize_t limit) {
+    Cache *c = PyMem_RawCalloc(1, sizeof(Cache));
+    if (!c) return NULL;
+    uint64_t size = 16;
+    while (size < 2 * (uint64_t)limit) size *= 2;
+    c->slots = PyMem_RawCalloc(size, sizeof(Slot));
+    if (!c->slots) { PyMem_RawFree(c); return NULL; }
+    c->mask = size - 1;
+    c->limit = limit;
+    return c;
+}
+
+static void cache_clear(Cache *c) {
+    if (c->used == 0) return;
+    for (uint64_t i = 0; i <= c->mask; i++) {
+        Slot *s = &c->slots[i];
+        if (s->tag && s->nchars == BIG) PyMem_RawFree(s->u.entry);
+        s->tag = 0;
+    }
+    c->used = 0;
+}
+
+static void cache_free(Cache *c) {
+    cache_clear(c);
+    PyMem_RawFree(c->slots);
+    PyMem_RawFree(c);
+}
+
+/* with the GIL held */
+static Cache *take_cache(Encoder *e) {
+    Cache *c = e->free_caches;
+    if (c) { e->free_caches = c->next; return c; }
+    c = cache_new(e->cache_limit);
+    if (!c) PyErr_NoMemory();
+    return c;
+}
+
+static void give_cache(Encoder *e, Cache *c) { c->next = e->free_caches; e->free_caches = c; }
+
+static inline int slot_equal(const Slot *x, uint64_t hash, const Py_UCS4 *c, Py_ssize_t n) {
+    if (x->nchars == BIG) {
+        const Entry *e = x->u.entry;
+        if (e->hash != hash || e->nchars != n) return 0;
+        return memcmp(e->data, c, (size_t)n * sizeof(int32_t)) == 0;
+    }
+    if (x->nchars != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) if (x->chars[i] != c[i]) return 0;
+    return 1;
+}
+
+/* Encode the chunk c[0:n] through the cache. */
+static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ssize_t n, uint64_t hash, IdBuf *out) {
+    if (n > e->max_cached_chunk) return encode_chunk(e, c, n, out);
+    uint32_t tag = (uint32_t)(hash >> 32) | 1;
+    uint64_t i = hash & cache->mask;
+    for (Slot *x; (x = &cache->slots[i])->tag; i = (i + 1) & cache->mask) {
+        if (x->tag == tag && slot_equal(x, hash, c, n)) {
+            Py_ssize_t k = x->nchars == BIG ? x->u.entry->nids : x->nids;
+            const int32_t *ids = x->nchars == BIG ? x->u.entry->data + n : x->u.ids;
+            if (buf_reserve(out, k) < 0) return ERR_NOMEM;
+            memcpy(out->v + out->n, ids, (size_t)k * sizeof(int32_t));
+            out->n += k;
+            return 0;
+        }
+    }
+    Py_ssize_t before = out->n;
+    int rc = encode_chunk(e, c, n, out);
+    if (rc < 0) return rc;
+    Py_ssize_t nids = out->n - before;
+    if (cache->used >= cache->limit) {
+        cache_clear(cache);
+        i = hash & cache->mask;
+    }
+    Slot *x = &cache->slots[i];
+    int inline_ok = n <= IN_CHARS && nids <= IN_IDS;
+    for (Py_ssize_t k = 0; inline_ok && k < n; k++) if (c[k] > 0xFFFF) inline_ok = 0;
+    if (inline_ok) {
+        for (Py_ssize_t k = 0; k < n; k++) x->chars[k] = (uint16_t)c[k];
+        memcpy(x->u.ids, out->v + before, (size_t)nids * sizeof(int32_t));
+        x->nchars = (uint8_t)n; x->nids = (uint8_t)nids;
+    } else {
+        Entry *en = PyMem_RawMalloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
+        if (!en) return ERR_NOMEM;
+        en->hash = hash; en->nchars = (int32_t)n; en->nids = (int32_t)nids;
+        memcpy(en->data, c, (size_t)n * sizeof(int32_t));
+        memcpy(en->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
+        x->u.entry = en;
+        x->nchars = BIG;
+    }
+    x->tag = tag;
+    cache->used++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- encoding a text */
+
+#define CHUNK_LOOP(TYPE)                                                                         \
+    do {                                                                                         \
+        const TYPE *d = (const TYPE *)data;                                                      \
+        Py_ssize_t start = 0;                                                                    \
+        while (start < len && rc == 0) {                                                         \
+            Py_ssize_t i = start, m = 0;                                                         \
+            uint64_t hash = 0xcbf29ce484222325ULL;                                               \
+            for (;;) {                                                                           \
+                Py_UCS4 ch = d[i];                                                               \
+                if (m == cap) {                                                                  \
+                    Py_UCS4 *bigger = PyMem_RawRealloc(cp == small ? NULL : cp, 2 * cap * sizeof(Py_UCS4)); \
+                    if (!bigger) { rc = ERR_NOMEM; break; }                                      \
+                    if (cp == small) memcpy(bigger, small, sizeof(small));                       \
+                    cp = bigger; cap *= 2;                                                       \
+                }                                                                                \
+                cp[m++] = ch;                                                                    \
+                hash = (hash ^ ch) * 0x100000001b3ULL;                                           \
+                i++;                                                                             \
+                if (i >= len) break;                                                             \
+                if (d[i] == ' ' && i + 1 < len && !Py_UNICODE_ISSPACE(d[i + 1])                  \
+                    && (!strict || !Py_UNICODE_ISSPACE(d[i - 1]))) break;                        \
+            }                                                                                    \
+            if (rc == 0) rc = encode_cached(e, cache, cp, m, mix64(hash), out);                  \
+            start = i;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+/* Append the ids of a str (its data read without the GIL: the caller holds a reference). */
+static int encode_text(const Encoder *e, Cache *cache, int kind, const void *data, Py_ssize_t len, IdBuf *out) {
+    Py_UCS4 small[256], *cp = small;
+    Py_ssize_t cap = 256;
+    int rc = 0, strict = e->mode == 1;  /* cl100k: cut only after a non-space */
+    if (kind == PyUnicode_1BYTE_KIND) CHUNK_LOOP(Py_UCS1);
+    else if (kind == PyUnicode_2BYTE_KIND) CHUNK_LOOP(Py_UCS2);
+    else CHUNK_LOOP(Py_UCS4);
+    if (cp != small) PyMem_RawFree(cp);
+    return rc;
+}
+
+/* A custom regex: pretokenize(text) in Python, then BPE of each pre-token (GIL held). */
+static int encode_with_callback(Encoder *e, PyObject *text, IdBuf *out) {
+    PyObject *words = PyObject_CallOneArg(e->pretokenize, text);
     if (!words) return -1;
     if (!PyList_Check(words)) {
         Py_DECREF(words);
@@ -246,112 +538,103 @@ static int encode_chunk(Encoder *e, PyObject *text, Py_ssize_t start, Py_ssize_t
     for (Py_ssize_t w = 0; w < PyList_GET_SIZE(words); w++) {
         Py_ssize_t len;
         const char *u = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(words, w), &len);
-        if (!u || bpe_bytes(e, (const unsigned char *)u, len, out) < 0) { Py_DECREF(words); return -1; }
+        int rc;
+        if (!u || (rc = bpe_bytes(e, (const unsigned char *)u, len, out)) < 0) {
+            Py_DECREF(words);
+            return u ? raise_err(rc) : -1;
+        }
     }
     Py_DECREF(words);
     return 0;
 }
 
-/* ---------------------------------------------------------------- chunk cache */
-
-static void cache_clear(Encoder *e) {
-    if (!e->cache) return;
-    for (uint64_t i = 0; i <= e->cache_mask; i++) { PyMem_Free(e->cache[i]); e->cache[i] = NULL; }
-    e->cache_used = 0;
-}
-
-static inline int entry_equal(const Entry *x, uint64_t hash, const Py_UCS4 *c, Py_ssize_t n) {
-    if (x->hash != hash || x->nchars != n) return 0;
-    for (Py_ssize_t i = 0; i < n; i++) if ((Py_UCS4)x->data[i] != c[i]) return 0;
-    return 1;
-}
-
-/* Encode text[start:start+n] (code points in c) through the cache. */
-static int encode_cached(Encoder *e, PyObject *text, Py_ssize_t start, Py_ssize_t n, const Py_UCS4 *c,
-                         uint64_t hash, IdBuf *out) {
-    if (n > e->max_cached_chunk) return encode_chunk(e, text, start, n, c, out);
-    uint64_t i = hash & e->cache_mask;
-    for (Entry *x; (x = e->cache[i]) != NULL; i = (i + 1) & e->cache_mask) {
-        if (entry_equal(x, hash, c, n)) {
-            if (buf_reserve(out, x->nids) < 0) return -1;
-            memcpy(out->v + out->n, x->data + n, (size_t)x->nids * sizeof(int32_t));
-            out->n += x->nids;
-            return 0;
-        }
-    }
-    Py_ssize_t before = out->n;
-    if (encode_chunk(e, text, start, n, c, out) < 0) return -1;
-    Py_ssize_t nids = out->n - before;
-    if (e->cache_used >= e->cache_limit) cache_clear(e);
-    /* probe again: the pretokenize call ran Python code, which may have used this cache */
-    for (i = hash & e->cache_mask; e->cache[i]; i = (i + 1) & e->cache_mask)
-        if (entry_equal(e->cache[i], hash, c, n)) return 0;
-    Entry *x = PyMem_Malloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
-    if (!x) { PyErr_NoMemory(); return -1; }
-    x->hash = hash; x->nchars = (int32_t)n; x->nids = (int32_t)nids;
-    for (Py_ssize_t k = 0; k < n; k++) x->data[k] = (int32_t)c[k];
-    memcpy(x->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
-    e->cache[i] = x;
-    e->cache_used++;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- Encoder methods */
-
-static PyObject *ids_to_list(Encoder *e, const IdBuf *b) {
-    PyObject *list = PyList_New(b->n);
+static PyObject *ids_to_list(Encoder *e, const int32_t *v, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
     if (!list) return NULL;
-    for (Py_ssize_t i = 0; i < b->n; i++) {
-        PyObject *o = e->id_objs[b->v[i]];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = e->id_objs[v[i]];
         Py_INCREF(o);
         PyList_SET_ITEM(list, i, o);
     }
     return list;
 }
 
-#define CHUNK_LOOP(TYPE)                                                                         \
-    do {                                                                                         \
-        const TYPE *d = (const TYPE *)data;                                                      \
-        Py_ssize_t start = 0;                                                                    \
-        while (start < len) {                                                                    \
-            Py_ssize_t i = start, m = 0;                                                         \
-            uint64_t hash = 0xcbf29ce484222325ULL;                                               \
-            for (;;) {                                                                           \
-                Py_UCS4 ch = d[i];                                                               \
-                if (m == cap) {                                                                  \
-                    Py_UCS4 *bigger = PyMem_Realloc(cp == small ? NULL : cp, 2 * cap * sizeof(Py_UCS4)); \
-                    if (!bigger) { PyErr_NoMemory(); goto fail; }                                \
-                    if (cp == small) memcpy(bigger, small, sizeof(small));                       \
-                    cp = bigger; cap *= 2;                                                       \
-                }                                                                                \
-                cp[m++] = ch;                                                                    \
-                hash = (hash ^ ch) * 0x100000001b3ULL;                                           \
-                i++;                                                                             \
-                if (i >= len) break;                                                             \
-                if (d[i] == ' ' && i + 1 < len && !Py_UNICODE_ISSPACE(d[i + 1])) break;          \
-            }                                                                                    \
-            if (encode_cached(e, text, start, m, cp, mix64(hash), &out) < 0) goto fail;          \
-            start = i;                                                                           \
-        }                                                                                        \
-    } while (0)
-
 static PyObject *Encoder_encode(Encoder *e, PyObject *text) {
     if (!PyUnicode_Check(text)) { PyErr_SetString(PyExc_TypeError, "encode() takes a str"); return NULL; }
-    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
     IdBuf out = {NULL, 0, 0};
-    Py_UCS4 small[256], *cp = small;
-    Py_ssize_t cap = 256;
     PyObject *result = NULL;
-    if (kind == PyUnicode_1BYTE_KIND) CHUNK_LOOP(Py_UCS1);
-    else if (kind == PyUnicode_2BYTE_KIND) CHUNK_LOOP(Py_UCS2);
-    else CHUNK_LOOP(Py_UCS4);
-    result = ids_to_list(e, &out);
-fail:
-    if (cp != small) PyMem_Free(cp);
-    PyMem_Free(out.v);
+    if (e->mode < 0) {
+        if (encode_with_callback(e, text, &out) == 0) result = ids_to_list(e, out.v, out.n);
+        PyMem_RawFree(out.v);
+        return result;
+    }
+    Cache *cache = take_cache(e);
+    if (!cache) return NULL;
+    int rc, kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    if (len < 256) rc = encode_text(e, cache, kind, data, len, &out);  /* not worth a GIL switch */
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = encode_text(e, cache, kind, data, len, &out);
+        Py_END_ALLOW_THREADS
+    }
+    give_cache(e, cache);
+    if (rc < 0) raise_err(rc);
+    else result = ids_to_list(e, out.v, out.n);
+    PyMem_RawFree(out.v);
     return result;
+}
+
+/* encode_many(texts) -> list of lists: every text in one GIL release. */
+static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
+    PyObject *seq = PySequence_Tuple(arg);
+    if (!seq) return NULL;
+    Py_ssize_t nt = PyTuple_GET_SIZE(seq);
+    for (Py_ssize_t t = 0; t < nt; t++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(seq, t))) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "encode_many() takes a sequence of str");
+            return NULL;
+        }
+    if (e->mode < 0) {  /* a custom regex: one at a time, with the GIL */
+        PyObject *res = PyList_New(nt);
+        for (Py_ssize_t t = 0; res && t < nt; t++) {
+            PyObject *ids = Encoder_encode(e, PyTuple_GET_ITEM(seq, t));
+            if (!ids) { Py_CLEAR(res); break; }
+            PyList_SET_ITEM(res, t, ids);
+        }
+        Py_DECREF(seq);
+        return res;
+    }
+    Py_ssize_t *ends = PyMem_RawMalloc((size_t)(nt + 1) * sizeof(Py_ssize_t));
+    Cache *cache = ends ? take_cache(e) : NULL;
+    if (!cache) { PyMem_RawFree(ends); Py_DECREF(seq); return ends ? NULL : PyErr_NoMemory(); }
+    IdBuf out = {NULL, 0, 0};
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t t = 0; t < nt && rc == 0; t++) {
+        PyObject *text = PyTuple_GET_ITEM(seq, t);
+        rc = encode_text(e, cache, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &out);
+        ends[t] = out.n;
+    }
+    Py_END_ALLOW_THREADS
+    give_cache(e, cache);
+    PyObject *res = NULL;
+    if (rc < 0) raise_err(rc);
+    else if ((res = PyList_New(nt)) != NULL) {
+        Py_ssize_t begin = 0;
+        for (Py_ssize_t t = 0; t < nt; t++) {
+            PyObject *ids = ids_to_list(e, out.v + begin, ends[t] - begin);
+            if (!ids) { Py_CLEAR(res); break; }
+            PyList_SET_ITEM(res, t, ids);
+            begin = ends[t];
+        }
+    }
+    PyMem_RawFree(out.v);
+    PyMem_RawFree(ends);
+    Py_DECREF(seq);
+    return res;
 }
 
 static PyObject *Encoder_bpe(Encoder *e, PyObject *arg) {
@@ -359,29 +642,37 @@ static PyObject *Encoder_bpe(Encoder *e, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     IdBuf out = {NULL, 0, 0};
     PyObject *result = NULL;
-    if (bpe_bytes(e, view.buf, view.len, &out) == 0) result = ids_to_list(e, &out);
+    int rc = bpe_bytes(e, view.buf, view.len, &out);
+    if (rc == 0) result = ids_to_list(e, out.v, out.n);
+    else raise_err(rc);
     PyBuffer_Release(&view);
-    PyMem_Free(out.v);
+    PyMem_RawFree(out.v);
     return result;
 }
 
 static PyObject *Encoder_clear(Encoder *e, PyObject *Py_UNUSED(ignored)) {
-    cache_clear(e);
+    for (Cache *c = e->free_caches; c; c = c->next) cache_clear(c);
     Py_RETURN_NONE;
 }
 
 static PyObject *Encoder_cached(Encoder *e, PyObject *Py_UNUSED(ignored)) {
-    return PyLong_FromSsize_t(e->cache_used);
+    Py_ssize_t n = 0;
+    for (Cache *c = e->free_caches; c; c = c->next) n += c->used;
+    return PyLong_FromSsize_t(n);
 }
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"merges", "byte_ids", "pretokenize", "cache_entries", "max_cached_chunk", NULL};
+    static char *kwlist[] = {"merges", "byte_ids", "pretokenize", "cache_entries", "max_cached_chunk", "mode", NULL};
     PyObject *merges, *byte_ids, *pretokenize;
     Py_ssize_t cache_entries = 1 << 19, max_cached = 128;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nn", kwlist, &merges, &byte_ids, &pretokenize,
-                                     &cache_entries, &max_cached))
+    int mode = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nni", kwlist, &merges, &byte_ids, &pretokenize,
+                                     &cache_entries, &max_cached, &mode))
         return -1;
     if (e->merges) { PyErr_SetString(PyExc_RuntimeError, "Encoder is already initialised"); return -1; }
+    if (mode < -1 || mode > 2) { PyErr_SetString(PyExc_ValueError, "mode must be -1, 0, 1 or 2"); return -1; }
+    if (mode >= 0 && !uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
+    e->mode = mode;
     PyObject *seq = PySequence_Fast(merges, "merges must be a sequence of (left, right, merged) ids");
     if (!seq) return -1;
     Py_ssize_t nm = PySequence_Fast_GET_SIZE(seq);
@@ -424,20 +715,16 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
         if (!(e->id_objs[i] = PyLong_FromSsize_t(i))) return -1;
     Py_INCREF(pretokenize);
     e->pretokenize = pretokenize;
-    if (cache_entries < 1) cache_entries = 1;
-    e->cache_limit = cache_entries;
+    e->cache_limit = cache_entries < 1 ? 1 : cache_entries;
     e->max_cached_chunk = max_cached;
-    size = 16;
-    while (size < 2 * (uint64_t)cache_entries) size *= 2;
-    e->cache = PyMem_Calloc(size, sizeof(Entry *));
-    if (!e->cache) { PyErr_NoMemory(); return -1; }
-    e->cache_mask = size - 1;
+    Cache *c = cache_new(e->cache_limit);  /* the first one now: a fresh encoder has one */
+    if (!c) { PyErr_NoMemory(); return -1; }
+    give_cache(e, c);
     return 0;
 }
 
 static void Encoder_dealloc(Encoder *e) {
-    cache_clear(e);
-    PyMem_Free(e->cache);
+    while (e->free_caches) { Cache *c = e->free_caches; e->free_caches = c->next; cache_free(c); }
     PyMem_Free(e->merges);
     if (e->id_objs) {
         for (Py_ssize_t i = 0; i < e->n_ids; i++) Py_XDECREF(e->id_objs[i]);
@@ -448,21 +735,25 @@ static void Encoder_dealloc(Encoder *e) {
 }
 
 static PyObject *Encoder_ready(Encoder *e, PyObject *(*f)(Encoder *, PyObject *), PyObject *arg) {
-    if (!e->merges || !e->id_objs || !e->cache) {
-        PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
-        return NULL;
+    if (!e->merges || !e->id_objs || !e->free_caches) {
+        if (!e->merges || !e->id_objs) {
+            PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
+            return NULL;
+        }
     }
     return f(e, arg);
 }
 
 static PyObject *m_encode(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode, arg); }
+static PyObject *m_encode_many(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode_many, arg); }
 static PyObject *m_bpe(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_bpe, arg); }
 
 static PyMethodDef Encoder_methods[] = {
     {"encode", m_encode, METH_O, "encode(text: str) -> list[int]: ids of text holding no special tokens."},
+    {"encode_many", m_encode_many, METH_O, "encode_many(texts) -> list[list[int]]: encode each, GIL released once."},
     {"bpe", m_bpe, METH_O, "bpe(pretoken: bytes) -> list[int]: BPE of one pre-token's UTF-8 bytes."},
-    {"clear", (PyCFunction)Encoder_clear, METH_NOARGS, "Empty the chunk cache."},
-    {"cached", (PyCFunction)Encoder_cached, METH_NOARGS, "Number of chunks in the cache."},
+    {"clear", (PyCFunction)Encoder_clear, METH_NOARGS, "Empty the chunk caches."},
+    {"cached", (PyCFunction)Encoder_cached, METH_NOARGS, "Number of chunks in the caches."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -471,19 +762,65 @@ static PyTypeObject EncoderType = {
     .tp_name = "lmdata.tokenizer._fastbpe.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128)",
+    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128, mode=0)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Encoder_init,
     .tp_dealloc = (destructor)Encoder_dealloc,
     .tp_methods = Encoder_methods,
 };
 
+static PyObject *set_classes(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (view.len != 0x110000) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "set_classes needs one byte per code point (0x110000)");
+        return NULL;
+    }
+    if (!uclass) uclass = PyMem_RawMalloc(0x110000);  /* kept for the life of the process */
+    if (!uclass) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    memcpy(uclass, view.buf, 0x110000);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pretokenize(PyObject *self, PyObject *args) {
+    PyObject *text;
+    int mode;
+    if (!PyArg_ParseTuple(args, "Ui", &text, &mode)) return NULL;
+    if (mode < 0 || mode > 2 || !uclass) { PyErr_SetString(PyExc_ValueError, "bad mode, or set_classes() not called"); return NULL; }
+    Py_UCS4 *c = PyUnicode_AsUCS4Copy(text);
+    if (!c) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < n;) {
+        Py_ssize_t len = MATCHERS[mode](c, i, n);
+        PyObject *w = PyUnicode_Substring(text, i, i + len);
+        if (!w || PyList_Append(out, w) < 0) Py_CLEAR(out);
+        Py_XDECREF(w);
+        i += len;
+    }
+    PyMem_Free(c);
+    return out;
+}
+
+#define TRAIN_METHODS
+
+/* ---------------------------------------------------------------- module */
+
+static PyMethodDef module_methods[] = {
+    {"set_classes", set_classes, METH_O, "set_classes(table: bytes): the class byte of every code point."},
+    {"pretokenize", pretokenize, METH_VARARGS, "pretokenize(text, mode) -> list[str]: the C pre-tokenizer (tests)."},
+    TRAIN_METHODS
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef fastbpe_module = {
-    PyModuleDef_HEAD_INIT, "_fastbpe", "Compiled BPE encoding loop for lmdata.tokenizer.", -1, NULL, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_fastbpe", "Compiled BPE encoding and training loops for lmdata.tokenizer.", -1,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
-    init_ascii_class();
     if (PyType_Ready(&EncoderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&fastbpe_module);
     if (!m) return NULL;

@@ -7,9 +7,10 @@ Inside the token loop a token id is a character, ``chr(id)``: a merge is a C-spe
 over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
 Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
-it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache, ASCII
-pre-tokenization and BPE -- runs in C, calling the regex only for new chunks holding a
-non-ASCII character; special tokens are still split here.  It must give the same ids as
+it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
+pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's character
+classes) and BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over
+threads; a custom regex is still called from C, GIL held.  Special tokens are split here.  It must give the same ids as
 the pure-Python path, which stays as the fallback and the reference the tests hold it to.
 Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
 which one an instance uses).
@@ -27,9 +28,8 @@ from pathlib import Path
 
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import bytes_unicode, saved
-from lmdata.tokenizer.pretokenize import (
-    PRETOKEN_RE, find_chunk_boundary, safe_cut, special_splitter, split_pieces,
-)
+from lmdata.tokenizer.patterns import Pattern
+from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
 from lmdata.tokenizer.train import check_special_tokens
 
 try:
@@ -40,17 +40,23 @@ except ImportError:  # no C compiler at install time: the pure-Python path
 EOT = "<|endoftext|>"
 _LONG = 64  # pre-tokens longer than this use the heap BPE
 _MAX_CACHED_CHUNK = 128  # longer chunks are encoded every time, never cached
-_CACHE_ENTRIES = 1 << 19  # a cache this full is cleared (a few hundred MB at most)
+_CACHE_ENTRIES = 1 << 18  # a C cache this full is cleared (its table: 2x as many 64-byte slots, 32 MB)
 
 
 class Tokenizer:
-    """Byte-level BPE with GPT-2 pre-tokenization; special tokens are never merged."""
+    """Byte-level BPE; special tokens are never merged.
+
+    ``pattern`` is the pre-tokenizer: "gpt2" (default), "cl100k", "o200k" or any regex
+    (the ``regex`` module's syntax).
+    """
 
     _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
 
     def __init__(
-        self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None
+        self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None,
+        pattern: str | Pattern | None = None,
     ) -> None:
+        self._pattern = Pattern.get(pattern)
         self.vocab = dict(vocab)
         self.merges = list(merges)
         self.special_tokens = check_special_tokens(special_tokens)
@@ -80,8 +86,24 @@ class Tokenizer:
         """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
         if _fastbpe is None or os.environ.get("LMDATA_PURE_PYTHON", "") not in ("", "0"):
             return None
+        from lmdata.tokenizer import unicode_classes
+
         triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
-        return _fastbpe.Encoder(triples, self._byte_ids, PRETOKEN_RE.findall, _CACHE_ENTRIES, _MAX_CACHED_CHUNK - 1)
+        mode = self._pattern.c_mode
+        if mode is not None:
+            unicode_classes.install(_fastbpe)
+        return _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
+                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode)
+
+    @property
+    def pattern(self) -> str:
+        """The pre-tokenizer regex (GPT-2's unless another was given)."""
+        return self._pattern.text
+
+    @property
+    def pattern_name(self) -> str | None:
+        """"gpt2", "cl100k" or "o200k" for a named pattern, None for a custom regex."""
+        return self._pattern.name
 
     @property
     def accelerated(self) -> bool:
@@ -101,18 +123,59 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         """Load a directory written by ``save``, checking its files against the recorded hash."""
-        vocab_text, merges_text, specials, digest = saved.read_dir(Path(path))
+        vocab_text, merges_text, specials, pattern, digest = saved.read_dir(Path(path))
         tok = cls(
             bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
             bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
             specials,
+            pattern,
         )
         tok._hash = digest
         return tok
 
+    @classmethod
+    def from_hf(cls, path: str | Path) -> "Tokenizer":
+        """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens)."""
+        from lmdata.tokenizer import hf
+
+        vocab, merges, specials, pattern = hf.read(path)
+        return cls(vocab, merges, specials, pattern)
+
+    @classmethod
+    def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,
+                      special_tokens: dict[str, int] | None = None) -> "Tokenizer":
+        """Import a tiktoken ranks file; ``pattern`` is its regex or name (e.g. "cl100k"),
+        ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``)."""
+        from lmdata.tokenizer import tiktoken_ranks
+
+        ranks = tiktoken_ranks.read(path)
+        vocab = {i: tok for tok, i in ranks.items()}
+        for name, i in (special_tokens or {}).items():
+            if i in vocab:
+                raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
+                                  f"use an id of {len(vocab)} or more")
+            vocab[i] = name.encode("utf-8")
+        merges = tiktoken_ranks.recover_merges(ranks, str(path))
+        return cls(vocab, merges, list(special_tokens or {}), pattern)
+
     def save(self, path: str | Path) -> str:
-        """Write ``vocab.json``, ``merges.txt`` and ``tokenizer.json`` atomically; returns the hash."""
-        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size)
+        """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
+        from lmdata.tokenizer import hf
+
+        extra = {"tokenizer.json": self.to_hf_json(), "tokenizer_config.json": hf.config_json(self.special_ids)}
+        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra)
+
+    def to_hf_json(self) -> str:
+        """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""
+        from lmdata.tokenizer import hf
+
+        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern)
+
+    def to_tiktoken(self) -> str:
+        """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
+        from lmdata.tokenizer import tiktoken_ranks
+
+        return tiktoken_ranks.to_text(self.vocab, self.special_ids)
 
     def _texts(self) -> tuple[str, str]:
         return bytes_unicode.vocab_json(self.vocab), bytes_unicode.merges_txt(self.merges)
@@ -121,7 +184,7 @@ class Tokenizer:
     def hash(self) -> str:
         """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
         if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens)[0]
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern)[0]
         return self._hash
 
     @property
@@ -187,16 +250,16 @@ class Tokenizer:
             return
         start = 0
         while len(text) - start > self._slice_chars:
-            boundary = find_chunk_boundary(text, start + self._slice_chars)
+            boundary = self._pattern.find_chunk_boundary(text, start + self._slice_chars)
             if boundary is None:
                 break
-            self._encode_slice(text[start : boundary.start()], ids)
-            start = boundary.start()
+            self._encode_slice(text[start:boundary], ids)
+            start = boundary
         self._encode_slice(text[start:] if start else text, ids)
 
     def _encode_slice(self, text: str, ids: list[int]) -> None:
         """Append the ids of ``text`` to ``ids``: one dict lookup per chunk seen before."""
-        pieces = split_pieces(text)
+        pieces = self._pattern.split_pieces(text)
         ids.extend(self._encode_head(pieces[0]))
         if len(pieces) == 1:
             return
@@ -235,7 +298,7 @@ class Tokenizer:
     def _encode_chunk(self, chunk: str) -> tuple[int, ...]:
         """Run the regex and BPE over one chunk (a cache miss)."""
         cache = self._word_cache
-        words = PRETOKEN_RE.findall(chunk)
+        words = self._pattern.findall(chunk)
         out: tuple[int, ...] = ()
         for word in words:
             got = cache.get(word)
@@ -277,7 +340,7 @@ class Tokenizer:
             buffer += text
             if len(buffer) < next_try:
                 continue
-            cut = safe_cut(buffer, self.special_tokens)
+            cut = safe_cut(buffer, self.special_tokens, self._pattern)
             if cut:
                 yield from self.encode(buffer[:cut])
                 buffer = buffer[cut:]
@@ -286,20 +349,36 @@ class Tokenizer:
             yield from self.encode(buffer)
 
     def encode_batch(
-        self, texts: list[str], num_workers: int | None = None, *, pool_min_chars: int = 8 << 20
+        self, texts: list[str], num_workers: int | None = None, *, pool_min_chars: int = 1 << 16
     ) -> list[list[int]]:
-        """``[encode(t) for t in texts]``; batches of ``pool_min_chars`` or more characters are
-        spread over ``num_workers`` processes (default: all cores)."""
+        """``[encode(t) for t in texts]``, spread over ``num_workers`` threads (default: all cores).
+
+        The C encoder releases the GIL, so threads scale; batches under ``pool_min_chars``
+        characters stay on the calling thread.  Without the C encoder, big batches (8 M
+        characters or more) go to a process pool instead.
+        """
         workers = num_workers or os.cpu_count() or 1
-        if (workers == 1 or len(texts) < 2 or multiprocessing.current_process().daemon
-                or sum(map(len, texts)) < pool_min_chars):
-            return [self.encode(t) for t in texts]  # small, or inside a pool worker: no pool
-        size = -(-len(texts) // (4 * workers))
-        parts = [texts[i : i + size] for i in range(0, len(texts), size)]
-        with multiprocessing.get_context().Pool(workers) as pool:
-            return [ids for part in pool.map(self._encode_list, parts) for ids in part]
+        chars = sum(map(len, texts))
+        if workers == 1 or len(texts) < 2 or chars < pool_min_chars:
+            return self._encode_list(texts)
+        if self._fast is None:
+            if multiprocessing.current_process().daemon or chars < max(pool_min_chars, 8 << 20):
+                return self._encode_list(texts)
+            with multiprocessing.get_context().Pool(workers) as pool:
+                return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
+
+    @staticmethod
+    def _parts(texts: list[str], n: int) -> list[list[str]]:
+        size = -(-len(texts) // n)
+        return [texts[i : i + size] for i in range(0, len(texts), size)]
 
     def _encode_list(self, texts: list[str]) -> list[list[int]]:
+        if self._fast is not None and (self._splitter is None or not any(map(self._splitter.search, texts))):
+            return self._fast.encode_many(texts)  # one GIL release for the lot
         return [self.encode(t) for t in texts]
 
     # -- decoding --------------------------------------------------------------------

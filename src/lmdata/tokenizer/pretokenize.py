@@ -1,15 +1,15 @@
-"""Pre-tokenization: special-token splitting, the GPT-2 regex, and "chunks".
+"""Pre-tokenization: special-token splitting, the pattern's regex, and "chunks".
 
 Chunks are what make training and encoding fast.  With the GPT-2 pattern a pre-token
 boundary always falls just before a space that is followed by a non-whitespace
 character, and the pre-tokens after that point do not depend on the text before it (the
 pattern has no lookbehind and ``(?!\\S)`` sees a space or the end of text alike).  So text
 can be cut there into chunks -- in prose nearly one per word, e.g. ``" the"``,
-``" end.\\n"`` -- and each *distinct* chunk needs the regex only once.
+``" end.\\n"`` -- and each *distinct* chunk needs the regex only once.  cl100k and o200k
+have such cuts too (``patterns``); a custom regex is one chunk per text.
 ``tests/tokenizer/test_pretokenize.py`` checks this property over random text.
 
-The same holds at a position where a non-whitespace character is followed by whitespace;
-streaming uses that as a fallback cut for text without spaces.
+Streaming falls back to a cut before a newline where the pattern allows one.
 """
 
 from __future__ import annotations
@@ -21,24 +21,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import regex
-
 from lmdata.errors import LmdataError
+from lmdata.tokenizer.patterns import GPT2, GPT2_PATTERN, Pattern
 
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-PRETOKEN_RE = regex.compile(GPT2_PATTERN)
-
-# Splits *consuming* the space, so every piece after the first stands for " " + piece.
-# `re`'s \S is "not str.isspace()", a subset of `regex`'s \S (isspace also counts
-# U+001C..U+001F), so every cut it makes is a true chunk boundary.
-_CHUNK_SPLIT = re.compile(r" (?=\S)")
-split_pieces = _CHUNK_SPLIT.split
-find_chunk_boundary = _CHUNK_SPLIT.search  # (text, pos) -> match whose start() is the next cut
+PRETOKEN_RE = GPT2.compiled
+__all__ = ["GPT2_PATTERN", "PRETOKEN_RE", "Pattern"]
 
 
-def pretokens(text: str) -> list[str]:
-    """GPT-2 pre-tokens of text holding no special tokens: ``"a b" -> ["a", " b"]``."""
-    return PRETOKEN_RE.findall(text)
+def split_pieces(text: str, pattern: Pattern = GPT2) -> list[str]:
+    """Chunks of text: ``"a b c" -> ["a", "b", "c"]``, each piece after the first standing for " " + piece."""
+    return pattern.split_pieces(text)
+
+
+def pretokens(text: str, pattern: Pattern = GPT2) -> list[str]:
+    """Pre-tokens of text holding no special tokens: ``"a b" -> ["a", " b"]``."""
+    return pattern.findall(text)
 
 
 def special_splitter(special_tokens: list[str]) -> re.Pattern | None:
@@ -49,7 +46,7 @@ def special_splitter(special_tokens: list[str]) -> re.Pattern | None:
     return re.compile("(" + "|".join(re.escape(tok) for tok in ordered) + ")")
 
 
-def safe_cut(text: str, special_tokens: list[str]) -> int:
+def safe_cut(text: str, special_tokens: list[str], pattern: Pattern = GPT2) -> int:
     """The last position where ``text`` can be cut without changing its tokens, or 0.
 
     Unknown text may follow, so the cut stays clear of the end by the longest special
@@ -60,13 +57,15 @@ def safe_cut(text: str, special_tokens: list[str]) -> int:
     limit = len(text) - max_len - 1
     if limit <= 0:  # (a negative bound would count from the end in rfind)
         return 0
-    for find in (_last_space_cut, _last_newline_cut):
+    for find, ok in ((_last_space_cut, pattern.space_cut_ok), (_last_newline_cut, pattern.newline_cut_ok)):
+        if find is _last_space_cut and pattern.name is None:
+            continue  # a custom regex has no space cuts
         pos = find(text, limit + 1)
         while pos > 0:
             # a space cut needs its next character in the same segment: "  <|endoftext|>"
             # pre-tokenizes as one "  ", so no cut before the special token's "<"
             bad_space = find is _last_space_cut and any(text.startswith(t, pos + 1) for t in special_tokens)
-            if not bad_space and not _inside_special(text, pos, special_tokens):
+            if ok(text, pos) and not bad_space and not _inside_special(text, pos, special_tokens):
                 return pos
             pos = find(text, pos)
     return 0
@@ -93,25 +92,26 @@ def _inside_special(text: str, pos: int, special_tokens: list[str]) -> bool:
     return any(text.find(t, max(0, pos - len(t) + 1), pos + len(t) - 1) != -1 for t in special_tokens)
 
 
-def count_pretokens(text: str, special_tokens: list[str]) -> Counter:
+def count_pretokens(text: str, special_tokens: list[str], pattern: Pattern = GPT2) -> Counter:
     """Pre-token frequencies of ``text``, skipping special tokens; the regex runs once per distinct chunk."""
     splitter = special_splitter(special_tokens)
     segments = splitter.split(text)[::2] if splitter else [text]
     spaced: Counter = Counter()  # piece -> count, standing for the chunk " " + piece
     heads: Counter = Counter()  # first chunk of each segment, as is
     for segment in segments:
-        pieces = split_pieces(segment)
+        pieces = pattern.split_pieces(segment)
         spaced.update(pieces)  # C speed; the head is moved out below
         spaced[pieces[0]] -= 1
         heads[pieces[0]] += 1
     counts: Counter = Counter()
+    findall = pattern.findall
     for chunk, n in heads.items():
-        for tok in PRETOKEN_RE.findall(chunk):
+        for tok in findall(chunk):
             counts[tok] += n
     for piece, n in spaced.items():
         if n <= 0:
             continue
-        for tok in PRETOKEN_RE.findall(" " + piece):
+        for tok in findall(" " + piece):
             counts[tok] += n
     return counts
 
@@ -125,7 +125,8 @@ class ReadStats:
 
 
 def iter_text_blocks(
-    path: Path, special_tokens: list[str], stats: ReadStats, errors: str = "strict", block_bytes: int = 4 << 20
+    path: Path, special_tokens: list[str], stats: ReadStats, errors: str = "strict", block_bytes: int = 4 << 20,
+    pattern: Pattern = GPT2,
 ) -> Iterator[str]:
     """Yield the decoded text of ``path`` in blocks cut only where tokenization is unaffected."""
     if errors not in ("strict", "replace"):
@@ -162,7 +163,7 @@ def iter_text_blocks(
                 if text:
                     yield text
                 return
-            cut = safe_cut(text, special_tokens)
+            cut = safe_cut(text, special_tokens, pattern)
             if cut:
                 yield text[:cut]
             carry = text[cut:]

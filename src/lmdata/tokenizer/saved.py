@@ -1,15 +1,19 @@
 """A saved tokenizer directory, written atomically and checked on load.
 
-    <dir>/vocab.json      GPT-2 form: {"Ġthe": 262, ...}, every id incl. special tokens
-    <dir>/merges.txt      GPT-2 form: "#version: 0.2", then "Ġ t" per merge, in rank order
-    <dir>/tokenizer.json  {"format": "lmdata-bpe", "version": 1, "pattern": <GPT-2 regex>,
-                           "special_tokens": ["<|endoftext|>"], "vocab_size": 10000,
-                           "files": {"vocab.json": <sha256>, "merges.txt": <sha256>},
-                           "hash": "sha256:<hex>"}
+    <dir>/vocab.json             GPT-2 form: {"Ġthe": 262, ...}, every id incl. special tokens
+    <dir>/merges.txt             GPT-2 form: "#version: 0.2", then "Ġ t" per merge, in rank order
+    <dir>/lmdata_tokenizer.json  ours: {"format": "lmdata-bpe", "version": 2, "pattern": <regex>,
+                                 "special_tokens": ["<|endoftext|>"], "vocab_size": 10000,
+                                 "files": {"vocab.json": <sha256>, "merges.txt": <sha256>},
+                                 "hash": "sha256:<hex>"}
+    <dir>/tokenizer.json         Hugging Face's format, derived from the above (``hf.py``), so
+    <dir>/tokenizer_config.json  ``AutoTokenizer.from_pretrained(dir)`` loads the directory
 
-``hash`` identifies the tokenizer in store manifests: a sha256 over the format version,
-the pattern, the special tokens and the two files' digests, so equal content gives an
-equal hash wherever it is saved.
+Version 1 directories kept our metadata in ``tokenizer.json`` (GPT-2 pattern only); they
+still load.  ``hash`` identifies the tokenizer in store manifests: a sha256 over the hash
+version, the pattern, the special tokens and the two files' digests, so equal content
+gives an equal hash wherever it is saved, and a GPT-2-pattern tokenizer keeps the hash it
+had under version 1.  The Hugging Face files are not part of it (they follow from it).
 """
 
 from __future__ import annotations
@@ -23,31 +27,46 @@ from pathlib import Path
 
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
-from lmdata.tokenizer.pretokenize import GPT2_PATTERN
+from lmdata.tokenizer.patterns import GPT2_PATTERN
 
 FORMAT = "lmdata-bpe"
-VERSION = 1
-FILES = ("vocab.json", "merges.txt", "tokenizer.json")
+VERSION = 2
+VERSIONS = (1, 2)  # what this lmdata reads
+HASH_VERSION = 1  # the version inside the hash: unchanged, so stores keep their tokenizer hash
+METADATA = "lmdata_tokenizer.json"
+LEGACY_METADATA = "tokenizer.json"  # version 1's metadata, under the name Hugging Face's file has now
+HF_FILES = ("tokenizer.json", "tokenizer_config.json")
+FILES = ("vocab.json", "merges.txt", METADATA, *HF_FILES)  # what ``write_dir`` writes
 
 
-def content_hash(vocab_text: str, merges_text: str, special_tokens: list[str]) -> tuple[str, dict[str, str]]:
+def content_hash(
+    vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN
+) -> tuple[str, dict[str, str]]:
     """The tokenizer's hash and the per-file digests it is made of."""
     files = {
         "vocab.json": hashlib.sha256(vocab_text.encode("utf-8")).hexdigest(),
         "merges.txt": hashlib.sha256(merges_text.encode("utf-8")).hexdigest(),
     }
-    header = json.dumps([FORMAT, VERSION, GPT2_PATTERN, special_tokens, files], sort_keys=True)
+    header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files], sort_keys=True)
     return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest(), files
 
 
-def is_lmdata_tokenizer_dir(path: Path) -> bool:
-    """Whether ``path`` holds our metadata file, parsing, with our format and version fields (a
-    Hugging Face folder's ``tokenizer.json`` is not ours: only these fields make a directory ours)."""
-    try:
-        meta = json.loads((Path(path) / "tokenizer.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT and isinstance(meta.get("version"), int)
+def _read_meta(path: Path) -> tuple[Path, dict] | None:
+    """(metadata file, its content) of an lmdata tokenizer directory, or None if it is not one."""
+    for name, versions in ((METADATA, VERSIONS), (LEGACY_METADATA, (1,))):
+        file = Path(path) / name
+        try:
+            meta = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") in versions:
+            return file, meta
+    return None
+
+
+def is_lmdata_tokenizer_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds our metadata file (either name), parsed, with our format and a known version."""
+    return Path(path).is_dir() and _read_meta(Path(path)) is not None
 
 
 def check_replaceable(out: Path, flag: str = "--out") -> None:
@@ -66,8 +85,10 @@ def check_replaceable(out: Path, flag: str = "--out") -> None:
     refuse_foreign(out, foreign_entries(out, set(FILES).__contains__), flag, "a tokenizer directory")
 
 
-def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list[str], vocab_size: int) -> str:
-    """Write the three files into a temp dir beside ``out``, then rename it into place.
+def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list[str], vocab_size: int,
+              pattern: str = GPT2_PATTERN, extra: dict[str, str] | None = None) -> str:
+    """Write the files (``extra``: name -> text, the Hugging Face ones) into a temp dir beside
+    ``out``, then rename it into place.
 
     An lmdata tokenizer directory at ``out`` holding only our files is replaced; any
     other non-empty directory is left alone and reported (``check_replaceable``).  Returns the hash.
@@ -75,11 +96,11 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     out = Path(out)
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    digest, files = content_hash(vocab_text, merges_text, special_tokens)
+    digest, files = content_hash(vocab_text, merges_text, special_tokens, pattern)
     meta = {
         "format": FORMAT,
         "version": VERSION,
-        "pattern": GPT2_PATTERN,
+        "pattern": pattern,
         "special_tokens": special_tokens,
         "vocab_size": vocab_size,
         "files": files,
@@ -87,8 +108,9 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     }
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        for name, text in (("vocab.json", vocab_text), ("merges.txt", merges_text),
-                           ("tokenizer.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")):
+        texts = {"vocab.json": vocab_text, "merges.txt": merges_text,
+                 METADATA: json.dumps(meta, indent=2, ensure_ascii=False) + "\n", **(extra or {})}
+        for name, text in texts.items():
             with open(tmp / name, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
@@ -106,33 +128,36 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     return digest
 
 
-def read_dir(path: Path) -> tuple[str, str, list[str], str]:
-    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, hash)."""
+def read_dir(path: Path) -> tuple[str, str, list[str], str, str]:
+    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash)."""
     path = Path(path)
     if not path.is_dir():
-        raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES)})")
-    for name in FILES:
+        raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES[:3])})")
+    found = _read_meta(path)
+    if found is None:
+        if not (path / METADATA).is_file():
+            raise LmdataError(f"{path / METADATA}: missing; the tokenizer directory is incomplete, save or train it "
+                              "again (a Hugging Face tokenizer.json is brought in with `lmdata tokenizer import`)")
+        raise LmdataError(f"{path / METADATA}: not an lmdata tokenizer (format {FORMAT!r}, version 1 or 2 expected)")
+    meta_file, meta = found
+    for name in FILES[:2]:
         if not (path / name).is_file():
             raise LmdataError(f"{path / name}: missing; the tokenizer directory is incomplete, save or train it again")
     try:
-        meta = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
         texts = {name: (path / name).read_text(encoding="utf-8") for name in ("vocab.json", "merges.txt")}
     except (OSError, ValueError) as exc:
         raise LmdataError(f"{path}: cannot read tokenizer files ({exc})") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise LmdataError(f"{path / 'tokenizer.json'}: not an lmdata tokenizer (format {FORMAT!r} expected)")
-    if meta.get("version") != VERSION:
-        raise LmdataError(f"{path / 'tokenizer.json'}: version {meta.get('version')!r}, this lmdata reads {VERSION}")
-    if meta.get("pattern") != GPT2_PATTERN:
-        raise LmdataError(f"{path / 'tokenizer.json'}: unsupported pre-tokenization pattern")
+    pattern = meta.get("pattern")
+    if not isinstance(pattern, str) or (meta.get("version") == 1 and pattern != GPT2_PATTERN):
+        raise LmdataError(f"{meta_file}: unsupported pre-tokenization pattern")
     specials = meta.get("special_tokens")
     if not isinstance(specials, list) or not all(isinstance(t, str) for t in specials):
-        raise LmdataError(f"{path / 'tokenizer.json'}: special_tokens must be a list of strings")
-    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials)
+        raise LmdataError(f"{meta_file}: special_tokens must be a list of strings")
+    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern)
     recorded = meta.get("files") or {}
     for name, sha in files.items():
         if recorded.get(name) != sha:
-            raise LmdataError(f"{path / name}: content does not match the hash in tokenizer.json; the file was changed")
+            raise LmdataError(f"{path / name}: content does not match the hash in {meta_file.name}; the file was changed")
     if meta.get("hash") != digest:
-        raise LmdataError(f"{path / 'tokenizer.json'}: recorded hash does not match the content; the file was changed")
-    return texts["vocab.json"], texts["merges.txt"], specials, digest
+        raise LmdataError(f"{meta_file}: recorded hash does not match the content; the file was changed")
+    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest

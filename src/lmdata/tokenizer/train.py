@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from lmdata.errors import LmdataError
+from lmdata.tokenizer.patterns import GPT2, Pattern
 from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks
 
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
@@ -97,12 +98,15 @@ def train_bpe_stats(
     errors: str = "strict",
     progress: bool = False,
     block_bytes: int = 4 << 20,
+    pattern: str | Pattern | None = None,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], TrainStats]:
     """Train and also return the run's ``TrainStats``.
 
     ``workers`` processes count pre-tokens (default: all cores; the result never
-    depends on it); ``errors="replace"`` turns invalid UTF-8 into U+FFFD and counts it.
+    depends on it); ``errors="replace"`` turns invalid UTF-8 into U+FFFD and counts it;
+    ``pattern`` is the pre-tokenizer (gpt2, cl100k, o200k or a regex; GPT-2's by default).
     """
+    pattern = Pattern.get(pattern)
     start = time.perf_counter()
     specials = check_special_tokens(special_tokens)
     if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
@@ -114,7 +118,7 @@ def train_bpe_stats(
         raise LmdataError(f"--workers must be at least 1, got {workers}")
     paths = check_inputs(input_path)
     stats = TrainStats()
-    counts = count_files(paths, specials, workers or os.cpu_count() or 1, errors, stats, progress, block_bytes)
+    counts = count_files(paths, specials, workers or os.cpu_count() or 1, errors, stats, progress, block_bytes, pattern)
     stats.distinct_pretokens = len(counts)
     merge_ids = merge_pairs(counts, vocab_size - 256 - len(specials), progress)
     vocab = {i: bytes([i]) for i in range(256)}
@@ -131,7 +135,7 @@ def train_bpe_stats(
 
 def count_files(
     paths: list[Path], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
-    block_bytes: int = 4 << 20,
+    block_bytes: int = 4 << 20, pattern: Pattern = GPT2,
 ) -> Counter:
     """Pre-token frequencies over all files; the same for any ``workers``."""
     from tqdm import tqdm
@@ -140,8 +144,8 @@ def count_files(
     total = sum(p.stat().st_size for p in paths)
     workers = max(1, min(workers, -(-total // block_bytes)))  # a pool only pays off for several blocks
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=not progress)
-    blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes))
-    count = partial(count_pretokens, special_tokens=specials)
+    blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
+    count = partial(count_pretokens, special_tokens=specials, pattern=pattern)
     counts: Counter = Counter()
     seen = 0
 

@@ -16,7 +16,7 @@ _EXPORTS = {
     "get_batch": "lmdata.train.batch",
     "save_checkpoint": "lmdata.train.checkpoint",
     "load_checkpoint": "lmdata.train.checkpoint",
-    "TrainConfig": "lmdata.train.config",
+    "TrainConfig": "lmdata.config",
     "train": "lmdata.train.loop",
     "train_step": "lmdata.train.loop",
 }

@@ -8,13 +8,19 @@ data-wait fraction of an interval is Σ t_wait / Σ step time.
 
 Resume is exact on CPU: a checkpoint holds the model, AdamW moments, step, every rank's
 loader position and the RNG states, so the losses after ``--resume`` equal those of an
-uninterrupted run bit for bit (tests/train/test_loop.py).
+uninterrupted run bit for bit (tests/train/test_loop.py), with ``--grad-accum`` and with
+``--mix`` too (checkpoints fall on step boundaries, each step reads ``grad_accum`` batches).
+
+A step with ``--grad-accum N`` runs N micro-batches, each loss scaled by 1/N before its
+backward, so the gradient is that of the mean loss over all N micro-batches: one batch N
+times as large (tests/train/test_accum.py). MFU = tokens/s x FLOPs/token (the count of
+``lmdata plan``, lmdata.bench.flops.model_cost) / the accelerator's peak (``--gpu``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import math
 import os
 import random
@@ -27,14 +33,16 @@ import numpy as np
 import torch
 
 from lmdata.errors import LmdataError
-from lmdata.model.transformer import TransformerLM, model_config
+from lmdata.config import TrainConfig
+from lmdata.model.transformer import TransformerLM
 from lmdata.train.checkpoint import check_run_dir, claim_run_dir, latest_checkpoint, load_checkpoint, save_checkpoint
-from lmdata.train.config import TrainConfig
+from lmdata.train.defaults import build_model_config, resolve
+from lmdata.train.device import Dist, allreduce_mean, guess_gpu, init_distributed, resolve_device
 from lmdata.train.loss import cross_entropy
+from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics, write_record
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
 
-METRICS = "metrics.jsonl"
 
 
 @dataclass
@@ -49,48 +57,6 @@ class TrainResult:
     checkpoint: Path | None = None
 
 
-@dataclass
-class Dist:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    owns_group: bool = False  # train() created the process group, so it tears it down
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """auto -> cuda, then mps, then cpu; an unavailable device is an error naming --device."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise LmdataError("--device cuda: this torch build sees no CUDA device; use --device cpu")
-        return torch.device("cuda", local_rank)
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise LmdataError("--device mps: MPS is not available here; use --device cpu")
-    return torch.device(name)
-
-
-def init_distributed(device_name: str) -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
-    import torch.distributed as dist
-
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    owns = not dist.is_initialized()
-    if owns:
-        cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(local)
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
-    return Dist(rank, world, local, owns)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -103,14 +69,6 @@ def forever(loader: Any) -> Iterator[tuple[torch.Tensor, ...]]:
         yield from loader
 
 
-def _allreduce_mean(values: list[float], dist: Dist) -> list[float]:
-    if dist.world_size == 1:
-        return values
-    t = torch.tensor(values, dtype=torch.float64)
-    torch.distributed.all_reduce(t)
-    return (t / dist.world_size).tolist()
-
-
 def loss_fn(model: torch.nn.Module, device: torch.device, precision: str) -> Callable[..., torch.Tensor]:
     """(inputs, targets[, doc positions]) -> mean cross entropy, under bf16 autocast if asked."""
     def forward(inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -120,19 +78,28 @@ def loss_fn(model: torch.nn.Module, device: torch.device, precision: str) -> Cal
     return forward
 
 
-def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer, batch: list[torch.Tensor],
-               grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step (forward, backward, global-norm clip, update); returns (loss, grad norm) tensors.
+def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer,
+               micro_batches: list[list[torch.Tensor]], grad_clip: float,
+               no_sync: Callable[[], Any] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step over ``micro_batches`` (each ``[inputs, targets[, positions]]``, all the
+    same shape): forward and backward of each with its loss scaled by 1/N (so the gradient is
+    the big batch's), global-norm clip, update. Returns (mean loss, grad norm) tensors.
 
+    ``no_sync``: DDP's ``model.no_sync`` (gradients all-reduce only on the last micro-batch).
     bench/train.py times exactly this function.
     """
-    loss = forward(*batch)
+    n = len(micro_batches)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total = torch.zeros(())
+    for i, batch in enumerate(micro_batches):
+        with no_sync() if i < n - 1 else contextlib.nullcontext():
+            loss = forward(*batch)
+            (loss / n).backward()
+        total = total.to(loss.device) + loss.detach().float() / n
     params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = clip_gradients(params, grad_clip)
     optimizer.step()
-    return loss, grad_norm
+    return total, grad_norm
 
 
 class Run:
@@ -142,13 +109,23 @@ class Run:
         from lmdata.data.loader import make_loader
         from lmdata.store import open_store
 
-        self.cfg, self.dist, self.log = cfg, dist, log
         self.device = resolve_device(cfg.device, dist.local_rank)
+        cfg = resolve(cfg, self.device.type)
+        self.cfg, self.dist, self.log = cfg, dist, log
+        self.mix = None
+        if cfg.mix:
+            from lmdata.data.mixed import open_mix_stores
+
+            self.mix = open_mix_stores(cfg.mix)
+            cfg = self.cfg = dataclasses.replace(cfg, store=cfg.store or self.mix[0]["store"])
         self.store = open_store(cfg.store)
         manifest = self.store.manifest
-        if cfg.split not in manifest.splits:
+        if self.mix is None and cfg.split not in manifest.splits:
             raise LmdataError(f"--split: store {cfg.store} has no split {cfg.split!r}; splits: {', '.join(manifest.splits)}")
-        self.mcfg = model_config(cfg.model, vocab_size=manifest.vocab_size)
+        if self.mix is not None and self.mix[0]["tokenizer_hash"] != manifest.tokenizer_hash:
+            raise LmdataError(f"--store {cfg.store} (validation) has another tokenizer than the --mix stores; "
+                              "drop --store or pass one ingested with the same tokenizer")
+        self.mcfg = build_model_config(cfg, manifest.vocab_size)
         self.seq_len = cfg.seq_len or self.mcfg["context_length"]
         if self.seq_len > self.mcfg["context_length"]:
             raise LmdataError(
@@ -157,11 +134,12 @@ class Run:
             )
         fmt = cfg.format or None
         doc_kw = dict(doc_info="positions", eot_id=self.store.eot_id) if cfg.doc_mask else {}
-        self.train_ds = self.store.dataset(cfg.split, self.seq_len, format=fmt, **doc_kw)
+        self.train_ds = self._train_dataset(fmt, doc_kw)
         share = len(self.train_ds) // dist.world_size
+        what = "the mixture" if self.mix else f"split {cfg.split!r}"
         if cfg.batch_size > share:
             raise LmdataError(
-                f"--batch-size {cfg.batch_size} is larger than a rank's share of split {cfg.split!r} "
+                f"--batch-size {cfg.batch_size} is larger than a rank's share of {what} "
                 f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
             )
         self.loader = make_loader(
@@ -169,9 +147,11 @@ class Run:
             batches_per_read=cfg.batches_per_read, pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
         )
         self.val_ds, self.val_batch = self._val_dataset(fmt, doc_kw)
-        tokens_per_step = cfg.batch_size * self.seq_len * dist.world_size
+        tokens_per_step = cfg.batch_size * cfg.grad_accum * self.seq_len * dist.world_size
         self.steps = math.ceil(cfg.tokens / tokens_per_step) if cfg.tokens else cfg.steps
         self.tokens_per_step = tokens_per_step
+        self.gpu = cfg.gpu or guess_gpu(self.device)
+        self.flops_per_token = self._flops_per_token()
 
         seed_everything(cfg.seed)
         self.model = TransformerLM(**self.mcfg, fast=cfg.fast).to(self.device)
@@ -183,13 +163,44 @@ class Run:
         )
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / "checkpoints"
-        self.meta = {
+        self.meta = self._meta(manifest)
+
+    def _train_dataset(self, fmt: str | None, doc_kw: dict) -> Any:
+        """The split's windows, or the weighted mixture of the --mix sources."""
+        cfg = self.cfg
+        if self.mix is None:
+            return self.store.dataset(cfg.split, self.seq_len, format=fmt, **doc_kw)
+        from lmdata.data.mixed import MixedDataset
+
+        parts = [(m["open"].dataset(m["split"], self.seq_len, format=fmt, **doc_kw), m["weight"]) for m in self.mix]
+        return MixedDataset(parts, seed=cfg.seed)
+
+    def _meta(self, manifest: Any) -> dict[str, Any]:
+        """What a checkpoint records about the run, checked again on --resume."""
+        cfg, mix = self.cfg, self.mix
+        return {
             "model": cfg.model, "model_config": self.mcfg, "store": str(Path(cfg.store).resolve()),
-            "tokenizer_hash": manifest.tokenizer_hash, "eot_id": manifest.eot_id, "split": cfg.split,
-            "split_tokens": manifest.splits[cfg.split].n_tokens, "seq_len": self.seq_len,
-            "batch_size": cfg.batch_size, "world_size": dist.world_size, "doc_mask": cfg.doc_mask,
-            "config": asdict(cfg),
+            "tokenizer_hash": manifest.tokenizer_hash, "eot_id": manifest.eot_id,
+            "split": "mix" if mix else cfg.split,
+            "split_tokens": ([m["open"].n_tokens(m["split"]) for m in mix] if mix
+                             else manifest.splits[cfg.split].n_tokens),
+            "mix": [[m["store"], m["split"], m["weight"]] for m in mix] if mix else None,
+            "seq_len": self.seq_len, "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum,
+            "world_size": self.dist.world_size, "doc_mask": cfg.doc_mask, "config": asdict(cfg),
         }
+
+    def _flops_per_token(self) -> float:
+        from lmdata.bench.flops import model_cost
+
+        return model_cost(self.mcfg, self.seq_len).flops_per_token
+
+    def mfu(self, tokens_per_s: float) -> float | None:
+        """Model FLOP/s utilisation against ``--gpu``'s peak (all ranks' tokens, all ranks' peak)."""
+        from lmdata.bench.flops import accelerator_flops
+
+        if not self.gpu:
+            return None
+        return tokens_per_s * self.flops_per_token / (accelerator_flops(self.gpu) * self.dist.world_size)
 
     def _val_dataset(self, fmt: str | None, doc_kw: dict) -> tuple[Any, int]:
         name, splits = self.cfg.val_split, self.store.manifest.splits
@@ -234,9 +245,10 @@ class Run:
                 f"(store {meta.get('store')}), but store {self.cfg.store} uses tokenizer {mine['tokenizer_hash'][:12]}; "
                 "resume with the original store or start a new run with another --out"
             )
-        for key, flag in (("split", "--split"), ("split_tokens", "--store"), ("model_config", "--model"),
-                          ("seq_len", "--seq-len"), ("batch_size", "--batch-size"), ("world_size", "--nproc_per_node")):
-            if meta.get(key) != mine[key]:
+        for key, flag in (("split", "--split"), ("split_tokens", "--store"), ("mix", "--mix"),
+                          ("model_config", "--model"), ("seq_len", "--seq-len"), ("batch_size", "--batch-size"),
+                          ("grad_accum", "--grad-accum"), ("world_size", "--nproc_per_node")):
+            if meta.get(key, 1 if key == "grad_accum" else None) != mine[key]:
                 raise LmdataError(
                     f"checkpoint {ckpt} has {key}={meta.get(key)!r} but this run has {mine[key]!r}; "
                     f"resume with the same {flag} (and store) or start a new run with another --out"
@@ -287,7 +299,7 @@ class Run:
                 break
             losses.append(forward(*(t.to(self.device) for t in batch)).item())
         self.model.train()
-        return _allreduce_mean([sum(losses) / len(losses)], self.dist)[0]
+        return allreduce_mean([sum(losses) / len(losses)], self.dist)[0]
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainResult:
@@ -300,13 +312,20 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     log = log or print
     say = log if dist.main else (lambda msg: None)
     run = Run(cfg, dist, say)
+    cfg = run.cfg  # the preset's defaults filled in
     start = run.resume()
     if dist.main:
         claim_run_dir(run.out)
-        _truncate_metrics(run.out / METRICS, start)
+        truncate_metrics(run.out / METRICS, start)
         run.save_tokenizer()
     say(f"model {cfg.model}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
-        f"seq_len {run.seq_len}; {run.steps} steps of {run.tokens_per_step:,} tokens on {run.device} x{dist.world_size}")
+        f"seq_len {run.seq_len}; {run.steps} steps of {run.tokens_per_step:,} tokens "
+        f"({cfg.batch_size} x {cfg.grad_accum} micro-batches) on {run.device} x{dist.world_size} {cfg.precision}; "
+        f"lr {cfg.lr:g} -> {cfg.min_lr:g}, warm-up {cfg.warmup}; "
+        + (f"MFU against {run.gpu}" if run.gpu else "MFU not shown (no --gpu on this device)"))
+    if run.mix is not None:
+        say("mixture: " + ", ".join(f"{m['store']}:{m['split']} {w:.1%}" for m, w in
+                                    zip(run.mix, run.train_ds.fractions())))
 
     model: torch.nn.Module = run.model
     if dist.world_size > 1:
@@ -315,6 +334,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     if cfg.compile:
         model = torch.compile(model)
     forward = loss_fn(model, run.device, cfg.precision)
+    no_sync = model.no_sync if dist.world_size > 1 else contextlib.nullcontext
+    mix_counts = np.zeros(len(run.mix or []), dtype=np.int64)
 
     result = TrainResult(out=run.out, start_step=start, steps=run.steps)
     batches = forever(run.loader)
@@ -328,11 +349,15 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
             for group in run.optimizer.param_groups:
                 group["lr"] = lr
             t0 = time.perf_counter()
-            batch = [t.to(run.device, non_blocking=True) for t in next(batches)]
+            micro = []
+            for _ in range(cfg.grad_accum):
+                micro.append([t.to(run.device, non_blocking=True) for t in next(batches)])
+                if run.mix is not None:
+                    mix_counts += run.train_ds.sources_of_batch(run.loader)
             if run.device.type == "cuda":  # charge the copy to the wait, as `lmdata bench` does
                 torch.cuda.current_stream(run.device).synchronize()
             t_wait = time.perf_counter() - t0
-            loss, grad_norm = train_step(forward, run.optimizer, batch, cfg.grad_clip)
+            loss, grad_norm = train_step(forward, run.optimizer, micro, cfg.grad_clip, no_sync)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
                 raise LmdataError(f"step {step + 1}: loss is {loss_value}; lower --lr or use --precision fp32")
@@ -344,13 +369,20 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
             done = step + 1
             bar.update(1)
             if done % cfg.log_every == 0 or done == run.steps:
-                loss_mean, = _allreduce_mean([window["loss"] / window["n"]], dist)
+                loss_mean, = allreduce_mean([window["loss"] / window["n"]], dist)
+                tok_s = window["n"] * run.tokens_per_step / window["time"]
                 rec = {"step": done, "split": "train", "loss": loss_mean, "lr": lr, "grad_norm": float(grad_norm),
-                       "tokens_per_s": window["n"] * run.tokens_per_step / window["time"],
-                       "data_wait": window["wait"] / window["time"]}
-                say(f"step {done:>6}  loss {loss_mean:.4f}  lr {lr:.2e}  gnorm {rec['grad_norm']:.3f}  "
-                    f"tok/s {rec['tokens_per_s']:,.0f}  data-wait {rec['data_wait']:.1%}")
-                _write(metrics, rec)
+                       "tokens_per_s": tok_s, "data_wait": window["wait"] / window["time"],
+                       "model_flops_per_s": tok_s * run.flops_per_token, "mfu": run.mfu(tok_s)}
+                mfu = f"MFU {rec['mfu']:.1%}" if rec["mfu"] is not None else f"{rec['model_flops_per_s'] / 1e9:,.1f} GFLOP/s"
+                line = (f"step {done:>6}  loss {loss_mean:.4f}  lr {lr:.2e}  gnorm {rec['grad_norm']:.3f}  "
+                        f"tok/s {tok_s:,.0f}  {mfu}  data-wait {rec['data_wait']:.1%}")
+                if run.mix is not None:
+                    shares = mix_counts / max(mix_counts.sum(), 1)
+                    rec["mix"] = {f"{m['store']}:{m['split']}": float(f) for m, f in zip(run.mix, shares)}
+                    line += "  mix " + "/".join(f"{f:.0%}" for f in shares)
+                say(line)
+                write_record(metrics, rec)
                 bar.set_postfix(loss=f"{loss_mean:.3f}")
                 window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
             if (cfg.eval_every and done % cfg.eval_every == 0) or done == run.steps:
@@ -358,7 +390,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                 if val is not None:
                     result.val_loss = val
                     say(f"step {done:>6}  val loss {val:.4f}")
-                    _write(metrics, {"step": done, "split": "validation", "loss": val})
+                    write_record(metrics, {"step": done, "split": "validation", "loss": val})
             if (cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == run.steps:
                 result.checkpoint = run.save(done)
     finally:
@@ -373,39 +405,3 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return result
-
-
-def _write(fh: Any, rec: dict) -> None:
-    if fh is not None:
-        fh.write(json.dumps(rec) + "\n")
-        fh.flush()
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop records past the checkpoint's step (they will be logged again)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
-def plot_losses(metrics_path: Path, png_path: Path) -> None:
-    """Train and validation loss by step, from metrics.jsonl (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for split, style in (("train", "-"), ("validation", "o-")):
-        pts = [(r["step"], r["loss"]) for r in records if r["split"] == split]
-        if pts:
-            ax.plot(*zip(*pts), style, label=split)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)

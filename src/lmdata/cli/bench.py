@@ -1,0 +1,62 @@
+"""``lmdata bench`` and ``lmdata plan``: thin click shells over ``run_bench`` and ``plan``.
+
+``lmdata bench [PIPELINE.toml] [--flags]``: every ``[bench]`` key is a flag (``BenchConfig``);
+flags override the file, whose ``store`` defaults to ``[ingest].out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from lmdata.bench.flops import ACCELERATORS
+from lmdata.cli.options import config_options, given
+from lmdata.config import BenchConfig, load_bench_config, load_pipeline
+from lmdata.errors import LmdataError
+
+GPUS = ", ".join(ACCELERATORS)
+
+
+@click.command("bench")
+@click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
+@config_options(BenchConfig)
+@click.pass_context
+def bench(ctx: click.Context, pipeline: str | None, **flags) -> None:
+    """Measure GPU stall time per storage format, worker count and page-cache state."""
+    from lmdata.bench import report
+    from lmdata.bench.run import run_bench
+
+    cfg = load_bench_config(load_pipeline(pipeline)) if pipeline else BenchConfig()
+    cfg = dataclasses.replace(cfg, **given(ctx, BenchConfig, flags))
+    if not cfg.store:
+        raise LmdataError("--store: no store given; pass --store DIR or a PIPELINE.toml with [ingest].out")
+    if cfg.out:
+        report.claim_out(cfg.out)  # refuse a folder of user files before the bench, not after it
+    result = run_bench(cfg, progress=lambda line: click.echo(line, err=True))
+    click.echo("\n".join(report.header_lines(result)))
+    click.echo(report.table(result))
+    click.echo("\n".join(report.notes(result)))
+    if cfg.out:
+        paths = report.write_all(result, cfg.out)
+        click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+@click.command("plan")
+@click.option("--model", default="small", show_default=True, help="Model preset.")
+@click.option("--gpu", default="h100", show_default=True, help=f"Accelerator (peak dense bf16 FLOP/s): {GPUS}.")
+@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--seq-len", default=None, type=int, help="Default: the preset's context_length.")
+@click.option("--vocab-size", default=None, type=int, help="Default: the preset's vocab_size.")
+@click.option("--mfu", default=BenchConfig.mfu, show_default=True, type=float, help="Model FLOP utilization assumed.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size: int | None, mfu: float,
+         as_json: bool) -> None:
+    """Parameters, FLOPs/token, memory and the tokens/s a model on an accelerator consumes."""
+    import json
+
+    from lmdata.bench import flops
+
+    base = flops.preset(model)
+    p = flops.plan(model, gpu, batch_size, seq_len or base["context_length"], vocab_size or base["vocab_size"], mfu)
+    click.echo(json.dumps(p.to_json(), indent=1) if as_json else flops.format_plan(p))

@@ -1,0 +1,57 @@
+"""``lmdata inspect``, ``sql``, ``show``, ``verify``: thin shells over ``lmdata.inspect`` and
+``lmdata.store.verify.verify_store``, each also callable from Python with the same arguments."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command("sql")
+@click.argument("store", type=click.Path())
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--limit", type=int, default=None,
+              help="At most N rows (0: all). Default: 1,000 for a table; csv and json stream every row.")
+def sql_command(store: str, query: str, fmt: str, limit: int | None) -> None:
+    """DuckDB SQL (one statement) over views docs(split, doc_id, shard, n_tokens, token_offset) and
+    tokens(split, doc_id, token_offset, tokens)."""
+    from lmdata.inspect import write_sql
+
+    write_sql(store, query, sys.stdout, fmt, limit)
+
+
+@click.command("inspect")
+@click.argument("store", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
+def inspect_command(store: str, as_json: bool) -> None:
+    """Per split and format: documents, tokens, shards, bytes, document lengths, tokenizer."""
+    from lmdata.inspect import format_inspect, inspect
+
+    report = inspect(store)
+    click.echo(json.dumps(report, indent=1) if as_json else format_inspect(report))
+
+
+@click.command("show")
+@click.argument("store", type=click.Path())
+@click.option("--split", default="train", show_default=True)
+@click.option("--doc", type=int, required=True, help="Document id within the split.")
+@click.option("--format", "fmt", help="Read from this format (default: the store's fastest).")
+def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
+    """Decode one document of a store back to text."""
+    from lmdata.inspect import show
+
+    click.echo(show(store, split, doc, fmt))
+
+
+@click.command("verify")
+@click.argument("store", type=click.Path())
+def verify_command(store: str) -> None:
+    """Checksums, counts against the manifest, identical token streams across formats."""
+    from lmdata.store.verify import verify_store
+
+    report = verify_store(store)
+    report.raise_if_bad()  # exit 1 naming the first bad shard
+    click.echo(f"{store}: ok ({report.files:,} files, {report.bytes:,} bytes checked; every format holds the same tokens)")

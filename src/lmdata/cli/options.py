@@ -1,0 +1,86 @@
+"""Click options derived from a config dataclass: one flag per field, its help and default.
+
+``config_options(Cls)`` adds ``--batch-size`` for ``batch_size`` (booleans as
+``--x/--no-x``, lists as comma-separated values, ``choices`` metadata as a click Choice).
+``given(ctx, values)`` keeps only the flags typed on the command line, so a flag
+overrides a PIPELINE.toml value while an untyped flag's default never does. A field with
+``cli`` metadata ("module:function") is a repeatable flag, each value parsed by that function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from lmdata.config import flag
+from lmdata.errors import LmdataError
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", flag(f.name))
+
+
+def _option(f: dataclasses.Field, hint: Any) -> Callable:
+    name = _flag(f)
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    help = f.metadata["help"]
+    if "cli" in f.metadata:  # a repeatable flag with its own parser (``--mix A=0.7 --mix B=0.3``)
+        return click.option(f"--{name}", f.name, multiple=True, metavar=f.metadata.get("metavar"), help=help)
+    if isinstance(default, bool):
+        return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=True, help=help)
+    if typing.get_origin(hint) is list:
+        shown = ",".join(map(str, default)) or "all"
+        if "choices" in f.metadata:
+            return click.option(f"--{name}", f.name, default=shown, show_default=True, help=help,
+                                type=click.Choice(f.metadata["choices"]))
+        return click.option(f"--{name}", f.name, default=shown, show_default=True, help=help)
+    kind = float if "float" in str(hint) else type(default) if default is not None else str
+    choice = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else kind
+    return click.option(f"--{name}", f.name, type=choice, default=default, show_default=default not in (None, ""),
+                        help=help)
+
+
+def config_options(cls: type, skip: tuple[str, ...] = ()) -> Callable:
+    """A decorator adding one click option per field of ``cls`` (except ``skip``)."""
+    hints = typing.get_type_hints(cls)
+
+    def decorate(fn: Callable) -> Callable:
+        for f in reversed(dataclasses.fields(cls)):
+            if f.name not in skip:
+                fn = _option(f, hints[f.name])(fn)
+        return fn
+
+    return decorate
+
+
+def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The flags of ``cls`` typed on the command line, converted to the fields' types."""
+    from lmdata.config import resolve
+
+    hints = typing.get_type_hints(cls)
+    parsers = {f.name: f.metadata["cli"] for f in dataclasses.fields(cls) if "cli" in f.metadata}
+    out = {}
+    for name, value in values.items():
+        if name not in hints or ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
+            continue
+        if name in parsers:
+            out[name] = [resolve(parsers[name])(v) for v in value] or None
+        else:
+            out[name] = _list(value, hints[name], name) if typing.get_origin(hints[name]) is list else value
+    return out
+
+
+def _list(value: str, hint: Any, name: str) -> list:
+    """A comma-separated flag value as the field's list (``all`` = empty: every one)."""
+    items = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "all"]
+    if typing.get_args(hint) == (int,):
+        try:
+            return [int(v) for v in items]
+        except ValueError:
+            raise LmdataError(f"--{flag(name)} {value!r}: give comma-separated integers, e.g. 0,1,2") from None
+    return items

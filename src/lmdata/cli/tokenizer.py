@@ -1,0 +1,140 @@
+"""``lmdata tokenizer train|encode|decode|import|export``: a thin shell over ``train_bpe_stats`` and ``Tokenizer``."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import sys
+from pathlib import Path
+
+import click
+
+from lmdata.errors import LmdataError
+
+_READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
+
+
+@click.group()
+def tokenizer() -> None:
+    """Train a byte-level BPE tokenizer; encode and decode between stdin and stdout."""
+
+
+@tokenizer.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--vocab-size", type=int, required=True, help="Total ids: 256 bytes + merges + special tokens.")
+@click.option("--special-token", "special_tokens", multiple=True, default=("<|endoftext|>",), show_default=True,
+              help="A special token (repeatable); given ones replace the default.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
+@click.option("--workers", type=int, default=None, help="Processes counting pre-tokens [default: all cores].")
+@click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
+              help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
+@click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
+@click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
+def train(inputs: tuple[Path, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
+          workers: int | None, errors: str, progress: bool, pattern: str) -> None:
+    """Train on INPUT files and write the tokenizer directory --out (Hugging Face's tokenizer.json included)."""
+    from lmdata.tokenizer.encoder import Tokenizer
+    from lmdata.tokenizer.train import train_bpe_stats
+
+    vocab, merges, stats = train_bpe_stats(list(inputs), vocab_size, list(special_tokens), workers=workers,
+                                           errors=errors, progress=progress, pattern=pattern)
+    tok = Tokenizer(vocab, merges, list(special_tokens), pattern)
+    digest = tok.save(out)
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids; {stats.summary()}; {digest}")
+
+
+@tokenizer.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+def encode(directory: Path) -> None:
+    """Encode UTF-8 text from stdin to space-separated ids on stdout."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    tok = Tokenizer.load(directory)
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict", newline="")
+    out = sys.stdout
+    pieces = iter(lambda: stdin.read(_READ), "")
+    batch: list[str] = []
+    first = True
+    try:
+        for i in tok.encode_iterable(pieces):
+            batch.append(str(i))
+            if len(batch) >= 65536:
+                out.write(("" if first else " ") + " ".join(batch))
+                batch, first = [], False
+    except UnicodeDecodeError as exc:
+        raise LmdataError(f"stdin: invalid UTF-8 ({exc.reason}); encode expects UTF-8 text") from None
+    out.write(("" if first or not batch else " ") + " ".join(batch) + "\n")
+    out.flush()
+
+
+@tokenizer.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+def decode(directory: Path) -> None:
+    """Decode whitespace-separated ids from stdin to UTF-8 text on stdout."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    tok = Tokenizer.load(directory)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out = sys.stdout.buffer
+    tail = b""
+    while True:
+        data = sys.stdin.buffer.read(_READ)
+        words = (tail + data).split()
+        tail = words.pop() if data and words and not data[-1:].isspace() else b""
+        try:
+            ids = [int(w) for w in words]
+        except ValueError:
+            bad = next(w for w in words if not w.lstrip(b"-").isdigit())
+            raise LmdataError(f"stdin: {bad.decode('utf-8', 'replace')!r} is not a token id; give integers") from None
+        out.write(text.decode(tok.decode_bytes(ids), final=not data).encode("utf-8"))
+        if not data:
+            break
+    out.flush()
+
+
+def _special_ids(values: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for v in values:
+        name, _, num = v.rpartition("=")
+        if not name or not num.isdigit():
+            raise LmdataError(f"--special-token {v!r}: give NAME=ID, e.g. --special-token '<|endoftext|>=100257'")
+        out[name] = int(num)
+    return out
+
+
+@tokenizer.command("import")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
+@click.option("--pattern", default=None, help="A tiktoken file's pattern: gpt2, cl100k, o200k or a regex.")
+@click.option("--special-token", "special_tokens", multiple=True, metavar="NAME=ID",
+              help="A tiktoken file's special token and its id (repeatable).")
+def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str, ...]) -> None:
+    """Import SRC, a Hugging Face tokenizer.json (byte-level BPE) or a tiktoken ranks file."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    if src.suffix == ".json" or src.is_dir():
+        if pattern or special_tokens:
+            raise LmdataError("--pattern and --special-token are for tiktoken files; a tokenizer.json carries its own")
+        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src)
+    else:
+        if not pattern:
+            raise LmdataError(f"{src}: a tiktoken file holds no pattern; pass --pattern (e.g. cl100k or o200k)")
+        tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
+    digest = tok.save(out)
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}; {digest}")
+
+
+@tokenizer.command("export")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--to", "fmt", type=click.Choice(["hf", "tiktoken"]), required=True, help="Format to write.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write.")
+def export(directory: Path, fmt: str, out: Path) -> None:
+    """Export a tokenizer DIRECTORY as a Hugging Face tokenizer.json or a tiktoken ranks file."""
+    from lmdata.tokenizer.encoder import Tokenizer
+
+    tok = Tokenizer.load(directory)
+    text = tok.to_hf_json() if fmt == "hf" else tok.to_tiktoken()
+    out.write_text(text, encoding="utf-8")
+    note = "" if fmt == "hf" else (f"; pattern {tok.pattern_name or tok.pattern!r}, special tokens "
+                                   + ", ".join(f"{k}={v}" for k, v in tok.special_ids.items()))
+    click.echo(f"wrote {out}{note}")

@@ -1,0 +1,61 @@
+"""``lmdata train`` and ``lmdata sample``: flags -> TrainConfig -> ``train``; ``sample``.
+
+Every ``[train]`` key of a pipeline file is also a flag (``batch_size`` -> ``--batch-size``,
+booleans as ``--doc-mask/--no-doc-mask``), with the same help text; flags override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from lmdata.cli.options import config_options, given
+from lmdata.config import TrainConfig, load_train_config
+
+
+@click.command("train")
+@click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
+@config_options(TrainConfig)
+@click.pass_context
+def train(ctx: click.Context, pipeline: str | None, **flags) -> None:
+    """Train a Transformer LM on a store: lmdata train [PIPELINE.toml] [--flags].
+
+    Writes checkpoints/, metrics.jsonl and loss.png into --out. Works under
+    `torchrun --nproc_per_node N` (DDP; each rank reads its share).
+    """
+    from lmdata.train.loop import train as run_train
+
+    cfg = load_train_config(pipeline) if pipeline else TrainConfig()
+    cfg = dataclasses.replace(cfg, **given(ctx, TrainConfig, flags))
+    result = run_train(cfg, log=click.echo)
+    if result.checkpoint is not None:
+        click.echo(f"checkpoint: {result.checkpoint}")
+
+
+@click.command("sample")
+@click.argument("checkpoint", type=click.Path(exists=True))
+@click.option("--prompt", default="", help="Text to continue (empty: start a new document).")
+@click.option("--max-tokens", default=200, show_default=True, help="Most new tokens (stops earlier at end-of-text).")
+@click.option("--temperature", default=1.0, show_default=True, help="Softmax temperature; 0 = greedy.")
+@click.option("--top-p", default=0.95, show_default=True, help="Nucleus sampling: smallest set of tokens with this mass.")
+@click.option("--seed", default=0, show_default=True, help="Sampling seed.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or mps.")
+def sample(checkpoint: str, prompt: str, max_tokens: int, temperature: float, top_p: float, seed: int, device: str) -> None:
+    """Generate text from CHECKPOINT (a ckpt-*.pt file or a training --out folder)."""
+    from lmdata.train.sample import sample as run_sample
+
+    text = run_sample(checkpoint, prompt, max_tokens=max_tokens, temperature=temperature,
+                      top_p=top_p, seed=seed, device=device)
+    click.echo(prompt + text)
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(exists=True))
+@click.option("--to", "to", default="hf", show_default=True, help="Target format: hf (a Hugging Face Llama directory).")
+@click.option("--out", required=True, type=click.Path(), help="Directory to write (new, empty, or an earlier export).")
+def export(checkpoint: str, to: str, out: str) -> None:
+    """Export CHECKPOINT (a ckpt-*.pt file or a run folder) for other tools: --to hf -> AutoModelForCausalLM."""
+    from lmdata.train.export import export as run_export
+
+    click.echo(f"exported: {run_export(checkpoint, out, to)}")

@@ -1,0 +1,172 @@
+"""The ingest job: checks, plan, lock, an engine by name, the manifest (last).
+
+    sources ──checks (files, documents, names)──▶ plan + lock (``output``)
+        ──engine.ingest_split per split (``local`` | ``ray``)──▶ shards in every format
+        ──▶ manifest (last)
+
+- Before any tokenizing, every source file is hashed once for the manifest and the plan
+  (a read at disk speed, small next to tokenizing at a few MB/s per core), and each split
+  is checked to hold a document, so bad inputs fail before the store is touched.
+- An engine is named in ``ENGINES`` and imported only when chosen; engines share the core
+  (``encode``, ``shards``) and never import each other or this module. The interface:
+
+      engine = Engine(tokenizer_dir, workers, address)   # before the store is touched
+      Engine.check_installed()                             # before any work
+      engine.start(store_tokenizer_dir)                    # the store's tokenizer copy exists
+      engine.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress)
+          -> ({format: [ShardInfo]}, SplitReport)
+      engine.stop()                                        # idempotent
+
+- ``resume`` and the refusals: see ``output``; shard cutting and prefix reuse: ``shards``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata import __version__
+from lmdata.errors import LmdataError
+from lmdata.ingest import output
+from lmdata.ingest.shards import SplitReport
+from lmdata.sources import SourceSpec, expand, iter_documents, plan_splits
+from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
+from lmdata.store.uri import is_uri
+
+DEFAULT_FORMATS = ("memmap", "parquet", "lance")  # the built-ins; plug-in formats only when asked for by name
+ENGINES = {"local": "lmdata.ingest.local:LocalEngine", "ray": "lmdata.ingest.ray:RayEngine"}
+
+
+@dataclass
+class IngestResult:
+    """What ``ingest`` wrote: the manifest and each split's summary."""
+
+    manifest: Manifest
+    splits: dict[str, SplitReport] = field(default_factory=dict)
+
+
+def engine_class(name: str) -> Any:
+    """The engine called ``name`` (imported now); an error naming the choices otherwise."""
+    if name not in ENGINES:
+        raise LmdataError(f"--engine {name!r}: choose {' or '.join(ENGINES)}")
+    module, attr = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+
+def _load_tokenizer(tokenizer_dir: Path) -> Any:
+    from lmdata.tokenizer import Tokenizer
+
+    if not Path(tokenizer_dir).is_dir():
+        raise LmdataError(f"tokenizer {tokenizer_dir}: no such directory; train one with `lmdata tokenizer train`")
+    return Tokenizer.load(tokenizer_dir)
+
+
+def _vocab_size(tok: Any) -> tuple[int, int]:
+    """(number of ids, largest id + 1): the dtype must hold the largest id, not just the count."""
+    size = int(getattr(tok, "vocab_size", None) or len(tok.vocab))
+    vocab = getattr(tok, "vocab", None)
+    return size, max(size, max(vocab) + 1 if vocab else 0)
+
+
+def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:
+    from lmdata.store.registry import get_format
+
+    return {fmt: get_format(fmt).writer for fmt in formats}
+
+
+def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | Path, *,
+           formats: Iterable[str] | None = None, shard_tokens: int = 1 << 20, workers: int = 0,
+           resume: bool = False, overwrite: bool = False, holdout: tuple[str, str, int] | None = None,
+           progress: bool = True, log: Callable[[str], None] | None = print, engine: str = "local",
+           ray_address: str | None = None) -> IngestResult:
+    """Tokenize ``splits`` into a store at ``out`` in every format of ``formats``; manifest last.
+
+    ``formats`` defaults to the built-ins (``DEFAULT_FORMATS``), never to plug-ins.
+    ``engine="ray"`` runs the same job on Ray (``lmdata.ingest.ray``, at ``ray_address``);
+    the store is the same. On bad input found mid-stream, a store this run started from
+    nothing is removed again (see ``lmdata.ingest.output``).
+    """
+    if is_uri(out):  # object storage: build in a local staging directory, upload, manifest last
+        from lmdata.store.publish import ingest_remote
+
+        return ingest_remote(ingest, str(out), resume=resume, overwrite=overwrite, log=log, splits=splits,
+                             tokenizer_dir=tokenizer_dir, formats=formats, shard_tokens=shard_tokens,
+                             workers=workers, holdout=holdout, progress=progress, engine=engine,
+                             ray_address=ray_address)
+    engine_cls = engine_class(engine)
+    engine_cls.check_installed()  # before any work: a missing Ray is an install hint, not a half store
+    formats = list(dict.fromkeys(DEFAULT_FORMATS if formats is None else formats))
+    if not formats:
+        raise LmdataError("--format names no format; pass e.g. --format memmap,parquet,lance")
+    writer_classes = _writer_classes(formats)  # unknown format names fail before any work
+    if shard_tokens < 1:
+        raise LmdataError(f"--shard-tokens must be positive, got {shard_tokens}")
+    if not splits:
+        raise LmdataError("no input given; pass --input PATH or --split NAME=PATH")
+    for name in [*splits, *([holdout[1]] if holdout else [])]:  # a split is a directory of the store
+        check_split_name(name, "--split" if name in splits else "--holdout split")
+    for name, spec in splits.items():  # missing files, empty globs: before the store is touched
+        expand(spec.paths)
+        if next(iter_documents(spec), None) is None:
+            raise LmdataError(f"split {name!r}: the input holds no documents ({', '.join(spec.paths)})")
+    plan = plan_splits(splits, holdout)
+    tokenizer_dir = Path(tokenizer_dir)
+    tok = _load_tokenizer(tokenizer_dir)
+    if tok.eot_id is None:
+        raise LmdataError(f"tokenizer {tokenizer_dir} has no <|endoftext|> special token; retrain it with one")
+    (vocab_size, id_limit), eot = _vocab_size(tok), int(tok.eot_id)
+    dtype = "uint16" if id_limit <= 1 << 16 else "uint32"
+    workers = workers or os.cpu_count() or 1
+
+    tok_files = output.read_tokenizer_files(tokenizer_dir)
+    runner = None
+    try:
+        # connect before the store is touched: a bad --ray-address leaves nothing behind
+        runner = engine_cls(tokenizer_dir, workers, ray_address)
+        created = output.missing_root(Path(out))
+        out = output.open_output(Path(out))
+        lock = output.claim(out, resume=resume, overwrite=overwrite)
+        fresh = writing = False
+        try:
+            fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
+            store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
+            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)
+            output.check_plan(out, plan_json)
+            manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
+            result = IngestResult(manifest)
+            runner.start(store_tok)
+            writing = True
+            for name, source in plan.items():
+                writers = {fmt: cls(out / name / fmt, np.dtype(dtype)) for fmt, cls in writer_classes.items()}
+                shards, report = runner.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress)
+                sources = plan_json["splits"][name]["sources"]
+                manifest.splits[name] = SplitInfo(report.documents, report.tokens, sources, shards)
+                result.splits[name] = report
+                if log:
+                    log(report.line())
+            manifest.extra["splits"] = {
+                n: {"text_bytes": r.text_bytes, "replaced": r.replaced} for n, r in result.splits.items()
+            }
+            write_manifest(out, manifest)
+            return result
+        except LmdataError as exc:
+            if isinstance(exc, output.ResumableError) or not (fresh or writing):
+                raise
+            if fresh:
+                runner.stop()  # its workers read the store's tokenizer copy
+                output.remove_output(out, created)
+                raise
+            raise LmdataError(f"{exc}; then rerun with --overwrite: {out} was started from this input, "
+                              "so --resume cannot continue it once the input is fixed") from None
+        finally:
+            lock.close()
+    finally:
+        if runner is not None:
+            runner.stop()

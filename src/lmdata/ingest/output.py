@@ -1,0 +1,308 @@
+"""The ingest's output directory: lock, refuse-or-resume, tokenizer copy, ingest plan.
+
+An ingest owns ``<store>`` while it holds the file lock ``<store>/.lock`` (``filelock``; released
+by the kernel when the process dies, so a SIGKILLed ingest never leaves a stale lock).
+Before any shard it writes ``<store>/ingest-plan.json``: everything that decides the
+bytes of the store (tokenizer hash, dtype, shard size, formats, each split's sources
+with their sha256 and how they are cut). ``--resume`` continues only a store whose plan
+is identical, which is what makes a resumed store equal to an uninterrupted one.
+
+States of ``<store>`` and what each flag does::
+
+    missing / empty            -> start
+    our manifest.json present  -> refused; --overwrite replaces, --resume re-checks and finishes
+    our ingest-plan.json, no manifest (an interrupted ingest)
+                               -> refused; --resume continues, --overwrite starts over
+    anything else              -> refused even with --overwrite (not ours to delete)
+
+"Ours" means the manifest or plan parses as lmdata's (``store_layout``), never that a file
+is *named* ``manifest.json``; and even in our store, a name that no ingest of its layout
+writes (``foreign_files``: a user's ``README.md``, ``.git/``, a stray file among the shards)
+makes ``--overwrite`` and ``--resume`` refuse, naming it, rather than delete or mix with it.
+
+When an ingest fails on bad input (an ``LmdataError``), what it wrote cannot be resumed:
+fixing the input changes its sha256 in the plan. So a run that started from nothing
+(``<store>`` missing or empty, or emptied by ``--overwrite``) removes everything it wrote
+(``remove_output``) and the fixed input is simply rerun; a resumed store is left as it was
+and the error says to rerun with ``--overwrite``. A crash (SIGKILL, Ctrl-C, a bug) removes
+nothing: its partial store is what ``--resume`` continues. ``ResumableError`` is an error
+after which the partial store is worth keeping (it says ``--resume``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lmdata import _atomic
+from lmdata._atomic import fsync_dir
+from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
+from lmdata.errors import LmdataError
+from lmdata.sources import describe, expand
+from lmdata.store.manifest import MANIFEST_NAME, read_manifest
+
+LOCK_NAME = ".lock"
+PLAN_NAME = "ingest-plan.json"
+TOKENIZER_DIR = "tokenizer"
+_PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
+_PROBE = re.compile(r"\.write-test-\d+")  # open_output's writability probe
+
+
+class ResumableError(LmdataError):
+    """An ingest error whose partial store ``--resume`` can continue: never removed on failure."""
+
+
+def missing_root(out: Path) -> Path | None:
+    """The first directory on the way to ``out`` that does not exist yet (what ``open_output``
+    will create, and a failed run may delete); None when ``out`` exists."""
+    out = Path(out).absolute()
+    if out.exists() or out.is_symlink():
+        return None
+    root = out
+    while not root.parent.exists() and root.parent != root:
+        root = root.parent
+    return root
+
+
+def is_empty(out: Path) -> bool:
+    """Nothing in ``out`` but our lock: a store this run starts from nothing."""
+    return not any(p.name != LOCK_NAME for p in Path(out).iterdir())
+
+
+def remove_output(out: Path, created: Path | None) -> None:
+    """Undo a failed run that started from nothing: delete ``created`` (the directories it made),
+    or else everything inside ``out``. Called while holding the lock, so no other ingest writes there."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for p in Path(out).iterdir():
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    fsync_dir(Path(out))
+
+
+def open_output(out: Path) -> Path:
+    """Create ``out`` (and parents) or explain why it cannot be written."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise LmdataError(f"output directory {out} is not writable ({exc.strerror}); choose another --out") from None
+    return out
+
+
+class StoreLock:
+    """The store's lock, held until ``close`` (``filelock``: flock on POSIX, msvcrt on Windows;
+    the operating system releases it when the process dies, so a killed ingest leaves no stale lock)."""
+
+    def __init__(self, out: Path) -> None:
+        from filelock import FileLock, Timeout
+
+        self._lock = FileLock(str(Path(out) / LOCK_NAME), timeout=0)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise LmdataError(
+                f"{out}: another ingest is writing this store right now (lock {Path(out) / LOCK_NAME} is held); "
+                "wait for it to finish or choose another --out"
+            ) from None
+
+    def close(self) -> None:
+        self._lock.release()
+
+
+def lock(out: Path) -> StoreLock:
+    """Hold the store's lock for this process; a second ingest into ``out`` is refused."""
+    return StoreLock(out)
+
+
+def claim(out: Path, *, resume: bool, overwrite: bool) -> StoreLock:
+    """Lock ``out`` and ``prepare`` it; a refusal leaves ``out`` as it was (no lock file left in a user's folder)."""
+    had_lock = (Path(out) / LOCK_NAME).exists()
+    fh = lock(out)
+    try:
+        prepare(out, resume=resume, overwrite=overwrite)
+    except BaseException:
+        if not had_lock:
+            (Path(out) / LOCK_NAME).unlink(missing_ok=True)
+        fh.close()
+        raise
+    return fh
+
+
+def store_layout(out: Path) -> dict[str, set[str]] | None:
+    """Each split's formats as the store's own marker names them (its manifest, else its ingest
+    plan); None when ``out`` carries no marker of ours (a file merely *named* manifest.json is not one)."""
+    out = Path(out)
+    if (out / MANIFEST_NAME).is_file():
+        try:
+            manifest = read_manifest(out)
+        except LmdataError:
+            manifest = None
+        if manifest is not None:
+            return {name: set(s.formats) for name, s in manifest.splits.items()}
+    try:
+        plan = json.loads((out / PLAN_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(plan, dict) and set(plan) == _PLAN_KEYS and isinstance(plan["splits"], dict)
+            and isinstance(plan["formats"], list) and all(isinstance(f, str) for f in plan["formats"])):
+        return None
+    return {name: set(plan["formats"]) for name in plan["splits"] if isinstance(name, str)}
+
+
+def foreign_files(out: Path, layout: dict[str, set[str]]) -> list[str]:
+    """Paths under ``out`` (relative) that no ingest of this layout writes: a user's files."""
+    from lmdata.store.registry import get_format
+
+    out = Path(out)
+    top = {MANIFEST_NAME, PLAN_NAME, LOCK_NAME, TOKENIZER_DIR, *layout}
+    foreign = [n for n in foreign_entries(out, lambda n: n in top or _PROBE.fullmatch(n) is not None)]
+    for split, formats in layout.items():
+        if not (out / split).is_dir():
+            continue
+        foreign += [f"{split}/{n}" for n in foreign_entries(out / split, formats.__contains__)]
+        for fmt in formats:
+            owned = getattr(get_format(fmt).writer, "OWNED", None)
+            if owned is not None and (out / split / fmt).is_dir():
+                foreign += [f"{split}/{fmt}/{n}" for n in foreign_entries(out / split / fmt, owned.fullmatch)]
+    return foreign
+
+
+def layout_from(manifest: dict | None, plan: dict | None) -> dict[str, set[str]] | None:
+    """``store_layout`` from already-parsed manifest / plan JSON (an object store's: no directories)."""
+    if isinstance(manifest, dict) and manifest.get("format", "lmdata-store") == "lmdata-store" \
+            and isinstance(manifest.get("splits"), dict):
+        splits = manifest["splits"]
+        if all(isinstance(v, dict) and isinstance(v.get("formats"), dict) for v in splits.values()):
+            return {name: set(v["formats"]) for name, v in splits.items()}
+    if isinstance(plan, dict) and set(plan) == _PLAN_KEYS and isinstance(plan["splits"], dict) \
+            and isinstance(plan["formats"], list) and all(isinstance(f, str) for f in plan["formats"]):
+        return {name: set(plan["formats"]) for name in plan["splits"] if isinstance(name, str)}
+    return None
+
+
+def foreign_keys(keys: list[str], layout: dict[str, set[str]]) -> list[str]:
+    """``foreign_files`` for the relative object names of a prefix on object storage."""
+    from lmdata.store.registry import get_format
+
+    top = {MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR, *layout}
+    foreign = []
+    for key in keys:
+        parts = key.split("/")
+        ok = parts[0] in top and (parts[0] not in layout or len(parts) > 2 and parts[1] in layout[parts[0]])
+        if ok and parts[0] in layout:
+            owned = getattr(get_format(parts[1]).writer, "OWNED", None)
+            ok = owned is None or owned.fullmatch(parts[2]) is not None
+        if ok and parts[0] in (MANIFEST_NAME, PLAN_NAME):
+            ok = len(parts) == 1
+        if not ok:
+            foreign.append(key)
+    return foreign
+
+
+def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse or clear an existing store according to the flags (see the module docstring)."""
+    if resume and overwrite:
+        raise LmdataError("--resume and --overwrite exclude each other; pick one")
+    entries = [p for p in Path(out).iterdir() if p.name != LOCK_NAME]
+    if not entries:
+        return
+    layout = store_layout(out)
+    if layout is None:
+        raise LmdataError(
+            f"--out {out} is not empty and holds no lmdata store; refusing to write or delete there (no "
+            f"manifest.json or ingest-plan.json of lmdata's; it holds "
+            f"{describe_foreign(out, sorted(p.name for p in entries))}); choose another --out"
+        )
+    refuse_foreign(Path(out), foreign_files(out, layout), "--out", "a store")
+    if overwrite:
+        for p in entries:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        fsync_dir(Path(out))
+        return
+    if resume:
+        return
+    if (Path(out) / MANIFEST_NAME).is_file():
+        raise LmdataError(f"{out} already holds a store; pass --overwrite to replace it")
+    raise LmdataError(
+        f"{out} holds the partial output of an interrupted ingest; pass --resume to continue it "
+        "or --overwrite to start over"
+    )
+
+
+def read_tokenizer_files(tokenizer_dir: Path) -> dict[str, bytes]:
+    """The tokenizer directory's files, read before ``prepare`` may clear the store (it can live there)."""
+    return {p.name: p.read_bytes() for p in sorted(Path(tokenizer_dir).iterdir()) if p.is_file()}
+
+
+def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], tokenizer_hash: str, load: Any) -> Path:
+    """Write the tokenizer into ``<store>/tokenizer`` or, if there, check it is the same one."""
+    dest = Path(out) / TOKENIZER_DIR
+    if dest.exists():
+        have = load(dest).hash
+        if have != tokenizer_hash:
+            raise LmdataError(
+                f"tokenizer {tokenizer_dir} (hash {tokenizer_hash[:19]}) does not match the store being resumed "
+                f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
+            )
+        return dest
+    _atomic.write_dir(dest, files)
+    return dest
+
+
+def make_plan(splits: dict[str, Any], tokenizer_hash: str, dtype: str, shard_tokens: int,
+              formats: list[str]) -> dict[str, Any]:
+    """The plan: everything that decides the store's bytes (``splits``: name -> ``SplitSource``)."""
+    return {
+        "tokenizer_hash": tokenizer_hash, "dtype": dtype, "shard_tokens": shard_tokens, "formats": formats,
+        "splits": {
+            name: {
+                "sources": [describe(p) for p in expand(s.spec.paths)],
+                "kind": s.spec.kind, "separator": s.spec.separator, "text_field": s.spec.text_field,
+                "errors": s.spec.errors, "documents": [s.start, s.stop],
+            }
+            for name, s in splits.items()
+        },
+    }
+
+
+def check_plan(out: Path, plan: dict[str, Any]) -> None:
+    """Write the plan, or check that a resumed store was started with exactly this plan."""
+    path = Path(out) / PLAN_NAME
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            raise LmdataError(f"{path}: unreadable ingest plan; start over with --overwrite") from None
+        if old != plan:
+            key = _first_difference(old, plan)
+            raise LmdataError(
+                f"{out} was started with different settings ({key} differs); rerun with the original "
+                "inputs and options, or start over with --overwrite"
+            )
+        return
+    _atomic.write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
+
+
+def _first_difference(a: Any, b: Any, where: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{where}[{i}]")
+    return f"{where or 'plan'}: {_short(a)} vs {_short(b)}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

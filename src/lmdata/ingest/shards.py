@@ -1,0 +1,138 @@
+"""The engine-neutral shard core: cutting encoded documents into shards, prefix reuse, reports.
+
+- Shard cut points depend only on the documents' token counts (a shard closes before the
+  document that would take it past ``shard_tokens``; a longer document is a shard alone),
+  so output never depends on the engine or the worker count.
+- ``resume`` re-reads the documents of shards every format already completed (cheap: no
+  tokenizing) and skips them (``reusable_prefix``); later shards are recomputed, so cut
+  points match an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmdata.sources import SplitSource, expand, kind_of
+from lmdata.store.protocol import FormatWriter, ShardInfo
+
+
+@dataclass
+class SplitReport:
+    """The closing summary of one split (``line()`` is what the CLI prints)."""
+
+    name: str
+    documents: int = 0
+    tokens: int = 0
+    text_bytes: int = 0
+    replaced: int = 0
+    shards: int = 0
+    reused_shards: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        bpt = self.text_bytes / max(1, self.tokens - self.documents)
+        rate = self.text_bytes / 1e6 / max(self.seconds, 1e-9)
+        s = (
+            f"{self.name}: {self.documents:,} documents, {self.tokens:,} tokens, {bpt:.2f} bytes/token, "
+            f"{self.shards} shards, {self.seconds:.1f} s ({rate:.2f} MB/s)"
+        )
+        if self.reused_shards:
+            s += f" ({self.reused_shards} shards reused from the interrupted run)"
+        if self.replaced:
+            s += f", {self.replaced:,} invalid UTF-8 sequences replaced by U+FFFD"
+        return s
+
+
+class ShardCutter:
+    """Collects encoded documents and hands complete shards to the writers.
+
+    A writer's ``write_shard`` may return a ``ShardInfo`` or a handle the engine resolves
+    later (a Future, a Ray object ref); ``written`` keeps whatever it returned.
+    """
+
+    def __init__(self, writers: dict[str, FormatWriter], done: dict[str, dict[int, ShardInfo]],
+                 shard_tokens: int, index: int, first_doc: int, first_token: int) -> None:
+        self.writers, self.done, self.shard_tokens = writers, done, shard_tokens
+        self.index, self.first_doc, self.first_token = index, first_doc, first_token
+        self.pieces: list[np.ndarray] = []
+        self.lengths: list[int] = []
+        self.n = 0
+        self.written: dict[str, list[Any]] = {fmt: [] for fmt in writers}
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        offset = 0
+        for length in lengths.tolist():
+            if self.n and self.n + length > self.shard_tokens:
+                self.flush()
+            self.pieces.append(tokens[offset : offset + length])
+            self.lengths.append(length)
+            self.n += length
+            offset += length
+
+    def flush(self) -> None:
+        if not self.n:
+            return
+        tokens = np.concatenate(self.pieces)
+        doc_starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=doc_starts[1:])
+        for fmt, writer in self.writers.items():
+            have = self.done[fmt].get(self.index)
+            if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (
+                len(self.lengths), self.n, self.first_doc
+            ):
+                self.written[fmt].append(have)  # finished by the interrupted run
+            else:
+                self.written[fmt].append(writer.write_shard(self.index, tokens, doc_starts, self.first_doc, self.first_token))
+        self.index += 1
+        self.first_doc += len(self.lengths)
+        self.first_token += self.n
+        self.pieces, self.lengths, self.n = [], [], 0
+
+
+def reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[ShardInfo]]:
+    """Per format, shards 0..k-1 that every format completed with the same counts (else: redo them)."""
+    prefix: dict[str, list[ShardInfo]] = {fmt: [] for fmt in done}
+    first_doc = first_token = 0
+    for index in itertools.count():
+        infos = [d.get(index) for d in done.values()]
+        if not infos or any(i is None for i in infos):
+            break
+        key = {(i.n_docs, i.n_tokens, i.first_doc, i.first_token) for i in infos}
+        if len(key) != 1 or next(iter(key))[2:] != (first_doc, first_token):
+            break
+        for fmt, d in done.items():
+            prefix[fmt].append(d[index])
+        first_doc += infos[0].n_docs
+        first_token += infos[0].n_tokens
+    return prefix
+
+
+def start_split(writers: dict[str, FormatWriter]) -> tuple[dict[str, dict[int, ShardInfo]], dict[str, list[ShardInfo]]]:
+    """Before a split: (each format's completed shards, the prefix every format can reuse);
+    partial files of an interrupted run are removed."""
+    done = {fmt: w.completed() for fmt, w in writers.items()}
+    for w in writers.values():
+        w.cleanup_partial()
+    return done, reusable_prefix(done)
+
+
+def progress_bar(name: str, source: SplitSource, show: bool) -> Any:
+    """tqdm in bytes of input (so it shows MB/s); tokens/s goes in its postfix."""
+    from tqdm import tqdm
+
+    return tqdm(desc=f"ingest {name}", unit="B", unit_scale=True, disable=not show, file=sys.stderr,
+                mininterval=0.5, dynamic_ncols=True, total=_known_size(source))
+
+
+def _known_size(source: SplitSource) -> int | None:
+    """Input bytes the progress bar will count, when that is knowable up front."""
+    files = expand(source.spec.paths)
+    if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) == "parquet" or
+                                                        f.suffix in (".gz", ".zst") for f in files):
+        return None
+    return sum(f.stat().st_size for f in files)

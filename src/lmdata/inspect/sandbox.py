@@ -1,0 +1,243 @@
+"""``lmdata sql``: DuckDB over a store, sandboxed.
+
+Everything here asks the store's readers (``lmdata.store.protocol``), never a format by
+name. ``sql`` gives DuckDB lazy views, streams this process makes on demand while DuckDB
+scans them, so DuckDB itself never opens a file and nothing is read up front:
+
+    docs(split, doc_id, shard, n_tokens, token_offset)   every store; one batch per shard
+        from a reader's ``doc_starts`` (memmap: docs-*.npy, Lance: its row sidecar,
+        Parquet: the doc_id/token_offset columns), the store's default format first
+    tokens(split, doc_id, token_offset, tokens)   per split, the rows of its first format
+        that offers ``arrow_rows`` (a Parquet dataset: DuckDB pushes WHERE down to it; a
+        fresh Lance scanner per scan, filtered by DuckDB); a long document spans several
+        rows of <= 1,024 tokens, in order of ``token_offset``
+    tokens_<format>    the same, per format that offers rows (e.g. tokens_parquet)
+
+After the views exist, ``enable_external_access`` is switched off and the configuration
+locked: the user's SQL (one statement, run as given, never spliced into other SQL) can
+neither read nor write any file -- not even inside the store, where ``read_parquet`` would
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from lmdata.errors import LmdataError
+from lmdata.inspect.tables import doc_batches, docs_schema, formats_with
+from lmdata.store.store import open_store
+
+OUTPUT_FORMATS = ("table", "csv", "json")
+TABLE_LIMIT = 1000  # rows a table shows unless --limit says otherwise (csv/json stream all)
+
+
+class _Rescannable:
+    """An Arrow stream DuckDB can scan any number of times: ``batches()`` is called afresh per scan.
+
+    An ``LmdataError`` raised while making batches is kept in ``errors`` too, so the user sees
+    it as it was (DuckDB wraps it in a message with a traceback).
+    """
+
+    def __init__(self, schema: Any, batches: Callable[[], Iterator[Any]], errors: list[LmdataError]) -> None:
+        self.schema, self.batches, self.errors = schema, batches, errors
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        import pyarrow as pa
+
+        def guarded() -> Iterator[Any]:
+            try:
+                yield from self.batches()
+            except LmdataError as exc:
+                self.errors.append(exc)
+                raise
+
+        return pa.RecordBatchReader.from_batches(self.schema, guarded()).__arrow_c_stream__(requested_schema)
+
+
+def _ident(name: str) -> str:
+    """A DuckDB identifier for a view we name (format names are checked by ``register_format``)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def connect(store: str | Path, errors: list[LmdataError] | None = None, sources: dict[str, Any] | None = None) -> Any:
+    """A DuckDB connection with the store's lazy views, then locked away from every file.
+
+    ``errors`` collects the ``LmdataError``s met while DuckDB scans the docs view;
+    ``sources`` receives the reader behind each registered rows stream (``_rows_<j>_<k>``).
+    """
+    import duckdb
+    import pyarrow as pa
+
+    st = open_store(store)
+    con = duckdb.connect(":memory:")
+    splits = st.splits
+    docs = _Rescannable(docs_schema(), lambda: (b for s in splits for b in doc_batches(st, s)),
+                        [] if errors is None else errors)
+    con.register("_docs", docs)
+    con.execute("CREATE VIEW docs AS SELECT * FROM _docs")
+    per_format: dict[str, list[str]] = {}
+    first: list[str] = []
+    for j, split in enumerate(splits):
+        for k, fmt in enumerate(formats_with(st, split, "arrow_rows")):
+            reader = st.reader(split, fmt)
+            con.register(f"_rows_{j}_{k}", reader.arrow_rows())
+            if sources is not None:
+                sources[f"_rows_{j}_{k}"] = reader
+            part = f"SELECT {j} AS _s, doc_id, token_offset, tokens FROM _rows_{j}_{k}"
+            per_format.setdefault(fmt, []).append(part)
+            first += [part] if k == 0 else []
+    # split names come in through a joined table, never through SQL text
+    con.register("_split_names", pa.table({"_s": pa.array(range(len(splits)), pa.int64()),
+                                           "split": pa.array(splits, pa.string())}))
+    views = {f"tokens_{fmt}": parts for fmt, parts in per_format.items()}
+    for name, parts in {**({"tokens": first} if first else {}), **views}.items():
+        con.execute(f"CREATE VIEW {_ident(name)} AS SELECT n.split, r.doc_id, r.token_offset, r.tokens "
+                    f"FROM ({' UNION ALL '.join(parts)}) r JOIN _split_names n USING (_s)")
+    con.execute("SET autoinstall_known_extensions=false")
+    con.execute("SET autoload_known_extensions=false")
+    con.execute("SET enable_external_access=false")
+    con.execute("SET lock_configuration=true")
+    return con
+
+
+def _damaged_shard(reader: Any) -> str | None:
+    """After a scan of ``reader``'s rows failed inside DuckDB (whose message names no file):
+    the first shard whose files fail their sha256, as the error to show, else None."""
+    from lmdata.store.checksum import verify_shard
+
+    for shard in getattr(reader, "shards", []):
+        try:
+            verify_shard(reader.format_dir, shard, "first-use")
+        except LmdataError as exc:
+            return str(exc)
+    return None
+
+
+@contextmanager
+def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
+    """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise LmdataError(f"sql: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise LmdataError(f"sql: the query holds {len(statements)} statements; give exactly one")
+    errors: list[LmdataError] = []
+    sources: dict[str, Any] = {}
+
+    def error(exc: Exception) -> LmdataError:
+        text = str(exc).splitlines()[0]
+        stream = re.search(r"'(_rows_\d+_\d+)'", text)
+        damaged = _damaged_shard(sources[stream.group(1)]) if not errors and stream and stream.group(1) in sources else None
+        return LmdataError(f"sql: {errors[0] if errors else damaged or text}")
+
+    con = connect(store, errors, sources)
+    try:
+        try:
+            cur = con.execute(statements[0])
+        except duckdb.Error as exc:
+            raise error(exc) from None
+        columns = [d[0] for d in cur.description] if cur.description is not None else []
+
+        def batches() -> Iterator[list[tuple]]:
+            while columns:
+                try:
+                    rows = cur.fetchmany(4096)
+                except duckdb.Error as exc:
+                    raise error(exc) from None
+                if not rows:
+                    return
+                yield rows
+
+        yield columns, batches()
+    finally:
+        con.close()
+
+
+def _rows(batches: Iterator[list[tuple]], limit: int | None) -> Iterator[tuple]:
+    """The rows of ``batches``, at most ``limit`` of them (None: all)."""
+    n = 0
+    for batch in batches:
+        for row in batch:
+            if limit is not None and n >= limit:
+                return
+            n += 1
+            yield row
+
+
+def sql(store: str | Path, query: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+    """Run the user's ``query`` (one statement, as given): (column names, up to ``limit`` rows)."""
+    with _query(store, query) as (columns, batches):
+        return columns, list(_rows(batches, limit))
+
+
+def write_sql(store: str | Path, query: str, out: TextIO, fmt: str = "table", limit: int | None = None) -> int:
+    """Run ``query`` and write its result to ``out``; returns the rows written.
+
+    csv and json stream every row (``limit``: at most that many); a table is aligned in
+    memory, so it shows ``TABLE_LIMIT`` rows unless ``limit`` says otherwise (0: all) and
+    ends with a note when rows were left out.
+    """
+    if fmt not in OUTPUT_FORMATS:
+        raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+    if limit is not None and limit < 0:
+        raise LmdataError(f"--limit {limit}: give a number of rows >= 0 (0: no limit)")
+    cap = (TABLE_LIMIT if fmt == "table" else None) if limit is None else (limit or None)
+    with _query(store, query) as (columns, batches):
+        if not columns:
+            return 0
+        if fmt != "table":
+            return write_rows(columns, _rows(batches, cap), out, fmt)
+        rows = list(_rows(batches, None if cap is None else cap + 1))
+        more = cap is not None and len(rows) > cap
+        out.write(format_rows(columns, rows[:cap], "table") + "\n")
+        if more:
+            out.write(f"(first {cap:,} rows shown; --limit N for more, 0 for all, or --format csv|json)\n")
+        return len(rows[:cap])
+
+
+def write_rows(columns: list[str], rows: Any, out: TextIO, fmt: str) -> int:
+    """Stream ``rows`` to ``out`` as ``csv`` or ``json`` (a list of objects); returns their count."""
+    n = 0
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        for n, row in enumerate(rows, 1):
+            w.writerow(row)
+        return n
+    out.write("[")
+    for n, row in enumerate(rows, 1):
+        out.write((", " if n > 1 else "") + json.dumps(dict(zip(columns, row)), default=str))
+    out.write("]\n")
+    return n
+
+
+def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    """Rows as ``table`` (aligned text), ``csv`` or ``json`` (a list of objects)."""
+    if fmt in ("csv", "json"):
+        buf = io.StringIO()
+        write_rows(columns, rows, buf, fmt)
+        return buf.getvalue().rstrip("\n")
+    if fmt != "table":
+        raise LmdataError(f"--format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+    cells = [columns] + [[_cell(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: Any, limit: int = 60) -> str:
+    s = "NULL" if value is None else str(value)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- show

@@ -1,0 +1,81 @@
+"""``lmdata inspect``: documents, tokens, shards, bytes and length percentiles per split and format (Polars)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lmdata.inspect.tables import doc_table, ingest_shard_docs
+from lmdata.store.store import open_store
+
+PERCENTILES = (0.5, 0.9, 0.99)
+
+
+def inspect(store: str | Path) -> dict[str, Any]:
+    """Per split and format: documents, tokens, shards, bytes on disk, bytes/token, doc lengths."""
+    import polars as pl
+
+    st = open_store(store)
+    manifest = st.manifest
+    extra = manifest.extra.get("splits", {})
+    out: dict[str, Any] = {
+        "store": str(st.path),
+        "tokenizer": {"hash": manifest.tokenizer_hash, "vocab_size": manifest.vocab_size,
+                      "eot_id": manifest.eot_id, "dtype": manifest.dtype},
+        "splits": {},
+    }
+    for split, info in manifest.splits.items():
+        lengths = pl.Series("n", doc_table(st, split).column("n_tokens").to_numpy())
+        text_bytes = extra.get(split, {}).get("text_bytes")
+        entry: dict[str, Any] = {
+            "documents": info.n_docs,
+            "tokens": info.n_tokens,
+            "text_bytes": text_bytes,
+            "text_bytes_per_token": None if text_bytes is None else round(text_bytes / max(1, info.n_tokens - info.n_docs), 3),
+            "replaced_utf8": extra.get(split, {}).get("replaced", 0),
+            "doc_tokens": {
+                "min": int(lengths.min() or 0), "mean": round(float(lengths.mean() or 0), 1),
+                **{f"p{int(q * 100)}": int(lengths.quantile(q, "nearest") or 0) for q in PERCENTILES},
+                "max": int(lengths.max() or 0),
+            },
+            "formats": {},
+        }
+        for fmt, shards in info.formats.items():
+            disk = _disk_bytes(st.format_dir(split, fmt))
+            entry["formats"][fmt] = {"shards": len(ingest_shard_docs(shards)) - 1, "fragments": len(shards),
+                                     "bytes": disk, "bytes_per_token": round(disk / max(1, info.n_tokens), 3)}
+        out["splits"][split] = entry
+    return out
+
+
+def _disk_bytes(path: Any) -> int:
+    """Bytes of every file under ``path`` (Lance's commit log and sidecars included; remote: one LIST)."""
+    if getattr(path, "remote", False):
+        import pyarrow.fs as pafs
+
+        return sum(x.size or 0 for x in path.fs.get_file_info(pafs.FileSelector(path.fs_path, recursive=True,
+                                                                                 allow_not_found=True)))
+    return sum(os.lstat(os.path.join(root, f)).st_size for root, _, names in os.walk(path) for f in names)
+
+
+def format_inspect(report: dict[str, Any]) -> str:
+    """The human-readable form of ``inspect``'s report."""
+    t = report["tokenizer"]
+    lines = [f"store {report['store']}: tokenizer {t['hash'][:19]} (vocab {t['vocab_size']:,}, "
+             f"eot {t['eot_id']}, {t['dtype']})"]
+    for split, s in report["splits"].items():
+        bpt = "" if s["text_bytes_per_token"] is None else f", {s['text_bytes_per_token']} text bytes/token"
+        d = s["doc_tokens"]
+        lines.append(f"  {split}: {s['documents']:,} documents, {s['tokens']:,} tokens{bpt}")
+        lines.append("    tokens/document: " + ", ".join(f"{k} {v:,}" for k, v in d.items()))
+        if s["replaced_utf8"]:
+            lines.append(f"    {s['replaced_utf8']:,} invalid UTF-8 sequences were replaced by U+FFFD")
+        for fmt, f in s["formats"].items():
+            grouped = "" if f["fragments"] == f["shards"] else f" in {f['fragments']} fragment{'s' * (f['fragments'] > 1)}"
+            lines.append(f"    {fmt:8s} {f['shards']:5d} shards{grouped:<17s} {f['bytes']:>14,} bytes  "
+                         f"{f['bytes_per_token']:.3f} bytes/token")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- sql

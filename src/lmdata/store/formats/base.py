@@ -1,0 +1,274 @@
+"""Crash-safe shard files: temporary names, fsync, rename, and completion records.
+
+Every writer produces a shard's files under a temporary name (``.NAME.tmp-PID``),
+fsyncs them and renames them into place; only then does it write the shard's completion
+record ``<format_dir>/_shards/NNNNN.json`` (the ``ShardInfo`` as JSON, fsynced and
+renamed). ``completed`` trusts a record only if every file it lists is on disk with the
+recorded size, so a resumed ingest reuses exactly the shards that were finished.
+``remove_temporaries`` deletes what an interrupted write left behind.
+
+Directory fsyncs, and why there are so few (3 fsyncs per memmap shard, 2 Parquet, 3
+Lance, where there were 5, 4 and 6): the invariant is "a record on disk implies its
+files hold what it says". A file's data is fsynced before its rename, so if a crash
+loses the rename, the name is simply missing and ``completed`` redoes the shard. The
+only danger is a name that already held an older file of the same size: then the
+writer fsyncs the file's directory before the record (``write_record(sync_dirs=...)``,
+the rare rewrite path of a resumed ingest), and ``forget`` durably removes an old
+record before its shard is rewritten. A lost record's rename costs a redone shard,
+never a wrong one, so record directories are fsynced once, in the writer's ``finish``
+(``sync_dirs``), which runs before the manifest is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from lmdata import _atomic
+from lmdata._atomic import TMP_MARK, fsync_dir
+from lmdata.errors import LmdataError
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, shard_file_path, verify_shard
+from lmdata.store.protocol import FileInfo, ShardInfo
+from lmdata.store.windows import check_windows, shard_bounds
+
+RECORD_DIR = "_shards"
+
+
+def sync_dirs(*dirs: Path) -> None:
+    """fsync each existing directory once (a writer's ``finish``, before the manifest)."""
+    for d in dict.fromkeys(Path(d) for d in dirs):
+        if d.is_dir():
+            fsync_dir(d)
+
+
+def record_path(format_dir: Path, index: int) -> Path:
+    return Path(format_dir) / RECORD_DIR / f"{index:05d}.json"
+
+
+def write_record(format_dir: Path, index: int, shard: ShardInfo, *, sync_dirs: Iterable[Path] = ()) -> None:
+    """Mark shard ``index`` complete, after its files' data is fsynced.
+
+    ``sync_dirs``: directories to fsync first, those where a shard file replaced an older
+    file of the same name (see the module docstring); empty for a fresh shard.
+    """
+    write_record_file(record_path(format_dir, index), shard, sync_dirs=sync_dirs)
+
+
+def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path] = ()) -> None:
+    """``write_record`` to any record path (a format may keep records of its own, e.g. Lance fragments)."""
+    for d in dict.fromkeys(sync_dirs):
+        fsync_dir(Path(d))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(shard.to_json(), sort_keys=True).encode()
+    _atomic.write_file(path, lambda p: p.write_bytes(data), sync_dir=False)
+
+
+def forget(format_dir: Path, index: int) -> ShardInfo | None:
+    """Durably remove shard ``index``'s record before the shard is rewritten; returns the old record.
+
+    Without this, a crash mid-rewrite could leave the old record naming new files of the same size.
+    """
+    return forget_file(format_dir, record_path(format_dir, index))
+
+
+def forget_file(format_dir: Path, path: Path) -> ShardInfo | None:
+    """``forget`` for any record path."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    old = read_record_file(format_dir, path)
+    path.unlink()
+    fsync_dir(path.parent)
+    return old
+
+
+def read_record(format_dir: Path, index: int) -> ShardInfo | None:
+    """Shard ``index``'s completion record if it exists, is readable and its files have the recorded sizes."""
+    return read_record_file(format_dir, record_path(format_dir, index))
+
+
+def read_record_file(format_dir: Path, path: Path) -> ShardInfo | None:
+    """The record at ``path`` if it is readable and its files (relative to ``format_dir``) have the recorded sizes."""
+    try:
+        shard = ShardInfo.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record, or one we cannot read: a shard to redo
+    if all(_has_size(Path(format_dir) / f.path, f.bytes) for f in shard.files):
+        return shard
+    return None
+
+
+def completed(format_dir: Path) -> dict[int, ShardInfo]:
+    """Shards whose completion record exists and whose files all have the recorded size."""
+    record_dir = Path(format_dir) / RECORD_DIR
+    if not record_dir.is_dir():
+        return {}
+    found = {int(rec.stem): read_record(format_dir, int(rec.stem)) for rec in sorted(record_dir.glob("[0-9]*.json"))}
+    return {i: shard for i, shard in found.items() if shard is not None}
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` to exactly ``path`` (given a name, np.save would append ".npy" to a temp name)."""
+    with open(path, "wb") as fh:
+        np.save(fh, array, allow_pickle=False)
+
+
+def prune(format_dir: Path, shards: list[ShardInfo]) -> None:
+    """Delete completion records, and their files, of shards that are not in ``shards``.
+
+    A resumed ingest that ends with fewer shards than the interrupted one (its input
+    changed) would otherwise leave the extra shards' files behind.
+    """
+    keep_names = {s.name for s in shards}
+    keep_files = {f.path for s in shards for f in s.files}
+    for index, shard in completed(format_dir).items():
+        if shard.name in keep_names:
+            continue
+        for f in shard.files:
+            if f.path not in keep_files and ".." not in Path(f.path).parts:
+                (Path(format_dir) / f.path).unlink(missing_ok=True)
+        record_path(format_dir, index).unlink(missing_ok=True)
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size and ".." not in Path(path).parts
+    except FileNotFoundError:
+        return False
+
+
+def remove_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.*.tmp-*`` files under ``directory`` (an interrupted write's leftovers)."""
+    removed = []
+    if not Path(directory).is_dir():
+        return removed
+    for path in Path(directory).rglob(f".*{TMP_MARK}*"):
+        if path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+class RecordedShardWriter:
+    """What the built-in writers share: a format directory of shards with completion records.
+
+    Subclasses write ``write_shard``; ``finish`` makes names and records durable and drops
+    shards of an interrupted longer run; ``cleanup_partial`` removes temporaries.
+    ``OWNED`` matches every name a writer may create in its format directory: an
+    ``--overwrite`` deletes those and refuses when anything else is there.
+    """
+
+    OWNED: re.Pattern[str] = re.compile(RECORD_DIR)
+
+    def __init__(self, format_dir: Path, dtype: np.dtype) -> None:
+        self.format_dir = Path(format_dir)
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
+        self.format_dir.mkdir(parents=True, exist_ok=True)
+
+    def completed(self) -> dict[int, ShardInfo]:
+        return completed(self.format_dir)
+
+    def shard_arrays(self, tokens: np.ndarray, doc_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A shard's tokens in the store's dtype (contiguous) and its int64 document starts."""
+        return np.ascontiguousarray(tokens, dtype=self.dtype), np.asarray(doc_starts, dtype=np.int64)
+
+    def finish(self, shards: list[ShardInfo]) -> None:
+        """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
+        prune(self.format_dir, shards)
+        sync_dirs(self.format_dir, self.format_dir / RECORD_DIR)
+
+    def cleanup_partial(self) -> None:
+        remove_temporaries(self.format_dir)
+
+
+class ShardReader:
+    """What every reader shares, so a format fills in only how it reads its shards.
+
+    The protocol (``protocol.py``) is "how many tokens; the windows at these offsets";
+    this base owns the rest: the stream's shard and document bounds, the per-process
+    reset (state named in ``PER_PROCESS`` is rebuilt in each process, never pickled to a
+    worker or inherited across a fork), the size check, the document-bounds error and the
+    offset-annotated read errors. A format implements ``_reset`` (its per-process state),
+    ``_windows(starts, length)``, ``_document(shard, k)`` and ``doc_starts(shard)``.
+
+    ``format_dir`` may be a ``Location`` on object storage (``store/uri.py``; ``remote``
+    true): then the size check is the one LIST ``open_store`` did, and small per-shard
+    files are fetched whole and checked against their sha256 (``_small_file``).
+    """
+
+    PER_PROCESS: tuple[str, ...] = ()
+
+    def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
+        self.remote = bool(getattr(format_dir, "remote", False))  # a Location on object storage
+        self.format_dir = format_dir if self.remote else Path(format_dir)
+        self.shards = list(shards)
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
+        self.verify = check_verify_mode(verify)
+        self._shard_bounds = shard_bounds(self.shards)
+        self.n_tokens = int(self._shard_bounds[-1])
+        self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
+        self._pid = -1
+
+    def _reset(self) -> None:
+        """Create this process's state (open files, caches); called on first use in each process."""
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._reset()
+            self._pid = os.getpid()
+
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in self.PER_PROCESS}
+        state["_pid"] = -1  # a worker rebuilds its own files and caches
+        return state
+
+    def check(self) -> None:
+        """Every shard file has the size the manifest says (cheap: no data read)."""
+        if not self.remote:  # remote sizes: ``open_store`` lists the prefix once
+            check_sizes(self.format_dir, self.shards)
+
+    def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, Any]:
+        """(name for errors, something ``np.load``/readers take) of a small shard file, verified
+        as ``verify`` says: remote it is one GET whose sha256 is checked against the manifest."""
+        if self.remote:
+            path = self.format_dir / info.path
+            raw = path.read_bytes()
+            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
+                raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
+                                  "run `lmdata verify` and re-ingest with --overwrite")
+            return path, io.BytesIO(raw)
+        verify_shard(self.format_dir, shard, self.verify, [info])
+        path = shard_file_path(self.format_dir, shard, info)
+        return path, path
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
+        self._here()
+        starts = check_windows(starts, length, self.n_tokens)
+        try:
+            return self._windows(starts, length)
+        except LmdataError as exc:
+            raise at_offsets(exc, starts, length) from exc
+
+    def document(self, doc_id: int) -> np.ndarray:
+        """One document's tokens (its end-of-text included)."""
+        if not 0 <= doc_id < self._doc_bounds[-1]:
+            raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
+        self._here()
+        i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
+        return self._document(i, doc_id - int(self._doc_bounds[i]))
+
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _document(self, shard: int, k: int) -> np.ndarray:
+        """Document ``k`` of shard ``shard``."""
+        raise NotImplementedError

@@ -1,0 +1,492 @@
+"""The Lance format: one Lance dataset per split, in few large fragments.
+
+On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file format 2.1)::
+
+    data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
+                           tokens list<uint16|uint32>, token_bytes large_binary), documents
+                           cut into pieces of at most 1,024 tokens; each fragment holds a run
+                           of whole ingest shards, up to 256 Mi tokens (``lance_fragments``)
+    _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
+    rows-00000.npy         int64 [2, n_rows + 1], a shard's row index: each row's first token
+                           within it (then n_tokens) and each row's document (then n_docs)
+    index-<name>.npy       the same for a fragment of several shards
+    _shards/00000.json     while ingesting: a shard's record; its ``extra["fragment"]`` is its
+                           uncommitted staging fragment's ``FragmentMetadata`` JSON
+    _fragments/<name>.json record of a fragment of several shards (``lance_fragments``)
+
+The manifest's Lance shards are the committed fragments, so they are fewer than the other
+formats' shards (names like ``00000-00255``). ``finish`` groups the staging fragments and
+commits the groups (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
+the ``r``-th row of the stream); ``cleanup_partial`` deletes data files no record references.
+
+``token_bytes`` holds each row's tokens again, as little-endian bytes: the reader takes
+that column, and windows cost 1.6-1.8x less read through it than through the same rows as
+``list<uint16>`` at four batches per read (no list structure to decode; bench/README.md,
+"Lance layout"), at 2 bytes per token more on disk. ``tokens`` is the contract's column,
+for DuckDB and other readers; a store written before ``token_bytes`` existed is read
+through ``tokens``.
+
+Reader: the dataset opens lazily in each process (Lance is not fork-safe once open) and its
+committed row count is checked. On Linux it opens through Lance's io_uring reader
+(``file+uring://``, ``open_uring``): a take costs about a third less wall time and half
+the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file``
+reads plain files, and a machine without io_uring falls back to them with a warning. A
+batch of windows reads the rows covering them with **one
+take** (rows located with the ``rows-*.npy`` index of each fragment the batch
+touches, loaded on first touch: kept out of the manifest, which would otherwise grow by
+~n_tokens / 700 entries). On that first touch the fragment's files are checked against the
+manifest (``verify``: sha256 or size, see ``checksum.verify_shard``); Lance 2.1 files carry
+no checksums of their own, so with ``verify="size"`` a flipped bit may decode as a wrong
+token. A decode error is an ``LmdataError`` naming the fragment. ``doc_starts`` reads only
+the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata import _atomic
+from lmdata.errors import LmdataError
+from lmdata.store.formats import base, lance_fragments
+from lmdata.store.checksum import (
+    DEFAULT_VERIFY,
+    file_info,
+    read_error,
+    shard_file_path,
+    verify_shard,
+)
+from lmdata.store.formats.parquet import pieces, row_doc_starts, rows_table
+from lmdata.store.protocol import ShardInfo
+from lmdata.store.windows import concat_ranges
+
+STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
+
+
+def _schema(dtype: np.dtype) -> Any:
+    import pyarrow as pa
+
+    token = pa.from_numpy_dtype(np.dtype(dtype))
+    return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token)),
+                      ("token_bytes", pa.large_binary())])
+
+
+def with_token_bytes(table: Any) -> Any:
+    """``table`` plus ``token_bytes``: each row's ``tokens`` as little-endian bytes (the same buffer, no copy)."""
+    import pyarrow as pa
+
+    tokens = table.column("tokens").combine_chunks()
+    values = tokens.values
+    if values.offset:  # rows_table's lists always start at their buffer's start
+        raise LmdataError("internal: a sliced token column cannot be viewed as bytes")
+    offsets = tokens.offsets.to_numpy().astype(np.int64) * (values.type.bit_width // 8)
+    raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets), values.buffers()[1]])
+    return table.append_column("token_bytes", raw)
+
+
+class LanceWriter(base.RecordedShardWriter):
+    """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
+
+    OWNED = re.compile(r"data|_versions|_transactions|_indices|_deletions|_refs|_shards|_fragments"
+                       r"|rows-\d{5}\.npy|index-[0-9-]+\.npy")
+
+    def __init__(self, format_dir: Path, dtype: np.dtype, *, fragment_tokens: int | None = None) -> None:
+        super().__init__(format_dir, dtype)
+        self.fragment_tokens = fragment_tokens or lance_fragments.FRAGMENT_TOKENS
+
+    def write_shard(
+        self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
+    ) -> ShardInfo:
+        from lance.fragment import LanceFragment
+
+        tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
+        table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
+        stale = base.forget(self.format_dir, index)
+        frag = LanceFragment.create(
+            str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
+            data_storage_version=STORAGE_VERSION,
+        )
+        meta = frag.to_json()
+        data_files = [f"data/{f['path']}" for f in meta["files"]]
+        for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
+            _atomic.fsync_path(self.format_dir / rel)
+        row_starts, doc_of_row = pieces(doc_starts)
+        rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1)])
+        rows_name = f"rows-{index:05d}.npy"
+        replaced = _atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
+        shard = ShardInfo(
+            name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
+            first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
+            extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True},
+        )
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
+        for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
+            if old.path.startswith("data/") and old.path not in data_files:
+                (self.format_dir / old.path).unlink(missing_ok=True)
+        return shard
+
+    def completed(self) -> dict[int, ShardInfo]:
+        """Staged shards, and the shards held by intact fragment records (those win: they outlive staging).
+
+        Records of a layout without ``token_bytes`` (an ingest started by an older lmdata)
+        are not complete: their shards are written again, so every fragment has the column.
+        """
+        done = {i: s for i, s in base.completed(self.format_dir).items() if s.extra.get("token_bytes")}
+        for fragment in lance_fragments.read_fragments(self.format_dir).values():
+            if fragment.extra.get("token_bytes"):
+                done.update(lance_fragments.members(fragment))
+        return dict(sorted(done.items()))
+
+    def finish(self, shards: list[ShardInfo]) -> list[ShardInfo]:
+        """Group ``shards`` into fragments, commit them in order; returns the fragments (the manifest's shards)."""
+        import lance
+        from lance.fragment import FragmentMetadata
+
+        recorded = lance_fragments.read_fragments(self.format_dir)
+        fragments = []
+        for run in lance_fragments.plan_fragments(shards, self.fragment_tokens):
+            fragment = lance_fragments.reusable(run, recorded)
+            if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
+                fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
+            if fragment is None:
+                fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
+            fragments.append(fragment)
+        frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
+        # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
+        base.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / base.RECORD_DIR,
+                        self.format_dir / lance_fragments.GROUP_DIR)
+        lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
+        for sub in ("_versions", "_transactions"):
+            d = self.format_dir / sub
+            if d.is_dir():
+                for p in d.iterdir():
+                    if p.is_file():
+                        _atomic.fsync_path(p)
+                _atomic.fsync_dir(d)
+        _atomic.fsync_dir(self.format_dir)
+        lance_fragments.remove_unused(self.format_dir, fragments)
+        return fragments
+
+    def cleanup_partial(self) -> None:
+        """Remove temp files and data files that no staged shard or fragment record references."""
+        base.remove_temporaries(self.format_dir)
+        # every intact record's files, not only ``completed``'s choice: a shard rewritten by this
+        # run (Ray cleans up after its writes) has a staging record and an older fragment record
+        records = [*base.completed(self.format_dir).values(), *lance_fragments.read_fragments(self.format_dir).values()]
+        keep = {f.path for s in records for f in s.files}
+        data = self.format_dir / "data"
+        if data.is_dir():
+            for p in data.iterdir():
+                if f"data/{p.name}" not in keep:
+                    p.unlink()
+
+
+class LanceReader(base.ShardReader):
+    """The rows covering a batch's windows, with one ``take`` per batch; opens the dataset per process."""
+
+    # Lance's runtime, once started in a process, crashes forked children (pylance warns
+    # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
+    fork_safe = False
+    PER_PROCESS = ("_ds", "_fragments", "_column", "_row_bounds")
+
+    def __init__(
+        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
+        io: str | None = None, column: str | None = None,
+    ) -> None:
+        super().__init__(format_dir, shards, dtype, verify=verify)
+        self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io)
+        if column not in (None, "tokens"):
+            raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None reads token_bytes)")
+        self.column = column
+        self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards])
+
+    def _reset(self) -> None:
+        self._ds: Any = None
+        self._fragments: list[Any] = []
+        self._column = "token_bytes"  # "tokens" in a store written before token_bytes
+        self._row_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fragment -> ``_index``
+
+    def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
+        """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
+        shard = self.shards[i]
+        if self.remote:  # the row index only (one GET, sha256-checked); never a download of the data file
+            path = self.format_dir / shard.files[-1].path
+            raw = path.read_bytes()
+            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != shard.files[-1].sha256:
+                raise LmdataError(f"{path}: shard {shard.name} row index fails its sha256 checksum; "
+                                  "run `lmdata verify` and re-ingest with --overwrite")
+        else:  # first touch of the fragment: its data file and row index (only the index for ``doc_starts``)
+            verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
+            path = shard_file_path(self.format_dir, shard, shard.files[-1])
+        try:
+            rows = np.load(io.BytesIO(raw) if self.remote else path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise read_error(path, shard, exc) from exc
+        if rows.shape != (2, shard.extra["rows"] + 1) or rows[0, -1] != shard.n_tokens:
+            raise LmdataError(f"{path}: shard {shard.name} row index does not match the manifest; run `lmdata verify`")
+        return rows
+
+    def _bounds(self, i: int) -> np.ndarray:
+        return self._index(i)[0]
+
+    def _index(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fragment ``i``'s rows: global first token of each (then its end), document within it (then n_docs)."""
+        index = self._row_bounds.get(i)
+        if index is None:
+            rows = self._rows(i)
+            index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1])
+        return index
+
+    def _open(self) -> Any:
+        self._here()
+        if self._ds is None:
+            import lance
+
+            self.check()
+            try:
+                if self.remote:
+                    ds = lance.dataset(self.format_dir.uri, storage_options=self.format_dir.storage_options())
+                else:
+                    ds = lance.dataset(str(self.format_dir))
+            except Exception as exc:
+                raise LmdataError(
+                    f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
+                ) from exc
+            self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
+            self._ds = ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds)
+            self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
+            committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
+                         for f in self._fragments]
+            if committed != [s.files[0].path for s in self.shards]:
+                raise LmdataError(
+                    f"{self.format_dir}: the committed Lance fragments are not the manifest's (an ingest was "
+                    "interrupted after its commit); re-run the ingest with --resume or --overwrite"
+                )
+            if self._ds.count_rows() != self._row_base[-1]:  # same files, so the same fragment count
+                raise LmdataError(
+                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows, the manifest says "
+                    f"{self._row_base[-1]}; re-run the ingest with --resume or --overwrite"
+                )
+        return self._ds
+
+    def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
+
+        One take for the whole batch (``LanceFragment.take`` when the rows are in one fragment,
+        else ``LanceDataset.take``, which reads the fragments concurrently): a take's fixed
+        cost is paid once, not per fragment. (A ``LanceFragment.open_session`` per fragment
+        was ~10% cheaper in a micro-bench but holds a file open per fragment touched, without
+        bound: not kept.)
+        """
+        import pyarrow as pa
+
+        ds = self._open()
+        if not len(rows):
+            return np.zeros(0, dtype=self.dtype), np.zeros(1, dtype=np.int64)
+        first, last = np.searchsorted(self._row_base, rows[[0, -1]], side="right") - 1
+        columns = [self._column]
+        try:
+            if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
+                table = self._fragments[first].take(rows - self._row_base[first], columns=columns)
+            else:
+                table = ds.take(pa.array(rows, type=pa.int64()), columns=columns)
+            column = table.column(0)
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
+        except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
+            shard = self.shards[first]
+            raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
+        odd = 0
+        if self._column == "token_bytes":  # byte offsets: whole tokens, values viewed in place
+            _, byte_offsets, data = column.buffers()
+            byte_offsets = np.frombuffer(byte_offsets, dtype=np.int64)[column.offset:column.offset + len(column) + 1]
+            width = self.dtype.itemsize
+            whole = len(data) // width if data else 0  # a padded buffer's tail is never indexed
+            values = np.frombuffer(data, dtype=self.dtype.newbyteorder("<"), count=whole) if whole else np.zeros(0, self.dtype)
+            odd, offsets = byte_offsets % width, byte_offsets // width
+        else:
+            offsets, values = column.offsets.to_numpy(), column.values.to_numpy(zero_copy_only=False)
+        held = np.diff(offsets)
+        if len(held) != len(rows) or (held != sizes).any() or np.any(odd) or offsets[-1] > len(values):
+            k = int(np.argmax(held != sizes)) if len(held) == len(rows) else 0
+            shard = self.shards[int(np.searchsorted(self._row_base, rows[k], side="right")) - 1]
+            raise LmdataError(
+                f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
+                "its index says; run `lmdata verify`"
+            )
+        return values, offsets
+
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """One take of every row the windows touch, then one strided gather.
+
+        A window's rows are consecutive dataset rows (across a fragment bound too), and the
+        take returns rows in order, so each window is one slice of the take's values.
+        """
+        self._open()
+        if not len(starts):
+            return np.empty((0, length), dtype=self.dtype)
+        n = len(starts)
+        row, first = self._locate(np.concatenate([starts, starts + (length - 1)]))  # first and last token
+        r0, first_token = row[:n], first[:n]
+        rows = np.sort(concat_ranges(r0, row[n:] - r0 + 1))
+        rows = rows[np.concatenate([[True], rows[1:] != rows[:-1]])]  # unique: sorting is most of np.unique
+        values, offsets = self._take(rows, self._row_sizes(rows))
+        src = offsets[np.searchsorted(rows, r0)] + (starts - first_token)
+        return np.lib.stride_tricks.sliding_window_view(values, length)[src]
+
+    def _locate(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The dataset row holding each token offset, and that row's first token."""
+        row, first = np.empty_like(offsets), np.empty_like(offsets)
+        for f, at in _by_fragment(np.searchsorted(self._shard_bounds, offsets, side="right") - 1):
+            b = self._bounds(f)
+            local = np.searchsorted(b, offsets[at], side="right") - 1
+            row[at], first[at] = local + self._row_base[f], b[local]
+        return row, first
+
+    def _row_sizes(self, rows: np.ndarray) -> np.ndarray:
+        """Token count of each of the (sorted) dataset ``rows``, from the row index."""
+        size = np.empty_like(rows)
+        for f, at in _by_fragment(np.searchsorted(self._row_base, rows, side="right") - 1):
+            b, local = self._bounds(f), rows[at] - self._row_base[f]
+            size[at] = b[local + 1] - b[local]
+        return size
+
+    def alternates(self) -> dict[str, LanceReader]:
+        """Readers of the same stream through other columns, for ``lmdata verify`` to compare.
+
+        The loader reads ``token_bytes``; DuckDB, Polars and other tools read ``tokens``.
+        Both are covered by the files' sha256, but only a read of each shows they agree.
+        """
+        self._open()
+        if self._column != "token_bytes":
+            return {}
+        return {"tokens column": LanceReader(self.format_dir, self.shards, self.dtype, verify=self.verify,
+                                             io=self.io, column="tokens")}
+
+    def _document(self, i: int, k: int) -> np.ndarray:
+        """A ``take`` of the document's rows."""
+        self._open()
+        local = np.flatnonzero(self._index(i)[1][:-1] == k)
+        rows = (local + self._row_base[i]).astype(np.int64)
+        values, offsets = self._take(rows, self._row_sizes(rows))
+        return values[offsets[0]:offsets[-1]].copy()
+
+    def doc_starts(self, i: int) -> np.ndarray:
+        """Fragment ``i``'s document starts (within it), then its length: from the row index alone."""
+        self._here()
+        shard, rows = self.shards[i], self._rows(i, sidecar_only=True)
+        starts = row_doc_starts(rows[1, :-1], rows[0, :-1], shard.n_tokens)
+        if len(starts) != shard.n_docs + 1:
+            raise LmdataError(f"{self.format_dir}: shard {shard.name} row index holds {len(starts) - 1} documents, "
+                              f"the manifest says {shard.n_docs}; run `lmdata verify`")
+        return starts
+
+    def arrow_rows(self) -> _Rows:
+        """The split's rows for DuckDB: a fresh scanner per scan (a registered Lance dataset would
+        need DuckDB's lance extension, and a plain Arrow dataset of it fails on WHERE)."""
+        return _Rows(self)
+
+
+IO_ENV = "LMDATA_LANCE_IO"
+IO_MODES = ("auto", "uring", "file")
+# (pid, works): the process whose Lance started io_uring threads, and whether they work there.
+# A fork inherits it, and so learns that its parent's ring threads did not come along.
+_uring: tuple[int, bool] | None = None
+
+
+def check_io_mode(io: str) -> str:
+    if io not in IO_MODES:
+        raise LmdataError(f"Lance io {io!r} (argument io= or ${IO_ENV}) is not one of {', '.join(IO_MODES)}")
+    return io
+
+
+def uring_uri(path: str | Path) -> str:
+    """``path`` as Lance's io_uring URI: absolute, percent-quoted (Lance unquotes it)."""
+    from urllib.parse import quote
+
+    return "file+uring://" + quote(os.path.abspath(path))
+
+
+def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
+    """The dataset through Lance's io_uring reader (``file+uring://``), or None to read ``plain`` files.
+
+    A take through io_uring costs about a third less wall time and half the CPU of the
+    default local reader here (bench/README.md, "Lance layout"). ``auto`` uses it on Linux
+    when a probe take works (a kernel or container may forbid io_uring: Lance then fails
+    every read with an OSError, it does not hang), and probes once per process; ``uring``
+    insists, ``file`` never tries. A probe that fails on plain files too is the data's
+    fault, not io_uring's: the dataset is returned and the read names the shard.
+    """
+    import lance
+
+    global _uring
+    if io == "file" or (io == "auto" and not sys.platform.startswith("linux")):
+        return None
+    pid = os.getpid()
+    if _uring is not None and _uring[0] != pid:
+        # forked from a process whose io_uring threads did not come along: a read would wait forever
+        if io == "uring":
+            raise LmdataError(f"{format_dir}: Lance's io_uring reader cannot run in a process forked after it "
+                              "started; use spawn or forkserver, or io='file'")
+        return None
+    if _uring is not None and not _uring[1]:  # probed and failed in this process: warned then
+        if io == "uring":
+            raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here; set {IO_ENV}=file or io='file'")
+        return None
+    _uring = (pid, True)  # before the ring threads start: a fork from here on must not use them
+    probe = [0] if plain.count_rows() else []
+    try:
+        ds = lance.dataset(uring_uri(format_dir))
+        fragments = ds.get_fragments()
+    except Exception as exc:
+        return _no_uring(format_dir, io, exc, pid)
+    try:
+        if probe:
+            fragments[0].take(probe, columns=[column])
+        return ds
+    except Exception as exc:
+        try:
+            plain.get_fragments()[0].take(probe, columns=[column])
+        except Exception:
+            return ds  # damaged data, not io_uring: the reads name the shard
+        return _no_uring(format_dir, io, exc, pid)
+
+
+def _no_uring(format_dir: Path, io: str, exc: Exception, pid: int) -> None:
+    """Remember that io_uring fails in this process; ``uring`` raises, ``auto`` warns (once)."""
+    global _uring
+    _uring = (pid, False)
+    if io == "uring":
+        raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); "
+                          f"set {IO_ENV}=file or io='file'") from exc
+    warnings.warn(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); reading plain files "
+                  f"(set {IO_ENV}=file to skip this probe)", RuntimeWarning, stacklevel=2)
+
+
+def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:
+    """``(fragment, selector)`` per fragment in ``frag``; the usual case, one fragment, needs no mask."""
+    if not len(frag):
+        return []
+    lo, hi = int(frag.min()), int(frag.max())
+    if lo == hi:
+        return [(lo, slice(None))]
+    return [(f, frag == f) for f in np.unique(frag).tolist()]
+
+
+class _Rows:
+    """An Arrow stream DuckDB can scan any number of times: a fresh Lance scanner each time."""
+
+    def __init__(self, reader: LanceReader) -> None:
+        self.reader = reader
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        scanner = self.reader._open().scanner(columns=["doc_id", "token_offset", "tokens"])
+        return scanner.to_reader().__arrow_c_stream__(requested_schema)

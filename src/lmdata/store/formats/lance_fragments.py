@@ -1,0 +1,185 @@
+"""Lance fragments: the ingest's shards grouped into few large fragments when a split is finished.
+
+Why: a Lance ``take`` pays a fixed cost for every fragment it touches (~0.05 ms per take
+here, on top of ~1.2 ms for four batches of 32 x 1,025 tokens), so a store of 1 Mi-token
+fragments (one per ingest shard) read 2-3x slower than the same rows in one fragment (bench/README.md,
+"Lance layout"). The ingest still writes one uncommitted *staging* fragment per shard, which
+is what makes it resumable shard by shard; ``finish`` then streams runs of consecutive
+shards, up to ``FRAGMENT_TOKENS`` tokens, into one fragment each and commits those. The
+manifest's Lance shards are these fragments (named ``00000-00255`` after the ingest shards
+they hold; a fragment of one shard keeps that shard's staging files and name).
+
+Crash safety: a rebuilt fragment's old record is removed first; the new fragment's file and
+row index (``index-<name>.npy``) are fsynced, then its record
+``_fragments/<name>.json`` (the fragment's ``ShardInfo``, whose ``extra["members"]`` lists
+the shards it holds) is written; staging files are deleted only after the commit.
+``LanceWriter.completed`` reports the members of every intact fragment record, so a
+resumed ingest reuses them; a fragment whose members changed is rebuilt from wherever each
+member's rows are (its staging fragment or its rows inside an older fragment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata import _atomic
+from lmdata.errors import LmdataError
+from lmdata.store.formats import base
+from lmdata.store.checksum import file_info
+from lmdata.store.protocol import ShardInfo
+
+# 256 Mi tokens per fragment, at most (a larger shard: alone); ~1 GB of Lance file with
+# token_bytes. A take pays ~14 us per batch of 32 for every fragment its windows touch
+# (x10 corpus: 57 fragments 1.06 ms, 15 0.53, 4 0.38, 1 0.33), so a 9 G-token split costs
+# ~+1.8 ms per batch in 64 Mi-token fragments and ~+0.45 ms in these. Ingest of 294 M tokens:
+# same time, peak RSS 369 -> 401 MB (bench/README.md, "Lance layout").
+FRAGMENT_TOKENS = 1 << 28
+GROUP_DIR = "_fragments"
+
+
+def fragment_name(members: list[ShardInfo]) -> str:
+    first, last = members[0].name, members[-1].name
+    return first if first == last else f"{first}-{last}"
+
+
+def plan_fragments(shards: list[ShardInfo], limit: int) -> list[list[ShardInfo]]:
+    """Consecutive runs of shards holding at most ``limit`` tokens each (a bigger shard is its own run)."""
+    runs: list[list[ShardInfo]] = []
+    size = 0
+    for s in shards:
+        if not runs or size + s.n_tokens > limit:
+            runs.append([])
+            size = 0
+        runs[-1].append(s)
+        size += s.n_tokens
+    return runs
+
+
+def record_path(format_dir: Path, name: str) -> Path:
+    return Path(format_dir) / GROUP_DIR / f"{name}.json"
+
+
+def read_fragments(format_dir: Path) -> dict[str, ShardInfo]:
+    """Fragment records whose files are all on disk with the recorded sizes, by name."""
+    found = (base.read_record_file(format_dir, p) for p in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")))
+    return {shard.name: shard for shard in found if shard is not None}
+
+
+def members(fragment: ShardInfo) -> dict[int, ShardInfo]:
+    """The ingest shards a fragment holds, as completed shards: counts, and where their rows are."""
+    out, doc, token, row = {}, fragment.first_doc, fragment.first_token, 0
+    for m in fragment.extra["members"]:
+        out[int(m["name"])] = ShardInfo(
+            name=m["name"], n_docs=m["n_docs"], n_tokens=m["n_tokens"], first_doc=doc, first_token=token,
+            files=fragment.files, extra={"rows": m["rows"], "fragment_of": fragment.name, "row": row},
+        )
+        doc, token, row = doc + m["n_docs"], token + m["n_tokens"], row + m["rows"]
+    return out
+
+
+def reusable(run: list[ShardInfo], fragments: dict[str, ShardInfo]) -> ShardInfo | None:
+    """The recorded fragment holding exactly ``run``, when every shard of the run came from it."""
+    name = fragment_name(run)
+    fragment = fragments.get(name)
+    if fragment is None or any(s.extra.get("fragment_of") != name for s in run):
+        return None
+    held = members(fragment)
+    if [(s.name, s.n_docs, s.n_tokens, s.first_token) for s in run] != [
+            (m.name, m.n_docs, m.n_tokens, m.first_token) for m in held.values()]:
+        return None
+    return fragment
+
+
+def _member_batches(format_dir: Path, shard: ShardInfo, columns: list[str]) -> Iterator[Any]:
+    """A completed shard's rows, from its staging fragment or from the fragment that holds it."""
+    from lance.file import LanceFileReader
+
+    path = Path(format_dir) / shard.files[0].path
+    try:
+        reader = LanceFileReader(str(path), columns=columns)
+        start = int(shard.extra.get("row", 0))
+        if start + shard.extra["rows"] > reader.metadata().num_rows:
+            raise LmdataError(f"{path}: shard {shard.name} rows are missing; rerun the ingest with --overwrite")
+        yield from reader.read_range(start, shard.extra["rows"], batch_size=4096).to_batches()
+    except LmdataError:
+        raise
+    except Exception as exc:
+        raise LmdataError(f"{path}: shard {shard.name} could not be read ({exc}); "
+                          "rerun the ingest with --overwrite") from exc
+
+
+def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_version: str) -> ShardInfo:
+    """Stream ``run``'s rows into one uncommitted fragment; write its row index and record."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from lance.fragment import LanceFragment
+
+    format_dir = Path(format_dir)
+    name = fragment_name(run)
+    first_doc, first_token = run[0].first_doc, run[0].first_token
+    row_tokens: list[np.ndarray] = []
+    row_docs: list[np.ndarray] = []
+    row_sizes: list[np.ndarray] = []
+
+    failed: list[BaseException] = []
+
+    def batches() -> Iterator[Any]:
+        try:
+            for shard in run:
+                for batch in _member_batches(format_dir, shard, schema.names):
+                    row_tokens.append(batch.column("token_offset").to_numpy() - first_token)
+                    row_docs.append(batch.column("doc_id").to_numpy() - first_doc)
+                    row_sizes.append(pc.list_value_length(batch.column("tokens")).to_numpy())
+                    yield batch
+        except BaseException as exc:  # Lance would turn it into a bare error without our message
+            failed.append(exc)
+            raise
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    try:
+        meta = LanceFragment.create(str(format_dir), reader, fragment_id=int(run[0].name), schema=schema,
+                                    data_storage_version=storage_version).to_json()
+    except Exception:
+        if failed:
+            raise failed[0] from None
+        raise
+    n_docs, n_tokens = sum(s.n_docs for s in run), sum(s.n_tokens for s in run)
+    rows = np.stack([np.concatenate(row_tokens + [[n_tokens]]), np.concatenate(row_docs + [[n_docs]])])
+    sizes = np.concatenate(row_sizes) if row_sizes else np.zeros(0, np.int64)
+    if (len(meta["files"]) != 1 or rows.shape[1] - 1 != sum(s.extra["rows"] for s in run)
+            or not np.array_equal(np.diff(rows[0]), sizes)):
+        raise LmdataError(f"{format_dir}: fragment {name} does not hold its shards' rows in order (the staging "
+                          "fragments are damaged); rerun the ingest with --overwrite")
+    data_file = f"data/{meta['files'][0]['path']}"
+    _atomic.fsync_path(format_dir / data_file)
+    path = record_path(format_dir, name)
+    base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
+    rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
+    replaced = _atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows.astype(np.int64)), sync_dir=False)
+    fragment = ShardInfo(
+        name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
+        files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],
+        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True,
+               "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
+                           for s in run]},
+    )
+    base.write_record_file(path, fragment, sync_dirs=[format_dir] if replaced else [])
+    return fragment
+
+
+def remove_unused(format_dir: Path, fragments: list[ShardInfo]) -> None:
+    """After the commit: every staging shard, fragment record and file that ``fragments`` does not use."""
+    format_dir = Path(format_dir)
+    keep_names = {f.name for f in fragments}
+    keep_files = {f.path for s in fragments for f in s.files}
+    for record in [*(format_dir / base.RECORD_DIR).glob("*.json"), *(format_dir / GROUP_DIR).glob("*.json")]:
+        if record.stem not in keep_names:
+            record.unlink()
+    for pattern in ("data/*.lance", "rows-*.npy", "index-*.npy"):
+        for path in format_dir.glob(pattern):
+            if path.relative_to(format_dir).as_posix() not in keep_files:
+                path.unlink()

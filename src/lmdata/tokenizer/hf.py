@@ -1,0 +1,142 @@
+"""Hugging Face ``tokenizer.json``: the byte-level BPE subset, read and written.
+
+What we write (and read back; GPT-2-style files from the Hub read too)::
+
+    {"version": "1.0", "added_tokens": [{"id": 9999, "content": "<|endoftext|>", "special": true, ...}],
+     "normalizer": null,
+     "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+         {"type": "Split", "pattern": {"Regex": <pattern>}, "behavior": "Isolated", "invert": false},
+         {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+         (GPT-2's pattern: the ByteLevel step alone, with "use_regex": true)
+     "decoder": {"type": "ByteLevel", ...},
+     "model": {"type": "BPE", "vocab": {"Ġthe": 262, ...}, "merges": ["Ġ t", ...], ...}}
+
+A plain ``ByteLevel`` pre-tokenizer with ``use_regex: true`` is GPT-2's pattern.  Anything
+else -- WordPiece, Unigram, byte-fallback (SentencePiece-style) BPE, a normalizer, a prefix
+space -- is a one-line ``LmdataError``: ids would differ from Hugging Face's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmdata.errors import LmdataError
+from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
+from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
+
+_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+
+
+def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_ids: dict[str, int],
+            pattern: Pattern) -> str:
+    """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer."""
+    specials = set(special_ids.values())
+    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": _pre_tokenizer(pattern),
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "vocab": {token_to_str(tok): i for i, tok in sorted(vocab.items()) if i not in specials},
+            "merges": [f"{token_to_str(a)} {token_to_str(b)}" for a, b in merges],
+        },
+    }
+    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+
+def _pre_tokenizer(pattern: Pattern) -> dict:
+    """GPT-2's own form (ByteLevel with its built-in regex, which other tools special-case) or a Split."""
+    if pattern.name == "gpt2":
+        return _BYTE_LEVEL | {"use_regex": True}
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern.hf_text}, "behavior": "Isolated", "invert": False},
+        _BYTE_LEVEL,
+    ]}
+
+
+def config_json(special_ids: dict[str, int]) -> str:
+    """``tokenizer_config.json``: tells ``AutoTokenizer`` to use the fast tokenizer of tokenizer.json."""
+    data: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                  "model_max_length": 1 << 30}
+    if "<|endoftext|>" in special_ids:
+        data |= {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
+    """(vocab, merges, special tokens, pattern) of a Hugging Face byte-level BPE ``tokenizer.json``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LmdataError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise LmdataError(f"{path}: not a readable JSON tokenizer.json ({str(exc).splitlines()[0]}); "
+                          "is the file complete?") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        raise LmdataError(f"{path}: no \"model\" object; not a Hugging Face tokenizer.json")
+    kind = model.get("type", "BPE" if "merges" in model else None)
+    if kind != "BPE":
+        raise LmdataError(f"{path}: model type {kind}; lmdata imports byte-level BPE only (not WordPiece or Unigram)")
+    if model.get("byte_fallback"):
+        raise LmdataError(f"{path}: byte-fallback BPE (SentencePiece-style) cannot be represented; "
+                          "lmdata imports byte-level BPE only")
+    if data.get("normalizer") is not None:
+        raise LmdataError(f"{path}: has a normalizer ({data['normalizer'].get('type')}); lmdata cannot represent it")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise LmdataError(f"{path}: model.{key} is set; lmdata imports byte-level BPE only")
+    pattern = _pattern(data.get("pre_tokenizer"), path)
+    where = f"{path} (model.vocab)"
+    try:
+        vocab = {int(i): str_to_token(s, where) for s, i in model["vocab"].items()}
+        merges = [_merge(m, path) for m in model.get("merges", [])]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise LmdataError(f"{path}: malformed model.vocab or model.merges ({exc})") from None
+    added = sorted(data.get("added_tokens") or [], key=lambda t: t["id"])
+    specials = []
+    for tok in added:
+        raw = tok["content"].encode("utf-8")
+        if vocab.get(tok["id"], raw) != raw:
+            raise LmdataError(f"{path}: added token {tok['content']!r} has id {tok['id']}, which the vocab "
+                              "gives to another token")
+        vocab[tok["id"]] = raw
+        specials.append(tok["content"])
+    return vocab, merges, specials, pattern
+
+
+def _merge(m: object, path: Path) -> tuple[bytes, bytes]:
+    parts = m.split(" ") if isinstance(m, str) else m
+    if not isinstance(parts, list) or len(parts) != 2:
+        raise LmdataError(f"{path}: merge {m!r} is not two tokens")
+    return str_to_token(parts[0], f"{path} (model.merges)"), str_to_token(parts[1], f"{path} (model.merges)")
+
+
+def _pattern(pre: object, path: Path) -> str:
+    """The regex of a ByteLevel pre-tokenizer, alone or after one Split."""
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    steps = [s for s in steps if isinstance(s, dict)]
+    if not steps or steps[-1].get("type") != "ByteLevel":
+        raise LmdataError(f"{path}: pre_tokenizer is not byte-level (need ByteLevel, optionally after a Split)")
+    last = steps[-1]
+    if last.get("add_prefix_space"):
+        raise LmdataError(f"{path}: ByteLevel add_prefix_space=true cannot be represented; set it false")
+    if len(steps) == 1 and last.get("use_regex", True):
+        return GPT2_PATTERN
+    if len(steps) == 2 and not last.get("use_regex", True) and steps[0].get("type") == "Split":
+        split = steps[0]
+        regex = (split.get("pattern") or {}).get("Regex")
+        if regex and split.get("behavior") == "Isolated" and not split.get("invert"):
+            return Pattern.get(regex).text
+    raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:80]} cannot be represented; lmdata supports "
+                      "ByteLevel, or an isolating regex Split then ByteLevel(use_regex=false)")

@@ -1,0 +1,153 @@
+"""Pre-tokenizer patterns: GPT-2's (the default), GPT-4's cl100k and o200k, or any regex.
+
+A pattern is a property of a tokenizer and part of its hash.  The three named patterns
+have a C fast path (``_fastbpe``) and a "chunk" rule: positions where text can be cut
+without changing its pre-tokens, so each distinct chunk needs the regex only once.
+
+    gpt2, o200k   cut before a " " followed by a non-space:        "a b" -> "a" | " b"
+    cl100k        the same, but only after a non-space too: in cl100k ``\\s++$`` makes
+                  "\\n\\t" one pre-token at the end of a text and two before " b"
+
+Streaming (``safe_cut``) falls back to cutting before a "\\n" that follows a non-space
+(GPT-2) or an ASCII letter or digit (cl100k, o200k: their punctuation runs swallow the
+newlines after them, "end.\\n" is one pre-token).  A custom regex is never cut at spaces;
+it is assumed not to match across a newline that follows an ASCII letter or digit, which
+holds for every byte-level BPE pattern we know of.
+``tests/tokenizer/test_pretokenize.py`` checks the cut rules over random text.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import regex
+
+from lmdata.errors import LmdataError
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+    r"""\s+(?!\S)|\s"""
+)
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+NAMED = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN}
+# the same patterns as other tools write them (HF's ByteLevel regex, tiktoken's r50k)
+# Hugging Face's regex engine (Oniguruma, Ruby syntax) reads `{1,3}+` as "repeat" and `$` as
+# end of line, so cl100k is exported in this equivalent form (possessives dropped where
+# nothing follows them, `\s++$` as `\s+\z`).
+HF_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+\z|\s*[\r\n]|"""
+    r"""\s+(?!\S)|\s"""
+)
+ALIASES = {
+    HF_CL100K_PATTERN: "cl100k",
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""": "gpt2",
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""": "gpt2",
+}
+C_MODES = {"gpt2": 0, "cl100k": 1, "o200k": 2}  # the C pre-tokenizer of each named pattern
+
+
+class Pattern:
+    """A pre-tokenizer regex and its chunk rules: ``Pattern.get("cl100k").findall("a b")``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.name = next((n for n, p in NAMED.items() if p == text), None)
+        space_cut = {"gpt2": r" (?=\S)", "o200k": r" (?=\S)", "cl100k": r"(?<=\S) (?=\S)"}.get(self.name)
+        # `re`'s \S is "not str.isspace()", a subset of `regex`'s \S (isspace also counts
+        # U+001C..U+001F), so every cut it makes is a true boundary.
+        self._space_cut = re.compile(space_cut) if space_cut else None
+
+    @classmethod
+    def get(cls, pattern: "str | Pattern | None") -> "Pattern":
+        """A pattern from a name (gpt2, cl100k, o200k), a regex, or None (GPT-2's)."""
+        if isinstance(pattern, Pattern):
+            return pattern
+        if pattern is None:
+            pattern = "gpt2"
+        if not isinstance(pattern, str) or not pattern:
+            raise LmdataError(f"--pattern must be gpt2, cl100k, o200k or a regex, got {pattern!r}")
+        if pattern in NAMED:
+            return _named(pattern)
+        if pattern in ALIASES:
+            return _named(ALIASES[pattern])
+        if re.fullmatch(r"[A-Za-z0-9_.-]+", pattern):
+            raise LmdataError(f"--pattern {pattern!r}: unknown pattern name; use gpt2, cl100k, o200k or a regex")
+        try:
+            regex.compile(pattern)
+        except regex.error as exc:
+            raise LmdataError(f"--pattern {pattern!r}: not a valid regex ({exc})") from None
+        return cls(pattern)
+
+    @cached_property
+    def compiled(self) -> "regex.Pattern":
+        return regex.compile(self.text)
+
+    @property
+    def findall(self):
+        """``findall(text) -> list[str]``: the pre-tokens of text holding no special tokens."""
+        return self.compiled.findall
+
+    @property
+    def hf_text(self) -> str:
+        """The pattern as Hugging Face's tokenizer.json must spell it to match the same pre-tokens."""
+        return HF_CL100K_PATTERN if self.name == "cl100k" else self.text
+
+    @property
+    def c_mode(self) -> int | None:
+        """The C pre-tokenizer's number for this pattern, or None (the regex is called)."""
+        return C_MODES.get(self.name)
+
+    def split_pieces(self, text: str) -> list[str]:
+        """Chunks of ``text``: the first as is, each later one standing for ``" " + piece``."""
+        return self._space_cut.split(text) if self._space_cut else [text]
+
+    def find_chunk_boundary(self, text: str, pos: int) -> int | None:
+        """The first chunk boundary at or after ``pos``, or None."""
+        if self._space_cut is None:
+            return None
+        m = self._space_cut.search(text, pos)
+        return m.start() if m else None
+
+    def newline_cut_ok(self, text: str, i: int) -> bool:
+        """Whether a cut just before ``text[i] == "\\n"`` leaves the pre-tokens unchanged."""
+        prev = text[i - 1]
+        if self.name == "gpt2":
+            return not prev.isspace()
+        return prev.isascii() and prev.isalnum()
+
+    def space_cut_ok(self, text: str, i: int) -> bool:
+        """Whether a cut just before ``text[i] == " "`` (next char non-space) is a chunk boundary."""
+        if self._space_cut is None:
+            return False
+        return self.name != "cl100k" or not text[i - 1].isspace()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pattern) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.name or self.text!r})"
+
+
+_CACHE: dict[str, Pattern] = {}
+
+
+def _named(name: str) -> Pattern:
+    if name not in _CACHE:
+        _CACHE[name] = Pattern(NAMED[name])
+    return _CACHE[name]
+
+
+GPT2 = _named("gpt2")

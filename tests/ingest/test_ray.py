@@ -1,0 +1,306 @@
+"""The Ray engine writes the same store as the local engine (issue 7).
+
+One local Ray (2 CPUs) serves the whole module: starting Ray costs ~7 s, each Ray ingest
+of the sample a few seconds. Faults are injected through ``LMDATA_RAY_FAULTS``, which
+must be in the environment before Ray starts its workers, so the fixture sets it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.ingest import ingest
+from lmdata.sources import SourceSpec
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
+from formats import FORMATS
+SHARD_TOKENS = 30_000  # the sample (vocab 512) spans ~15 shards
+HOLDOUT = ("train", "validation", 6)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data copying its own DataContext
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="Ray is not installed (pip install 'lmdata[ray]')")
+
+
+def fingerprint(store: Path) -> dict:
+    """The manifest without file names (Lance names data files by UUID): equal iff same bytes."""
+
+    def strip(obj):
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k != "path"}
+        return [strip(v) for v in obj] if isinstance(obj, list) else obj
+
+    manifest = json.loads((store / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        split["formats"] = strip(split["formats"])
+    return manifest
+
+
+def stream(store: Path, split: str, fmt: str) -> np.ndarray:
+    from lmdata.store import open_store
+
+    reader = open_store(store).reader(split, fmt)
+    return reader.windows(np.array([0]), reader.n_tokens)[0]
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """~16 KB of text per task, so the sample makes ~60 batches to run in parallel and re-order."""
+    monkeypatch.setattr("lmdata.ingest.encode.BATCH_BYTES", 1 << 14)
+
+
+def run(out: Path, tokenizer_dir: Path, engine: str, **kw) -> None:
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, out, formats=FORMATS, shard_tokens=SHARD_TOKENS,
+           workers=2, holdout=HOLDOUT, progress=False, log=None, engine=engine, **kw)
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(faults: Path):
+    ray = pytest.importorskip("ray")
+    os.environ["LMDATA_RAY_FAULTS"] = str(faults)  # workers inherit it; nothing is armed yet
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    del os.environ["LMDATA_RAY_FAULTS"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(str(SAMPLE), 512, ["<|endoftext|>"])
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_store(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("local") / "store"
+    run(out, tokenizer_dir, "local")
+    return out
+
+
+def split_sample(directory: Path, cuts: tuple[int, ...] = (30, 58)) -> list[Path]:
+    """data/sample.txt as files of whole documents (cut after the given separators): the same stream."""
+    data, sep = SAMPLE.read_bytes(), b"\n<|endoftext|>\n"
+    ends, pos = [], 0
+    while (pos := data.find(sep, pos)) >= 0:
+        pos += len(sep)
+        ends.append(pos)
+    bounds = [0] + [ends[c - 1] for c in cuts] + [len(data)]
+    parts = []
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        parts.append(directory / f"part-{i}.txt")
+        parts[-1].write_bytes(data[a:b])
+    return parts
+
+
+@needs_ray
+def test_cli_ray_engine_writes_the_local_store(ray_cluster, local_store, tokenizer_dir, tmp_path):
+    """Three input files (the held-out documents span two of them) through `--engine ray`."""
+    from click.testing import CliRunner
+
+    from lmdata.cli.ingest import ingest_command
+    from lmdata.store.verify import verify_store
+
+    out = tmp_path / "ray"
+    inputs = [a for p in split_sample(tmp_path) for a in ("--input", str(p))]
+    args = inputs + ["--tokenizer", str(tokenizer_dir), "--out", str(out), "--holdout", "6",
+                     "--shard-tokens", str(SHARD_TOKENS), "--engine", "ray", "--no-progress"]
+    result = CliRunner().invoke(ingest_command, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for store in (local_store, out):
+        verify_store(store).raise_if_bad()
+    ray_store, local = fingerprint(out), fingerprint(local_store)
+    for split in ray_store["splits"].values():  # the same documents, from other file names
+        split.pop("sources")
+    for split in local["splits"].values():
+        split.pop("sources")
+    assert ray_store == local  # counts, cut points, every shard file's sha256
+    for split in ("train", "validation"):
+        for fmt in FORMATS:
+            assert np.array_equal(stream(out, split, fmt), stream(local_store, split, "memmap"))
+
+
+@needs_ray
+def test_first_attempt_failures_are_retried(ray_cluster, faults, local_store, tokenizer_dir, tmp_path):
+    """A worker killed while encoding, before a write and after a write: same store, no leftovers."""
+    armed = ["encode-0-7", "write-parquet-00002", "wrote-lance-00004"]
+    for key in armed:
+        (faults / key).touch()
+    out = tmp_path / "ray"
+    run(out, tokenizer_dir, "ray")
+    assert sorted(p.name for p in faults.iterdir()) == sorted(k + ".fired" for k in armed)
+    assert fingerprint(out) == fingerprint(local_store)
+    from lmdata.store.verify import verify_store
+
+    verify_store(out).raise_if_bad()
+    n_shards = len(fingerprint(out)["splits"]["train"]["formats"]["lance"]["shards"])
+    assert len(list((out / "train" / "lance" / "data").iterdir())) == n_shards  # retried fragments removed
+    assert not list(out.rglob(".*.tmp-*"))
+
+
+@needs_ray
+def test_ray_resumes_an_interrupted_local_ingest(ray_cluster, local_store, tokenizer_dir, tmp_path):
+    """Completed shards are reused, the rest re-encoded from the right document on."""
+    import shutil
+
+    out = tmp_path / "store"
+    shutil.copytree(local_store, out)
+    (out / "manifest.json").unlink()  # an ingest that died before its manifest...
+    for fmt in FORMATS:  # ...after completing shards 0-4 of train in every format
+        for rec in (out / "train" / fmt / "_shards").glob("*.json"):
+            if int(rec.stem) >= 5:
+                rec.unlink()
+    run(out, tokenizer_dir, "ray", resume=True)
+    assert fingerprint(out) == fingerprint(local_store)
+
+
+@needs_ray
+def test_bad_input_names_the_file_like_the_local_engine(ray_cluster, tokenizer_dir, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n<|endoftext|>\n" + b"x" * 100 + b"\xff\xfe broken\n")
+    messages = []
+    for engine in ("local", "ray"):
+        with pytest.raises(LmdataError) as err:
+            ingest({"train": SourceSpec((str(bad),))}, tokenizer_dir, tmp_path / engine, formats=FORMATS,
+                   workers=1, progress=False, log=None, engine=engine)
+        assert not (tmp_path / engine).exists()  # a fresh store is removed again: the fixed input just reruns
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert str(bad) in messages[1] and "byte 119" in messages[1]
+
+    bad.write_bytes(b"\n<|endoftext|>\n".join([b"one", b"t\xffwo", b"three", b"fo\xfeur"]))
+    for engine in ("local", "ray"):  # --errors replace: the same counts of U+FFFD per split
+        ingest({"train": SourceSpec((str(bad),), errors="replace")}, tokenizer_dir, tmp_path / f"r-{engine}",
+               formats=FORMATS, workers=1, holdout=("train", "validation", 2), progress=False, log=None,
+               engine=engine)
+    assert fingerprint(tmp_path / "r-ray") == fingerprint(tmp_path / "r-local")
+    assert fingerprint(tmp_path / "r-ray")["extra"]["splits"]["train"]["replaced"] == 1
+
+
+def test_without_ray_the_engine_says_how_to_install(tmp_path):
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from lmdata.ingest.ray import require_ray\n"
+        "try:\n    require_ray()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("LmdataError") and "pip install 'lmdata[ray]'" in out
+
+
+def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, tmp_path):
+    """The Lance-on-Ray retry failure (a fragment committed with fewer rows, no error) is refused."""
+    import shutil
+
+    import lance
+    from lance.fragment import LanceFragment
+
+    from lmdata.ingest.ray import check_committed
+    from lmdata.store.formats.lance import STORAGE_VERSION, LanceWriter
+    from lmdata.store.manifest import read_manifest
+
+    out = tmp_path / "store"
+    shutil.copytree(local_store, out)
+    manifest = read_manifest(out)
+    shards = manifest.splits["train"].formats["lance"]  # fragments, each a run of ingest shards
+    memmap = out / "train" / "memmap"
+    last_docs = {s.first_doc + s.n_docs - 1: int(np.diff(np.load(memmap / f"docs-{s.name}.npy"))[-1])
+                 for s in manifest.splits["train"].formats["memmap"]}
+    lance_dir = out / "train" / "lance"
+    writer = LanceWriter(lance_dir, np.dtype(manifest.dtype))
+    check_committed("lance", writer, shards, last_docs, manifest.dtype, manifest.eot_id)  # intact: passes
+
+    ds = lance.dataset(str(lance_dir))
+    frags = [f.metadata for f in ds.get_fragments()]
+    table = ds.get_fragments()[-1].to_table()
+    frags[-1] = LanceFragment.create(str(lance_dir), table.slice(0, table.num_rows - 1), fragment_id=frags[-1].id,
+                                     schema=ds.schema, data_storage_version=STORAGE_VERSION)
+    lance.LanceDataset.commit(str(lance_dir), lance.LanceOperation.Overwrite(ds.schema, frags))
+    with pytest.raises(LmdataError, match="rows|not the manifest"):
+        check_committed("lance", writer, shards, last_docs, manifest.dtype, manifest.eot_id)
+
+
+def test_an_address_without_ray_fails_fast():
+    import socket
+
+    from lmdata.ingest.ray import _check_address
+
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(LmdataError, match=f"--ray-address 127.0.0.1:{port}: no Ray there"):
+        _check_address(f"127.0.0.1:{port}")
+    _check_address("auto")  # resolved by Ray itself
+
+
+@needs_ray
+def test_a_bad_ray_address_leaves_nothing_behind(tokenizer_dir, tmp_path):
+    """Ray connects before the store is touched (a subprocess: this module's Ray is already initialized)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "new" / "store"
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "ingest", "--input", str(SAMPLE), "--tokenizer",
+                           str(tokenizer_dir), "--out", str(out), "--engine", "ray", "--ray-address",
+                           f"127.0.0.1:{port}", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and f"--ray-address 127.0.0.1:{port}: no Ray there" in proc.stderr, proc.stderr
+    assert not (tmp_path / "new").exists()
+
+
+@needs_ray
+def test_a_killed_ray_ingest_resumes_to_the_same_store(ray_cluster, local_store, tokenizer_dir, tmp_path):
+    """SIGKILL the driver (another process on the same Ray) mid-split: no manifest; --resume finishes it."""
+    import signal
+    import time
+
+    out = tmp_path / "store"
+    script = (
+        "import ray, lmdata.ingest as li\n"
+        "from lmdata.sources import SourceSpec\n"
+        "li.BATCH_BYTES = 1 << 14\n"
+        f"ray.init(address={ray_cluster.get_runtime_context().gcs_address!r}, log_to_driver=False)\n"
+        f"li.ingest({{'train': SourceSpec(({str(SAMPLE)!r},))}}, {str(tokenizer_dir)!r}, {str(out)!r}, "
+        f"formats={FORMATS!r}, shard_tokens={SHARD_TOKENS}, holdout={HOLDOUT!r}, progress=False, log=None, "
+        "engine='ray')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    record = out / "train" / "lance" / "_shards" / "00003.json"
+    deadline = time.monotonic() + 60
+    while not record.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert record.exists() and not (out / "manifest.json").exists()
+    run(out, tokenizer_dir, "ray", resume=True)
+    assert fingerprint(out) == fingerprint(local_store)
+
+
+def test_pipeline_toml_chooses_the_engine():
+    from lmdata.config import parse_pipeline
+
+    table = {"ingest": {"out": "s", "engine": "ray", "ray_address": "auto", "splits": {"train": {"sources": ["a"]}}}}
+    cfg = parse_pipeline(table).ingest
+    assert (cfg.engine, cfg.ray_address) == ("ray", "auto")
+    assert parse_pipeline({"ingest": {"out": "s", "splits": {"train": {"sources": ["a"]}}}}).ingest.engine == "local"
+    table["ingest"]["engine"] = "spark"
+    with pytest.raises(LmdataError, match="engine"):
+        parse_pipeline(table)

@@ -1,0 +1,30 @@
+"""Constants and helpers shared by the ingest tests (imported as a plain module)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample.txt"
+from formats import FORMATS  # noqa: F401  (re-exported for the ingest tests)
+SAMPLE_SHARD_TOKENS = 30_000  # the sample's ~434k tokens (vocab 512) span ~15 shards
+HOLDOUT = 6
+
+
+def fingerprint(store: Path) -> dict:
+    """The manifest without file names (Lance names its data files with random UUIDs):
+    counts, cut points and every file's sha256 -- equal iff the stores hold the same bytes."""
+
+    def strip(obj):
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k != "path"}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+
+    manifest = json.loads((Path(store) / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        split["sources"] = [s["sha256"] for s in split["sources"]]
+        split["formats"] = strip(split["formats"])
+    return manifest

@@ -1,0 +1,49 @@
+"""`lmdata tokenizer import|export` and `train --pattern` from the command line."""
+
+import pytest
+
+from lmdata.cli import main
+from lmdata.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"
+
+
+def run(argv, capsys):
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text(("The quick brown fox, 12345 jumps.\n\n" + EOT) * 50)
+    return path
+
+
+def test_train_with_a_pattern_export_and_import(corpus, tmp_path, capsys):
+    assert run(["tokenizer", "train", str(corpus), "--vocab-size", "300", "--pattern", "cl100k",
+                "--out", str(tmp_path / "tok"), "--no-progress"], capsys)[0] == 0
+    tok = Tokenizer.load(tmp_path / "tok")
+    assert tok.pattern_name == "cl100k"
+    for fmt, name in (("hf", "t.json"), ("tiktoken", "r.tiktoken")):
+        assert run(["tokenizer", "export", str(tmp_path / "tok"), "--to", fmt, "--out", str(tmp_path / name)],
+                   capsys)[0] == 0
+    assert run(["tokenizer", "import", str(tmp_path / "t.json"), "--out", str(tmp_path / "a")], capsys)[0] == 0
+    code, out, _ = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--pattern", "cl100k",
+                        "--special-token", f"{EOT}={tok.eot_id}", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0 and "cl100k" in out
+    assert Tokenizer.load(tmp_path / "a").hash == Tokenizer.load(tmp_path / "b").hash == tok.hash
+
+
+def test_bad_pattern_and_missing_tiktoken_pattern(corpus, tmp_path, capsys):
+    code, _, err = run(["tokenizer", "train", str(corpus), "--vocab-size", "300", "--pattern", "gpt5",
+                        "--out", str(tmp_path / "tok"), "--no-progress"], capsys)
+    assert code == 1 and "unknown pattern name" in err and err.count("\n") == 1
+    (tmp_path / "r.tiktoken").write_text("YQ== 0\n")
+    code, _, err = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "--pattern" in err

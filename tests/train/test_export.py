@@ -1,0 +1,100 @@
+"""`lmdata export --to hf`: transformers loads the directory as Llama; logits and greedy text equal ours."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from lmdata.cli import main
+from lmdata.errors import LmdataError
+from lmdata.model.transformer import TransformerLM
+from lmdata.train.checkpoint import read_checkpoint
+from lmdata.train.export import export, interleaved_to_halves
+from lmdata.train.sample import generate
+
+from test_loop import cfg
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+
+@pytest.fixture(scope="module")
+def trained(sample_store, tmp_path_factory):
+    """A few steps of a 2-layer model with 4 heads of d_k 16 (so the q/k permutation matters)."""
+    from lmdata.train.loop import train
+
+    out = tmp_path_factory.mktemp("export") / "run"
+    train(cfg(sample_store, out, steps=6, d_model=64, layers=2, heads=4, d_ff=96, eval_every=0, ckpt_every=0))
+    return out
+
+
+def _ours(run):
+    payload = read_checkpoint(run / "checkpoints" / "ckpt-00000006.pt")
+    model = TransformerLM(**payload["meta"]["model_config"])
+    model.load_state_dict(payload["model"])
+    return model.eval(), payload["meta"]
+
+
+def test_permutation_turns_pairs_into_halves():
+    w = torch.arange(8.0)[:, None].repeat(1, 3)  # 2 heads of d_k 4: rows 0..7
+    assert interleaved_to_halves(w, 2)[:, 0].tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+def test_hf_round_trip_logits_and_greedy_text(trained, tmp_path):
+    out = tmp_path / "hf"
+    main(["export", str(trained), "--to", "hf", "--out", str(out)])
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).float().eval()
+    assert type(hf).__name__ == "LlamaForCausalLM"
+    ours, meta = _ours(trained)
+    ids = torch.randint(0, meta["model_config"]["vocab_size"], (3, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (hf(ids).logits - ours(ids)).abs().max().item()
+    print(f"max abs logit difference HF vs ours: {diff:.2e}")
+    assert diff <= 1e-4, diff
+
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    from lmdata.store import open_store
+
+    ours_tok = open_store(meta["store"]).tokenizer()
+    text = "Once upon a time, there was a little girl.<|endoftext|> The end."
+    assert tok(text)["input_ids"] == ours_tok.encode(text)
+    prompt = ours_tok.encode("Once upon a time")
+    mine = generate(ours, prompt, 12, eot_id=None, temperature=0)
+    with torch.no_grad():
+        theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                             pad_token_id=meta["eot_id"])[0, len(prompt):].tolist()
+    assert theirs == mine
+    assert tok.decode(theirs) == ours_tok.decode(mine)
+    export(trained, out)  # rewriting its own export is fine
+
+
+def test_export_refuses_a_foreign_non_empty_directory(trained, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SystemExit, match="1"):
+        main(["export", str(trained), "--to", "hf", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out) in err and "not empty" in err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_export_without_a_loadable_tokenizer_is_one_line(trained, sample_store, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    ckpt = run / "checkpoints" / "ckpt-00000006.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    payload["meta"]["store"] = str(store)
+    torch.save(payload, ckpt)
+    shutil.rmtree(store / "tokenizer")
+    shutil.rmtree(run / "checkpoints" / "tokenizer")
+    with pytest.raises(LmdataError, match="no tokenizer Hugging Face can load"):
+        export(run, tmp_path / "hf")
+    with pytest.raises(SystemExit, match="1"):
+        main(["export", str(run), "--to", "hf", "--out", str(tmp_path / "hf")])
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "hf").exists()

@@ -1,0 +1,107 @@
+"""`lmdata train` / `lmdata sample` through the CLI, a pipeline file, and torchrun DDP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmdata.cli import main
+from lmdata.train.checkpoint import read_checkpoint
+from lmdata.train.sample import generate, top_p_filter
+
+FLAGS = ["--batch-size", "4", "--warmup", "2", "--eval-batches", "1", "--log-every", "2", "--no-progress"]
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_then_sample(sample_store, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, text, err = run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "4", *FLAGS], capsys)
+    assert code == 0, err
+    assert "step      4  loss" in text and "data-wait" in text and "val loss" in text
+    assert (out / "checkpoints" / "tokenizer" / "vocab.json").is_file()
+    code, text, err = run_cli(["sample", str(out), "--prompt", "The people", "--max-tokens", "12", "--seed", "1"], capsys)
+    assert code == 0, err
+    assert text.startswith("The people") and len(text) > len("The people\n")
+    again = run_cli(["sample", str(out), "--prompt", "The people", "--max-tokens", "12", "--seed", "1"], capsys)[1]
+    assert again == text  # the seed fixes the sample
+
+
+def test_sample_uses_the_tokenizer_copy_when_the_store_moved(sample_store, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
+    ckpt = out / "checkpoints" / "ckpt-00000002.pt"
+    payload = read_checkpoint(ckpt)
+    payload["meta"]["store"] = str(tmp_path / "moved-away")
+    torch.save(payload, ckpt)
+    code, text, err = run_cli(["sample", str(ckpt), "--prompt", "We", "--max-tokens", "5"], capsys)
+    assert code == 0, err
+    assert text.startswith("We")
+
+
+def test_pipeline_file_and_flag_override(sample_store, tmp_path, capsys):
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(f'[train]\nstore = "{sample_store}"\nsteps = 3\nbatch_size = 4\nout = "{tmp_path / "run"}"\n'
+                    'log_every = 1\nprogress = false\nval_split = "none"\n')
+    code, text, err = run_cli(["train", str(pipe), "--steps", "2"], capsys)
+    assert code == 0, err
+    assert "step      2  loss" in text and "step      3" not in text and "val loss" not in text
+    pipe.write_text('[train]\nbatch = 4\n')
+    code, _, err = run_cli(["train", str(pipe)], capsys)
+    assert code == 1 and "unknown key 'batch'" in err and "batch_size" in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "medium"], "valid presets: gpt2-small, small, tiny"),
+    (["--seq-len", "100"], "--seq-len 100 is longer than model 'tiny'"),
+    (["--batch-size", "99999"], "larger than a rank's share"),
+    (["--split", "dev"], "no split 'dev'"),
+])
+def test_bad_input_is_one_line(sample_store, tmp_path, capsys, args, message):
+    code, _, err = run_cli(["train", "--store", str(sample_store), "--out", str(tmp_path / "r"), *args], capsys)
+    assert code == 1 and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_top_p_and_greedy():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    torch.testing.assert_close(top_p_filter(probs, 0.7), torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    torch.testing.assert_close(top_p_filter(probs, 0.1), torch.tensor([1.0, 0.0, 0.0, 0.0]))
+
+    class Fixed(torch.nn.Module):  # always predicts (id + 1) % 5; id 3 is end-of-text
+        context_length = 8
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            return torch.nn.functional.one_hot((ids + 1) % 5, 5).float() * 50
+
+    assert generate(Fixed(), [0], 10, eot_id=3, temperature=0) == [1, 2, 3]
+    assert generate(Fixed(), [0], 10, eot_id=3, temperature=1.0, top_p=0.9) == [1, 2, 3]
+
+
+def test_torchrun_ddp_two_ranks(sample_store, tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "lmdata", "train", "--store", str(sample_store),
+           "--out", str(out), "--steps", "3", "--ckpt-every", "3", "--eval-every", "0", *FLAGS]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on cpu x2" in proc.stdout and proc.stdout.count("step      2  loss") == 1  # rank 0 logs alone
+    payload = read_checkpoint(out / "checkpoints" / "ckpt-00000003.pt")
+    assert [(s["rank"], s["world_size"], s["batch"]) for s in payload["loader"]] == [(0, 2, 3), (1, 2, 3)]
