@@ -23,8 +23,10 @@ manifest (size + sha256). Its layout, little-endian::
     >>> BlockSums.decode(sums.encode(), "f").crcs.tolist() == sums.crcs.tolist()
     True
 
-Rows (Parquet, Lance) carry a CRC-32 of their tokens' little-endian bytes in a ``crc32``
-column (``row_checksums``), checked on every row a read returns.
+Lance rows carry a CRC-32 of their tokens' little-endian bytes (``row_checksums``) as the
+third row of the fragment's row index (``rows-*.npy`` / ``index-*.npy``, itself sha256-checked
+against the manifest), checked on every row a take returns. Parquet needs none of its own:
+every page carries a CRC-32 that pyarrow checks on read.
 
 Cost (this box, 2 shared cores): zlib's crc32 runs at ~0.4-0.5 GB/s on 4 KiB blocks; a
 memmap batch of 256 windows of 1025 uint16 tokens touches ~1.5 blocks per window, ~1.5 MiB,
