@@ -1,6 +1,8 @@
 """Which format on object storage: loader throughput from s3:// with 0/5/20 ms per request.
 
-    .venv/bin/python bench/remote.py --corpus data/sample.txt --batches 24 --seq 512
+    .venv/bin/python bench/remote.py --corpus data/sample.txt --batches 24 --seq 512 \
+        --json bench/results/remote-cpu/bench.json --png bench/results/remote-cpu/remote.png
+    .venv/bin/python bench/remote.py --from-json bench/results/remote-cpu/bench.json --png X.png  # redraw only
 
 Starts a moto S3 server on loopback, ingests ``--corpus`` into a local store and into
 ``s3://bench/store`` (every format), and for each added latency starts a delay proxy
@@ -154,7 +156,17 @@ def main() -> None:
     p.add_argument("--delays", default="0,5,20")
     p.add_argument("--workers", default="0,2")
     p.add_argument("--json", type=Path)
+    p.add_argument("--png", type=Path, help="also draw the table: loader M tok/s per reader and latency")
+    p.add_argument("--from-json", type=Path, help="redraw --png (and print the table) from an earlier --json; "
+                   "runs nothing")
     args = p.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        args = argparse.Namespace(**{**saved["args"], "png": args.png})
+        print(table(saved["rows"], args))
+        if args.png:
+            plot(saved["rows"], args, args.png)
+        return
 
     from lmdata.ingest import ingest
     from lmdata.sources import SourceSpec
@@ -203,9 +215,11 @@ def main() -> None:
             d, e1, e2, _ = cache
             print(f"\nmemmap from s3 at {d:g} ms with the local cache (LMDATA_REMOTE_CACHE_BYTES): "
                   f"epoch 1 {e1:.2f} s, epoch 2 {e2:.2f} s for the same {args.batches} batches ({e1 / e2:.1f}x)")
+        if args.png:
+            plot(rows, args, args.png)
         if args.json:
             args.json.write_text(json.dumps({"rows": rows, "cache": cache, "args": vars(args) | {
-                "corpus": str(args.corpus), "json": str(args.json)}}, indent=1))
+                "corpus": str(args.corpus), "json": str(args.json), "png": str(args.png)}}, indent=1))
     finally:
         for proc in proxies + [moto]:
             proc.kill()
@@ -231,6 +245,41 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         out[-1] += (f"{r['tok_s'] / 1e6:.2f} | " + ("-" if np.isnan(r["stall"]) else f"{r['stall']:.0%}") + " | "
                     + ("-" if np.isnan(r["startup_s"]) else f"{r['startup_s']:.2f}") + " |")
     return "\n".join(out)
+
+
+def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
+    """Grouped bars, log scale: loader M tok/s of each reader (local, then s3 at each latency),
+    workers 0 and 2, against the H100 ``small`` rate the simulated step consumes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [("local", 0)] + sorted({("s3", r["delay_ms"]) for r in rows if r["where"] == "s3"}, key=lambda g: g[1])
+    readers = [(f, w) for f in FORMATS for w in sorted({r["workers"] for r in rows})] + [("naive (GET per window)", 0)]
+    value = {(r["format"], r["workers"], r["where"], r["delay_ms"]): r["loader_tok_s"] / 1e6 for r in rows}
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.8 / len(readers)
+    for k, (fmt, w) in enumerate(readers):
+        xs, ys = [], []
+        for g, (where, delay) in enumerate(groups):
+            v = value.get((fmt, w, where, delay))
+            if v is not None:
+                xs.append(g + (k - (len(readers) - 1) / 2) * width)
+                ys.append(v)
+        label = fmt if fmt.startswith("naive") else f"{fmt}, {w} workers"
+        ax.bar(xs, ys, width, label=label)
+    ax.axhline(args.rate / 1e6, color="black", linestyle="--", linewidth=1)
+    ax.text(-0.45, args.rate / 1e6 * 1.12, f"H100 small {args.rate / 1e6:g} M tok/s", ha="left", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(groups)), ["local disk" if w == "local" else f"s3 +{d:g} ms/request" for w, d in groups])
+    ax.set_ylabel("loader M tokens/s (log)")
+    ax.set_title(f"Loader from object storage (moto on loopback, delay proxy), batch {args.batch} x {args.seq}; "
+                 "CPU-only, 2 shared cores", fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,12 @@ A split is a source's document stream, or a slice of it: ``plan_splits`` impleme
 holdout (the last N documents of one split become another, e.g. ``validation``; counting
 them costs one read of the input, no tokenizing).
 
+A path or glob may be an object on object storage, ``s3://bucket/prefix/*.jsonl.gz``
+(``*``/``?``/``[...]`` within a key segment, ``**`` across them; one LIST per glob), read
+as a stream through pyarrow's S3 filesystem with the standard AWS environment
+(``lmdata.store.uri``); ``expand`` returns ``Location`` objects for those, ``Path`` for the
+rest, and every reader here takes either.
+
 Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
 stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is counted in
 ``SourceStats.replaced``.
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from lmdata.errors import LmdataError
+from lmdata.store.uri import is_uri
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet")
 ERRORS = ("strict", "replace")
@@ -81,11 +88,14 @@ class SourceStats:
 # ---------------------------------------------------------------------------- files
 
 
-def expand(patterns: tuple[str, ...] | list[str]) -> list[Path]:
-    """Paths and globs -> sorted files; a missing path or a glob matching nothing is an error."""
-    files: list[Path] = []
+def expand(patterns: tuple[str, ...] | list[str]) -> list[Any]:
+    """Paths and globs -> sorted files (``Path``, or ``Location`` for ``s3://``); a missing path
+    or a glob matching nothing is an error."""
+    files: list[Any] = []
     for pattern in patterns:
-        if glob.has_magic(pattern):
+        if is_uri(pattern):
+            files.extend(_expand_remote(pattern))
+        elif glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise LmdataError(f"input glob {pattern!r} matches no files; check the pattern and working directory")
@@ -100,16 +110,78 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Path]:
     return files
 
 
-def describe(path: Path) -> dict[str, object]:
-    """The manifest's record of a source file: path as given, size, sha256."""
+def _expand_remote(pattern: str) -> list[Any]:
+    from lmdata.store import uri
+
+    matches = uri.glob(pattern, flag="input")
+    if not matches:
+        if glob.has_magic(pattern):
+            raise LmdataError(f"input glob {pattern!r} matches no objects; check the pattern and the bucket")
+        raise LmdataError(f"input {pattern}: no such object")
+    return sorted(matches, key=lambda m: m.path)
+
+
+def input_file(text: str) -> Any:
+    """An input named by ``str(path)`` again (``expand``'s ``Path`` or ``Location``)."""
+    if is_uri(text):
+        from lmdata.store.uri import location
+
+        return location(text, flag="input")
+    return Path(text)
+
+
+def file_size(path: Any) -> int:
+    """Bytes of an input file or object."""
+    return path.size() if _remote(path) else Path(path).stat().st_size
+
+
+def _remote(path: Any) -> bool:
+    return bool(getattr(path, "remote", False))
+
+
+def _open_raw(path: Any, seekable: bool = False) -> Any:
+    """The file's stored bytes: a local file, or an object's stream (random access if ``seekable``)."""
+    if not _remote(path):
+        return open(path, "rb", buffering=1 << 20)
+    from lmdata.store.uri import remote_error
+
+    try:
+        if seekable:
+            return path.fs.open_input_file(path.fs_path)
+        return io.BufferedReader(_ArrowRaw(path.fs.open_input_stream(path.fs_path)), 1 << 20)
+    except OSError as exc:
+        raise remote_error(exc, path) from None
+
+
+class _ArrowRaw(io.RawIOBase):
+    """A pyarrow input stream as a raw Python stream (so gzip, zstd and line iteration work on it)."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, out: Any) -> int:
+        data = self._native.read(len(out))
+        out[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._native.close()
+        super().close()
+
+
+def describe(path: Any) -> dict[str, object]:
+    """The manifest's record of a source file: path (or URI) as given, size, sha256."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with _open_raw(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
-    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return {"path": str(path), "bytes": file_size(path), "sha256": digest.hexdigest()}
 
 
-def _strip_compression(path: Path) -> tuple[str, str | None]:
+def strip_compression(path: Path) -> tuple[str, str | None]:
     name = path.name.lower()
     for ext in (".gz", ".zst"):
         if name.endswith(ext):
@@ -120,7 +192,7 @@ def _strip_compression(path: Path) -> tuple[str, str | None]:
 def kind_of(path: Path, kind: str) -> str:
     if kind != "auto":
         return kind
-    name, _ = _strip_compression(path)
+    name, _ = strip_compression(path)
     if name.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if name.endswith(".parquet"):
@@ -130,15 +202,29 @@ def kind_of(path: Path, kind: str) -> str:
 
 def open_binary(path: Path) -> IO[bytes]:
     """A buffered binary stream of the file's (decompressed) bytes."""
-    _, comp = _strip_compression(path)
+    _, comp = strip_compression(path)
     try:
         if comp == ".gz":
-            return gzip.open(path, "rb")
+            return gzip.open(path, "rb") if not _remote(path) else _OwningGzip(_open_raw(path))
         if comp == ".zst":
-            return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
-        return open(path, "rb", buffering=1 << 20)
+            return io.BufferedReader(_ZstdReader(_open_raw(path)), 1 << 20)
+        return _open_raw(path)
     except OSError as exc:
         raise LmdataError(f"input {path}: cannot open ({exc.strerror})") from exc
+
+
+class _OwningGzip(gzip.GzipFile):
+    """A ``GzipFile`` over a stream it closes with itself (``gzip.open`` leaves a passed stream open)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        super().__init__(fileobj=raw, mode="rb")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 class _ZstdReader(io.RawIOBase):
@@ -272,8 +358,8 @@ def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iter
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _, comp = _strip_compression(path)
-    with tempfile.TemporaryFile() if comp else open(path, "rb") as fh:
+    _, comp = strip_compression(path)
+    with tempfile.TemporaryFile() if comp else _open_raw(path, seekable=True) as fh:
         try:
             if comp:  # Parquet needs seeks (footer first): decompress to a temporary file, not to memory
                 with open_binary(path) as src:

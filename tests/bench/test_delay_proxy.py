@@ -14,4 +14,4 @@ def test_proxy_relays_s3_requests(s3, monkeypatch):
         assert obj.read_bytes() == bytes(range(256)) * 40
         assert obj.open_input().read_at(3, 256) == bytes([0, 1, 2])
         assert obj.size() == 10240 and not location(s3.uri("p", "missing")).exists()
-        assert proxy.requests >= 5
+        assert proxy.requests >= 5 and proxy.sent_bytes >= 10240 + 3

@@ -249,3 +249,48 @@ def test_cli_commands_take_s3_uris(remote_sample):
         assert result.exit_code == 0, (args, result.output)
     result = runner.invoke(cli, ["verify", "gs://bucket/store"])
     assert isinstance(result.exception, LmdataError) and "unknown URI scheme" in str(result.exception)
+
+
+def test_inputs_from_s3_objects_and_globs(s3, sample_store, tokenizer_dir, tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    text = SAMPLE.read_bytes()
+    half = text.index(b"<|endoftext|>", len(text) // 2) + len(b"<|endoftext|>\n")
+    location(s3.uri("in", "a.txt")).write_bytes(text[:half])
+    location(s3.uri("in", "sub", "b.txt.gz")).write_bytes(gzip.compress(text[half:]))
+    location(s3.uri("in", "notes.md")).write_bytes(b"not matched")
+    out = tmp_path / "from-s3"
+    ingest({"train": SourceSpec((s3.uri("in", "**", "*.txt*"),))}, tokenizer_dir, out, formats=["memmap"],
+           workers=1, progress=False, log=None)
+    local = tmp_path / "from-disk"
+    (tmp_path / "a.txt").write_bytes(text[:half]), (tmp_path / "b.txt.gz").write_bytes(gzip.compress(text[half:]))
+    ingest({"train": SourceSpec((str(tmp_path / "a.txt"), str(tmp_path / "b.txt.gz")))}, tokenizer_dir, local,
+           formats=["memmap"], workers=1, progress=False, log=None)
+    a, b = open_store(out).reader("train", "memmap"), open_store(local).reader("train", "memmap")
+    assert a.n_tokens == b.n_tokens
+    np.testing.assert_array_equal(a.windows(np.array([0]), a.n_tokens), b.windows(np.array([0]), b.n_tokens))
+    plan = (out / "ingest-plan.json").read_text()
+    assert s3.uri("in", "a.txt") in plan and s3.uri("in", "sub", "b.txt.gz") in plan
+    for missing, match in ((s3.uri("in", "nope.txt"), "no such object"), (s3.uri("in", "*.json"), "matches no objects")):
+        with pytest.raises(LmdataError, match=match):
+            ingest({"train": SourceSpec((missing,))}, tokenizer_dir, tmp_path / "x", progress=False, log=None)
+
+
+def test_lmdata_bench_reads_an_s3_store(remote_sample, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from lmdata.cli import cli
+
+    uri, _ = remote_sample
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(cli, ["bench", "--store", uri, "--format", "memmap,parquet,lance", "--workers", "0",
+                                      "--steps", "3", "--batch-size", "4", "--seq-len", "64", "--step-ms", "1",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert report["config"]["store"] == uri  # the URI, never folded into a local 's3:' directory
+    assert not (tmp_path / "s3:").exists()
+    assert sorted({row["format"] for row in report["runs"]}) == ["lance", "memmap", "parquet"]

@@ -5,7 +5,7 @@ This kernel has no netem, so the remote benchmark puts this in front of the S3 s
     with DelayProxy("127.0.0.1:9000", delay_ms=20) as proxy:
         os.environ["AWS_ENDPOINT_URL"] = proxy.url      # http://127.0.0.1:<port>
         ...                                             # every request now costs >= 20 ms more
-    proxy.requests                                      # how many requests went through
+    proxy.requests, proxy.sent_bytes                    # requests that went through, bytes sent back
 
 Each request waits ``delay_ms`` before it is forwarded (so ``n`` requests in flight overlap
 their waits, as on a real network), then the upstream response is relayed whole. Requests
@@ -73,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+            with self.server.lock:
+                self.server.sent_bytes += len(data)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
 
@@ -86,6 +88,7 @@ class _Server(ThreadingHTTPServer):
         self.upstream_port = int(port)
         self.delay_s = delay_ms / 1000.0
         self.requests = 0
+        self.sent_bytes = 0  # response bodies relayed to the client
         self.lock = threading.Lock()
         self._local = threading.local()
 
@@ -117,6 +120,11 @@ class DelayProxy:
     @property
     def requests(self) -> int:
         return self._server.requests
+
+    @property
+    def sent_bytes(self) -> int:
+        """Bytes of response bodies relayed so far (what the client downloaded)."""
+        return self._server.sent_bytes
 
     @property
     def delay_ms(self) -> float:

@@ -160,3 +160,12 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
     publish(staging, loc, log)
     shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def remote_state(out: str) -> tuple[bool, bool]:
+    """(a finished store of ours is at ``out``, an interrupted ingest of ours is there): the
+    pipeline's reuse-or-resume decision for an ``s3://`` store."""
+    loc = location(out, flag="[ingest] out")
+    if remote_manifest(loc) is not None:
+        return True, False
+    return False, output.layout_from(None, _remote_json(loc / output.PLAN_NAME)) is not None
