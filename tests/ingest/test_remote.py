@@ -294,3 +294,19 @@ def test_lmdata_bench_reads_an_s3_store(remote_sample, tmp_path):
     assert report["config"]["store"] == uri  # the URI, never folded into a local 's3:' directory
     assert not (tmp_path / "s3:").exists()
     assert sorted({row["format"] for row in report["runs"]}) == ["lance", "memmap", "parquet"]
+
+
+def test_a_parquet_input_object_is_read_by_random_access(s3, tokenizer_dir, tmp_path, monkeypatch):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    docs = [d for d in SAMPLE.read_text().split("<|endoftext|>\n") if d.strip()][:40]
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": docs}), buf, row_group_size=8)
+    location(s3.uri("in", "docs.parquet")).write_bytes(buf.getvalue())
+    ingest({"train": SourceSpec((s3.uri("in", "docs.parquet"),))}, tokenizer_dir, tmp_path / "store",
+           formats=["memmap"], workers=1, progress=False, log=None)
+    assert open_store(tmp_path / "store").manifest.splits["train"].n_docs == len(docs)
