@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from lmdata.store import open_store
-from lmdata.train.config import TrainConfig
+from lmdata.config import TrainConfig
 from lmdata.train.loop import train
 
 

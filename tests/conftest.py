@@ -1,8 +1,26 @@
-"""Shared fixtures: one small tokenizer and one sample store per session (kept read-only)."""
+"""Shared fixtures: one small tokenizer and one sample store per session (kept read-only),
+and a real S3 server on loopback (moto).
+
+``s3_server`` starts ``moto_server -H 127.0.0.1 -p PORT`` once per test session (installed by
+the ``dev`` extra) and stops it by its PID at the end; ``s3`` gives each test a fresh bucket
+and points the standard AWS environment at the server, so lmdata's code under test finds it
+exactly as a user's would. Objects on it must stay small: moto reads a whole object for each
+ranged GET.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
 import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -66,3 +84,122 @@ def small_fs(tmp_path):
     yield make
     for point in reversed(mounts):
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+# ---------------------------------------------------------------------------- S3 on loopback
+
+
+@dataclass
+class S3Server:
+    endpoint: str  # http://127.0.0.1:PORT
+    pid: int
+
+    @property
+    def host_port(self) -> str:
+        return self.endpoint.split("://", 1)[1]
+
+    def make_bucket(self, name: str) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"), timeout=10).read()
+
+
+@dataclass
+class S3:
+    server: S3Server
+    bucket: str
+
+    def uri(self, *parts: str) -> str:
+        return "s3://" + "/".join((self.bucket,) + parts)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _moto_server() -> str:
+    exe = Path(sys.executable).with_name("moto_server")
+    found = str(exe) if exe.exists() else shutil.which("moto_server")
+    if not found:
+        pytest.fail("moto_server is not installed: run `bash scripts/setup.sh dev,ray` (the dev extra has moto[server])")
+    return found
+
+
+def _start_moto(log: Path, extra_env: dict[str, str] | None = None) -> tuple[S3Server, subprocess.Popen]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | (extra_env or {})
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = S3Server(f"http://127.0.0.1:{port}", proc.pid)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(server.endpoint + "/", timeout=1).read()
+            return server, proc
+        except urllib.error.HTTPError:
+            return server, proc  # it answers (an auth-checking server says 403)
+        except (urllib.error.URLError, OSError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"moto_server did not start on {server.endpoint}: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+
+def _stop_moto(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    server, proc = _start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield server
+    finally:
+        _stop_moto(proc)
+
+
+@pytest.fixture
+def s3_auth_server(tmp_path: Path):
+    """A second server that checks credentials; it knows none, so every key is wrong."""
+    server, proc = _start_moto(tmp_path / "moto-auth.log", {"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        yield server
+    finally:
+        _stop_moto(proc)
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    """The standard AWS environment pointing at ``endpoint`` (what a user would export)."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
+        "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3:
+    """A fresh bucket on the session's server, with the AWS environment pointing at it."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in aws_env(s3_server.endpoint).items():
+        monkeypatch.setenv(key, value)
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3_server.make_bucket(bucket)
+    return S3(s3_server, bucket)
+
+
+@pytest.fixture(scope="session")
+def s3_env(s3_server: S3Server) -> dict[str, str]:
+    """``aws_env`` of the session's server (for module-scoped fixtures that set it themselves)."""
+    return aws_env(s3_server.endpoint)

@@ -81,7 +81,7 @@ def store_commands(store: Path, out: Path) -> dict[str, list[str]]:
         "verify": ["verify", s],
         "train": ["train", "--store", s, "--out", str(out / "train"), "--steps", "2", "--batch-size", "2",
                   "--seq-len", "16", "--device", "cpu", "--val-split", "none"],
-        "bench": ["bench", "--store", s, "--out", str(out / "bench"), "--workers", "0", "--steps", "2",
+        "bench": ["bench", "--store", s, "--out", str(out / "bench"), "--loader-workers", "0", "--steps", "2",
                   "--batch-size", "2", "--seq-len", "16", "--step-ms", "0.1"],
     }
 

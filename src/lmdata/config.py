@@ -414,8 +414,9 @@ def load_bench_config(pipe: PipelineConfig) -> BenchConfig:
     """``[bench]``; ``store`` defaults to ``[ingest].out`` and ``out`` to ``<store>-bench``."""
     store = pipe.ingest.out if pipe.ingest is not None else ""
     bench = pipe.section(BenchConfig, "bench", **({"store": store} if store else {}))
-    if not bench.out and bench.store:
-        bench.out = f"{str(bench.store).rstrip('/')}-bench"
+    if not bench.out and bench.store:  # a store at s3://bucket/x benches into the local x-bench
+        store = str(bench.store).rstrip("/")
+        bench.out = f"{store.rsplit('/', 1)[-1] if '://' in store else store}-bench"
     return bench
 
 

@@ -36,6 +36,7 @@ from lmdata.config import (
     load_sections,
 )
 from lmdata.errors import LmdataError
+from lmdata.store.uri import is_uri
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
 
@@ -44,7 +45,7 @@ BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
 class RunResult:
     """Where a run's artifacts are, and which steps it reused instead of redoing."""
 
-    store: Path
+    store: Path | str  # str: an s3:// URI
     checkpoint: Path
     metrics: Path
     loss_png: Path
@@ -85,6 +86,9 @@ def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str
     from lmdata.tokenizer import Tokenizer
     from lmdata.tokenizer.train import train_bpe_stats
 
+    if remote := [p for p in cfg.train_files if is_uri(p)]:
+        raise LmdataError(f"[tokenizer] train_files {remote[0]!r}: tokenizer training reads local files only; "
+                          "copy a sample of the text to local disk (ingest inputs may stay on s3://)")
     files = [Path(p) for p in expand(cfg.train_files)]
     vocab, merges, stats = train_bpe_stats(files, cfg.vocab_size, cfg.special_tokens, progress=progress)
     tok = Tokenizer(vocab, merges, cfg.special_tokens)
@@ -105,11 +109,18 @@ def ensure_store(pipe: PipelineConfig, tokenizer_dir: Path, *, overwrite: bool =
     from lmdata.store.layout import MANIFEST_NAME
 
     cfg = pipe.ingest
-    out = Path(cfg.out)
-    if (out / MANIFEST_NAME).is_file() and not overwrite and store_layout(out) is not None:
+    if is_uri(cfg.out):  # s3://: the same decisions from the prefix's objects
+        from lmdata.store.publish import remote_state
+
+        out, (done, resume) = cfg.out, remote_state(cfg.out)
+        resume = resume and not overwrite
+    else:
+        out = Path(cfg.out)
+        done = (out / MANIFEST_NAME).is_file() and store_layout(out) is not None
+        resume = (out / PLAN_NAME).is_file() and not overwrite
+    if done and not overwrite:
         log(f"ingest: reusing {out} (delete it or pass --fresh to redo it)")
         return True
-    resume = (out / PLAN_NAME).is_file() and not overwrite
     if resume:
         log(f"ingest: {out} holds an interrupted ingest; resuming it")
     specs = {name: SourceSpec(tuple(s.sources), s.kind, s.separator, s.text_field, cfg.errors)
@@ -270,6 +281,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
         bench_path, was_reused = ensure_bench(bench_cfg, log=log)
         reused += ["bench"] if was_reused else []
     out = Path(train_cfg.out)
-    return RunResult(store=Path(pipe.ingest.out), checkpoint=ckpt, metrics=out / "metrics.jsonl",
+    store = pipe.ingest.out if is_uri(pipe.ingest.out) else Path(pipe.ingest.out)
+    return RunResult(store=store, checkpoint=ckpt, metrics=out / "metrics.jsonl",
                      loss_png=out / "loss.png", sample=sample_path, bench=bench_path, reused=reused,
                      seconds=time.perf_counter() - start)

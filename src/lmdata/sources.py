@@ -22,7 +22,15 @@ holdout (the last N documents of one split become another, e.g. ``validation``; 
 them costs one read of the input, no tokenizing).
 
 A text source (text, lines, jsonl) that is binary -- a NUL byte, mostly invalid UTF-8 at its
-start, an Arrow or Parquet file -- is refused whatever ``errors`` says. Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
+start, an Arrow or Parquet file -- is refused whatever ``errors`` says.
+
+A path or glob may be an object on object storage, ``s3://bucket/prefix/*.jsonl.gz``
+(``*``/``?``/``[...]`` within a key segment, ``**`` across them; one LIST per glob), read
+as a stream through pyarrow's S3 filesystem with the standard AWS environment
+(``lmdata.store.uri``); ``expand`` returns ``Location`` objects for those, ``Path`` for the
+rest, and every reader here takes either.
+
+Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
 stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is counted in
 ``SourceStats.replaced``.
 """
@@ -30,9 +38,7 @@ stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is count
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -41,10 +47,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
+from lmdata.store.uri import is_uri
+from lmdata.streams import (  # noqa: F401  (file_size, input_file, strip_compression: part of sources' API)
+    expand_remote, file_size, input_file, is_remote, open_binary, open_raw, strip_compression,
+)
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
@@ -90,11 +100,14 @@ class SourceStats:
 # ---------------------------------------------------------------------------- files
 
 
-def expand(patterns: tuple[str, ...] | list[str]) -> list[Path]:
-    """Paths and globs -> sorted files; a missing path or a glob matching nothing is an error."""
-    files: list[Path] = []
+def expand(patterns: tuple[str, ...] | list[str]) -> list[Any]:
+    """Paths and globs -> sorted files (``Path``, or ``Location`` for ``s3://``); a missing path
+    or a glob matching nothing is an error."""
+    files: list[Any] = []
     for pattern in patterns:
-        if glob.has_magic(pattern):
+        if is_uri(pattern):
+            files.extend(expand_remote(pattern))
+        elif glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise LmdataError(f"input glob {pattern!r} matches no files; check the pattern and working directory")
@@ -124,27 +137,19 @@ def saved_dataset_files(path: Path) -> list[Path]:
     return [path / n for n in names]
 
 
-def describe(path: Path) -> dict[str, object]:
-    """The manifest's record of a source file: path as given, size, sha256."""
+def describe(path: Any) -> dict[str, object]:
+    """The manifest's record of a source file: path (or URI) as given, size, sha256."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_raw(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
-    return {"path": str(path), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
-
-
-def _strip_compression(path: Path) -> tuple[str, str | None]:
-    name = path.name.lower()
-    for ext in (".gz", ".zst"):
-        if name.endswith(ext):
-            return name[: -len(ext)], ext
-    return name, None
+    return {"path": str(path), "bytes": file_size(path), "sha256": digest.hexdigest()}
 
 
 def kind_of(path: Path, kind: str) -> str:
     if kind != "auto":
         return kind
-    name, _ = _strip_compression(path)
+    name, _ = strip_compression(path)
     if name.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if name.endswith(".parquet"):
@@ -153,64 +158,6 @@ def kind_of(path: Path, kind: str) -> str:
         return "arrow"
     return "text"
 
-
-def open_binary(path: Path) -> IO[bytes]:
-    """A buffered binary stream of the file's (decompressed) bytes."""
-    _, comp = _strip_compression(path)
-    try:
-        if comp == ".gz":
-            return gzip.open(path, "rb")
-        if comp == ".zst":
-            return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
-        return open(path, "rb", buffering=1 << 20)
-    except OSError as exc:
-        raise LmdataError(f"input {path}: cannot open ({exc.strerror})") from exc
-
-
-class _ZstdReader(io.RawIOBase):
-    """Decompressed bytes of a (multi-frame) .zst stream; a truncated frame is an EOFError.
-
-    (zstandard's own ``stream_reader`` ends quietly at a truncated frame: a cut-off file
-    would pass for a shorter corpus.)
-    """
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        import zstandard
-
-        self._zstd, self._raw = zstandard, raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
-        self._buf, self._pos, self._fed = b"", 0, False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out: Any) -> int:
-        while self._pos >= len(self._buf):
-            chunk = b""
-            if self._dobj.eof:  # a frame ended: the next one starts with what it left over
-                chunk = self._dobj.unused_data
-                self._dobj, self._fed = self._zstd.ZstdDecompressor().decompressobj(), False
-            chunk = chunk or self._raw.read(1 << 20)
-            if not chunk:
-                if self._fed and not self._dobj.eof:
-                    raise EOFError("the stream ends inside a zstd frame (truncated file)")
-                return 0
-            self._fed = True
-            try:
-                self._buf, self._pos = self._dobj.decompress(chunk), 0
-            except self._zstd.ZstdError as exc:
-                raise OSError(f"corrupt zstd data ({exc})") from None
-        n = min(len(out), len(self._buf) - self._pos)
-        out[:n] = self._buf[self._pos : self._pos + n]
-        self._pos += n
-        return n
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-# ---------------------------------------------------------------------------- decoding
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -342,8 +289,8 @@ def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iter
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _, comp = _strip_compression(path)
-    with tempfile.TemporaryFile() if comp else open(path, "rb") as fh:
+    _, comp = strip_compression(path)
+    with tempfile.TemporaryFile() if comp else open_raw(path, seekable=True) as fh:
         try:
             if comp:  # Parquet needs seeks (footer first): decompress to a temporary file, not to memory
                 with open_binary(path) as src:

@@ -169,8 +169,9 @@ def test_views_are_lazy(sample_store, tmp_path):
     # before its rows are served (issue 19: as strict as the loader), so even this refuses
     with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):
         sql(store, "SELECT count(*) FROM tokens WHERE split = 'validation'")
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its docs index
-        sql(store, "SELECT count(*) FROM docs")
+    # the docs view reads only the doc_id/token_offset pages, whose CRC-32s pass (issue 15: a read is
+    # checked on what it touches, as the loader's are): the index it serves is sound
+    assert sql(store, "SELECT count(*) FROM docs")[1][0][0] > 0
     with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its pages' CRCs,
         sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")  # named by a checksum pass
 

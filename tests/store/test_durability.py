@@ -12,7 +12,7 @@ from lmdata.store.registry import get_format
 
 # file fsyncs per fresh shard: memmap tokens + docs + record; Parquet file + record;
 # Lance fragment + sidecar + record. Directories are fsynced once per ``finish``.
-PER_SHARD = {"memmap": 3, "parquet": 2, "lance": 3}
+PER_SHARD = {"memmap": 4, "parquet": 2, "lance": 3}
 
 
 @pytest.mark.parametrize("fmt", sorted(PER_SHARD))

@@ -17,6 +17,23 @@ def flip(path, where=0.5):
     path.write_bytes(bytes(data))
 
 
+def flip_middle(syn, fmt, shard, path):
+    """Flip a bit in the middle of ``shard``'s data. Lance holds each token twice (``tokens`` for
+    SQL tools, ``token_bytes`` which the loader reads, both raw little-endian): flip it in both,
+    so the bytes a reader serves are the damaged ones (a flip elsewhere in the file is
+    ``lmdata verify``'s: its sha256 pass)."""
+    if fmt != "lance":
+        return flip(path)
+    data = bytearray(path.read_bytes())
+    middle = shard.first_token + shard.n_tokens // 2
+    pattern = syn.stream[middle - 8 : middle + 8].astype("<u2").tobytes()
+    at = [i for i in range(len(data)) if data.startswith(pattern, i)]
+    assert len(at) == 2, at  # the two columns, stored uncompressed
+    for i in at:
+        data[i + 16] ^= 0x10  # the token at ``middle``
+    path.write_bytes(bytes(data))
+
+
 def victim(syn, fmt, index=1):
     shard = open_store(syn.path).manifest.splits["train"].formats[fmt][index]
     return shard, syn.path / "train" / fmt / shard.files[0].path
@@ -26,11 +43,13 @@ def victim(syn, fmt, index=1):
 def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
     syn = make_store([fmt], n_tokens=70_000)  # Lance: 3 fragments at least
     shard, path = victim(syn, fmt)
-    flip(path)
+    flip_middle(syn, fmt, shard, path)
     store = open_store(syn.path)  # sizes still match: opening stays cheap and succeeds
     r = store.reader("train", fmt)
     np.testing.assert_array_equal(r.windows(np.array([5]), 100)[0], syn.stream[5:105])  # shard 0 untouched
-    start = shard.first_token + 10
+    # readers check what they read (memmap: the 4 KiB blocks under a window): read across the flip
+    flipped = shard.first_token + shard.n_tokens // 2
+    start = flipped - 20
     for _ in range(2):  # refused every time, not only the first
         with pytest.raises(LmdataError, match=shard.files[0].path) as err:
             r.windows(np.array([7, start]), 100)
@@ -40,9 +59,9 @@ def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
     np.testing.assert_array_equal(r.windows(np.array([n - 50]), 50)[0], syn.stream[-50:])
     assert last.name != shard.name
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
-        store.dataset("train", 99, fmt)[start // 99 + 1]
+        store.dataset("train", 99, fmt)[flipped // 99]
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
-        r.document(shard.first_doc)
+        r.document(int(np.searchsorted(syn.doc_starts, flipped, side="right") - 1))
     assert not verify_store(syn.path).ok
 
 
@@ -50,10 +69,10 @@ def test_bit_flip_is_refused_on_first_touch_naming_the_shard(make_store, fmt):
 def test_a_shard_rewritten_after_it_was_verified_is_hashed_again(make_store, fmt):
     syn = make_store([fmt])
     shard, path = victim(syn, fmt)
-    start = np.array([shard.first_token])
+    start = np.array([shard.first_token + shard.n_tokens // 2 - 20])  # across the flip below
     np.testing.assert_array_equal(open_store(syn.path).reader("train", fmt).windows(start, 64)[0],
                                   syn.stream[start[0] : start[0] + 64])
-    flip(path)
+    flip_middle(syn, fmt, shard, path)
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
         open_store(syn.path).reader("train", fmt).windows(start, 64)
 

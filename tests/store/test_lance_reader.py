@@ -226,3 +226,60 @@ def test_damaged_data_is_not_taken_for_a_missing_io_uring(make_store, monkeypatc
         with pytest.raises(LmdataError, match=f"shard {shard.name}"):
             reader.windows(np.array([0]), 100)
     assert lance_format._uring in (None, (os.getpid(), True))
+
+
+def test_row_crcs_replace_the_whole_file_hash_and_catch_a_flip_in_any_row(make_store, monkeypatch):
+    """Lance 2.1 has no checksums of its own: each row's CRC-32 (in the sha256-checked row index)
+    is checked on every row a take returns; the data file itself is never hashed by a reader."""
+    from lmdata.store import checksum
+
+    syn = make_store(["lance"], n_tokens=40_000)
+    hashed = []
+    real = checksum.sha256_file
+    monkeypatch.setattr(checksum, "sha256_file", lambda p: hashed.append(str(p)) or real(p))
+    store = open_store(syn.path)
+    shards = store.manifest.splits["train"].formats["lance"]
+    assert all(s.extra.get("row_crc") for s in shards)
+    r = store.reader("train", "lance")
+    np.testing.assert_array_equal(r.windows(np.array([0, 30_000]), 500), [syn.stream[:500], syn.stream[30_000:30_500]])
+    assert hashed and not [p for p in hashed if p.endswith(".lance")]  # row indexes only
+    shard = shards[-1]
+    path = syn.path / "train" / "lance" / shard.files[0].path
+    clean = path.read_bytes()
+    for offset in (shard.first_token + 3, shard.first_token + shard.n_tokens // 3, len(syn.stream) - 8):
+        data = bytearray(clean)
+        context = syn.stream[offset - 1 : offset + 7].astype("<u2").tobytes()
+        at = [i for i in range(len(data)) if data.startswith(context, i)]
+        assert at, offset
+        for i in at:  # both copies (tokens and token_bytes): the one the loader reads is damaged
+            data[i + 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        with pytest.raises(LmdataError, match=f"{shard.files[0].path}: shard {shard.name} row \\d+ fails its CRC-32"):
+            open_store(syn.path).reader("train", "lance").windows(np.array([offset - 5]), 8)
+    path.write_bytes(clean)
+    np.testing.assert_array_equal(open_store(syn.path).reader("train", "lance").windows(np.array([len(syn.stream) - 8]), 8)[0],
+                                  syn.stream[-8:])
+
+
+def test_a_store_without_row_crcs_reads_and_hashes_its_data_on_first_touch(make_store, monkeypatch):
+    """Lance stores written before row CRCs (a 2-row index): the whole-file sha256 on first touch, as before."""
+    import json
+
+    from lmdata.store import checksum
+    from lmdata.store.checksum import file_info
+
+    syn = make_store(["lance"], n_tokens=30_000)
+    manifest = json.loads((syn.path / "manifest.json").read_text())
+    fmt_dir = syn.path / "train" / "lance"
+    for shard in manifest["splits"]["train"]["formats"]["lance"]["shards"]:
+        index = shard["files"][-1]
+        np.save(fmt_dir / index["path"], np.load(fmt_dir / index["path"])[:2])
+        info = file_info(fmt_dir, index["path"])
+        index.update(bytes=info.bytes, sha256=info.sha256)
+        shard["extra"].pop("row_crc")
+    (syn.path / "manifest.json").write_text(json.dumps(manifest))
+    hashed = []
+    real = checksum.sha256_file
+    monkeypatch.setattr(checksum, "sha256_file", lambda p: hashed.append(str(p)) or real(p))
+    _windows(syn, open_store(syn.path).reader("train", "lance"))
+    assert [p for p in hashed if p.endswith(".lance")]

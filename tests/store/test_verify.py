@@ -10,6 +10,7 @@ import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store import verify_store
+from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.store.checksum import sha256_file
 
 from formats import FORMATS
@@ -22,6 +23,18 @@ def test_sound_store_verifies(make_store):
     assert report.tokens["train"] == len(syn.stream)
     assert report.files >= 3 * 4
     report.raise_if_bad()
+
+
+def _rewrite(syn, manifest, shard, victim, tokens):
+    """A writer bug, not a bit flip: new tokens with matching checksums (sha256 and block sidecar)."""
+    tokens.tofile(victim)
+    shard["files"][0]["sha256"] = sha256_file(victim)
+    for f in shard["files"][1:]:
+        if f["path"] == shard["files"][0]["path"] + SIDECAR_SUFFIX:
+            sidecar = victim.with_name(f["path"])
+            sidecar.write_bytes(BlockSums.of(victim.read_bytes()).encode())
+            f["sha256"] = sha256_file(sidecar)
+    (syn.path / "manifest.json").write_text(json.dumps(manifest))
 
 
 def _shard_file(syn, fmt, index):
@@ -59,9 +72,7 @@ def test_streams_that_differ_across_formats_are_named(make_store):
     manifest, shard, victim = _shard_file(syn, "memmap", 1)
     tokens = np.fromfile(victim, dtype=np.uint16)
     tokens[10] = (tokens[10] + 1) % 1000
-    tokens.tofile(victim)
-    shard["files"][0]["sha256"] = sha256_file(victim)
-    (syn.path / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite(syn, manifest, shard, victim, tokens)
     problems = verify_store(syn.path).problems
     assert len(problems) == 1
     assert "format 'parquet'" in problems[0] or "format 'memmap'" in problems[0]
@@ -74,9 +85,7 @@ def test_missing_end_of_text_is_named(make_store):
     manifest, shard, victim = _shard_file(syn, "memmap", 0)
     tokens = np.fromfile(victim, dtype=np.uint16)
     tokens[-1] = 7
-    tokens.tofile(victim)
-    shard["files"][0]["sha256"] = sha256_file(victim)
-    (syn.path / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite(syn, manifest, shard, victim, tokens)
     problems = verify_store(syn.path).problems
     assert problems and "shard 00000" in problems[0] and "end-of-text" in problems[0]
 

@@ -33,6 +33,7 @@ from lmdata._mp import ignore_sigint
 from lmdata.bench import cache, flops, stall
 from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
+from lmdata.store.uri import is_uri
 from lmdata.train.device import resolve_device
 
 def _formats(store: Any, cfg: BenchConfig) -> list[str]:
@@ -161,7 +162,8 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
                            pin_memory=device.startswith("cuda"), seed=cfg.seed, rank=0, world_size=1)
 
     rows = []
-    files = cache.format_files(Path(cfg.store) / cfg.split / fmt)
+    # page-cache control is for local files; a remote store has none to warm or drop
+    files = [] if is_uri(str(cfg.store)) else cache.format_files(Path(cfg.store) / cfg.split / fmt)
     for mode in cfg.cache:
         _prepare(mode, files)
         # every worker's first read (Lance: opening the dataset) before the rate is timed

@@ -30,6 +30,7 @@ import torch
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.permutation import Permutation, derive_key
+from lmdata.data.workers import InFlight, ThreadReads, defer_sigchld_errors, in_next, worker_deaths, worker_held
 from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
@@ -120,77 +121,6 @@ class Reads:
         return self.__getitems__([index])
 
 
-class InFlight:
-    """Records in shared memory which indices each worker is reading, for post-mortems.
-
-    A worker killed mid-read (segfault, OOM kill) leaves no traceback; the main process
-    reads this board to name the samples it died on. One slot per worker:
-    ``[count, index_0, ..., index_{B-1}]``; count 0 = idle.
-    """
-
-    def __init__(self, dataset: Any, num_workers: int, batch_size: int, start_method: str | None) -> None:
-        import multiprocessing as mp
-
-        self.dataset, self.width = dataset, batch_size + 1
-        self.board = mp.get_context(start_method).RawArray("q", num_workers * self.width)
-
-    def __getitems__(self, indices: list[int]) -> Any:
-        info = torch.utils.data.get_worker_info()
-        slot = self.width * (info.id if info is not None else 0)
-        self.board[slot + 1:slot + 1 + len(indices)] = indices
-        self.board[slot] = len(indices)
-        out = self.dataset.__getitems__(indices)
-        self.board[slot] = 0
-        return out
-
-    def __getitem__(self, index: int) -> Any:
-        return self.__getitems__([index])
-
-    def reading(self) -> dict[int, list[int]]:
-        """Index lists being read right now, by worker id (busy workers only)."""
-        slots = [self.board[i:i + self.width] for i in range(0, len(self.board), self.width)]
-        return {w: list(s[1:1 + s[0]]) for w, s in enumerate(slots) if s[0] > 0}
-
-
-class ThreadReads:
-    """The DataLoader's reads on ``num_workers`` threads, in order, ``num_workers * prefetch`` ahead.
-
-    For a script without an ``if __name__ == "__main__":`` guard whose workers would have to
-    be spawned (``lmdata._mp``): such workers re-run the script and die. Each thread reads
-    its own unpickled copy of the dataset (as a worker process would); Lance takes, Parquet
-    decoding and memmap copies release the GIL, so the reads still overlap the training step.
-    """
-
-    def __init__(self, source: Any, sampler: EpochSampler, num_workers: int, prefetch: int) -> None:
-        self.source, self.sampler, self.num_workers, self.depth = source, sampler, num_workers, num_workers * prefetch
-
-    def __iter__(self) -> Iterator[Any]:
-        import pickle
-        import threading
-        from collections import deque
-        from concurrent.futures import ThreadPoolExecutor
-
-        blob, local = pickle.dumps(self.source), threading.local()
-
-        def read(indices: list[int]) -> Any:
-            if not hasattr(local, "source"):
-                local.source = pickle.loads(blob)
-            return local.source.__getitems__(indices)
-
-        pool, pending = ThreadPoolExecutor(self.num_workers, thread_name_prefix="lmdata-loader"), deque()
-        try:
-            for indices in self.sampler:
-                pending.append(pool.submit(read, indices))
-                if len(pending) >= self.depth:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
-            pool.shutdown(wait=True)
-
-
 def keep_batch(data: Any) -> Any:
     """The DataLoader's collate: none (the batch is already one array; it is widened in the main process)."""
     return data
@@ -250,20 +180,20 @@ class TokenLoader:
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         it = iter(self._dl)
         if self._dl.num_workers:
-            _defer_sigchld_errors()
+            defer_sigchld_errors()
         while True:
             try:
-                if _worker_deaths:  # a worker died while the caller was busy: report it here, with its samples
-                    raise _worker_deaths.pop()
-                _in_next.append(True)
+                if worker_deaths:  # a worker died while the caller was busy: report it here, with its samples
+                    raise worker_deaths.pop()
+                in_next.append(True)
                 try:
                     group = next(it)
                 finally:
-                    _in_next.pop()
+                    in_next.pop()
             except StopIteration:
                 break
             except Exception as exc:
-                _worker_deaths.clear()
+                worker_deaths.clear()
                 raise self._explain(exc, it) from exc
             windows, info = group if isinstance(group, (tuple, list)) else (group, None)
             at = 0
@@ -285,9 +215,9 @@ class TokenLoader:
             busy = self._in_flight.reading() if self._in_flight is not None else {}
             dead, held = self._held(it)
             if dead:
-                shown = "; ".join(_worker_held(w, busy.get(w, []), held.get(w, []), what) for w in sorted(dead))
+                shown = "; ".join(worker_held(w, busy.get(w, []), held.get(w, []), what) for w in sorted(dead))
             else:
-                shown = f"workers were reading {what} " + ("; ".join(map(_shown, busy.values())) or "none recorded")
+                shown = f"workers were reading {what} " + ("; ".join(map(shown, busy.values())) or "none recorded")
             return LmdataError(
                 f"{text.splitlines()[0]} (epoch {self._epoch}, waiting for batch {self._batch}; {shown}; "
                 "rerun with num_workers=0 for the full error)"
@@ -340,56 +270,6 @@ class TokenLoader:
         self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
             self._epoch, self._batch = self._epoch + 1, 0
-
-
-_worker_deaths: list[RuntimeError] = []  # dead-worker errors torch's SIGCHLD handler raised, kept for next()
-_in_next: list[bool] = []  # non-empty while a loader waits in next(): a death then raises at once
-
-
-def _defer_sigchld_errors() -> None:
-    """Keep torch's dead-worker error for the loader's next batch instead of raising it anywhere.
-
-    torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" wherever the main
-    thread happens to be -- mostly in the training step, far from the loader, so the error
-    named no samples and left a traceback (issue 19). Wrapped, the error waits in
-    ``_worker_deaths`` for the next ``next()``, which explains it (``TokenLoader._explain``).
-    While a loader waits in ``next()`` the error is raised at once, as before: with a read
-    ``timeout`` torch's own liveness check would wait that long.
-    """
-    import signal
-    import threading
-
-    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGCHLD)
-    if not callable(previous) or getattr(previous, "lmdata_deferred", False):
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        try:
-            previous(signum, frame)
-        except RuntimeError as exc:
-            if _in_next:
-                raise
-            _worker_deaths.append(exc)
-
-    handler.lmdata_deferred = True  # type: ignore[attr-defined]
-    signal.signal(signal.SIGCHLD, handler)
-
-
-def _shown(ids: list[int]) -> str:
-    """The first few of ``ids`` (a message names samples, it does not list thousands)."""
-    return f"{ids[:8]}{f'... ({len(ids)} in all)' if len(ids) > 8 else ''}"
-
-
-def _worker_held(worker: int, reading: list[int], held: list[int], what: str) -> str:
-    """What a dead worker took with it: the read it was in, the reads queued for it."""
-    queued = [i for i in held if i not in set(reading)]
-    if not reading and not queued:
-        return f"worker {worker} died between reads, holding no {what}"
-    parts = [f"was reading {what} {_shown(reading)}"] if reading else []
-    parts += [f"held {what} {_shown(queued)} queued for it"] if queued else []
-    return f"worker {worker} " + " and ".join(parts)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

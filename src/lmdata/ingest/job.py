@@ -38,6 +38,7 @@ from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
 from lmdata.sources import SourceSpec, expand, iter_documents, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
+from lmdata.store.uri import is_uri
 
 DEFAULT_FORMATS = ("memmap", "parquet", "lance")  # the built-ins; plug-in formats only when asked for by name
 ENGINES = {"local": "lmdata.ingest.local:LocalEngine", "ray": "lmdata.ingest.ray:RayEngine"}
@@ -92,6 +93,13 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     the store is the same. On bad input found mid-stream, a store this run started from
     nothing is removed again (see ``lmdata.ingest.output``).
     """
+    if is_uri(out):  # object storage: build in a local staging directory, upload, manifest last
+        from lmdata.store.publish import ingest_remote
+
+        return ingest_remote(ingest, str(out), resume=resume, overwrite=overwrite, log=log, splits=splits,
+                             tokenizer_dir=tokenizer_dir, formats=formats, shard_tokens=shard_tokens,
+                             workers=workers, holdout=holdout, progress=progress, engine=engine,
+                             ray_address=ray_address)
     engine_cls = engine_class(engine)
     engine_cls.check_installed()  # before any work: a missing Ray is an install hint, not a half store
     formats = list(dict.fromkeys(DEFAULT_FORMATS if formats is None else formats))

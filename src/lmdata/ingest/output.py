@@ -182,6 +182,38 @@ def foreign_files(out: Path, layout: dict[str, set[str]]) -> list[str]:
     return foreign
 
 
+def layout_from(manifest: dict | None, plan: dict | None) -> dict[str, set[str]] | None:
+    """``store_layout`` from already-parsed manifest / plan JSON (an object store's: no directories)."""
+    if isinstance(manifest, dict) and manifest.get("format", "lmdata-store") == "lmdata-store" \
+            and isinstance(manifest.get("splits"), dict):
+        splits = manifest["splits"]
+        if all(isinstance(v, dict) and isinstance(v.get("formats"), dict) for v in splits.values()):
+            return {name: set(v["formats"]) for name, v in splits.items()}
+    if isinstance(plan, dict) and set(plan) == _PLAN_KEYS and isinstance(plan["splits"], dict) \
+            and isinstance(plan["formats"], list) and all(isinstance(f, str) for f in plan["formats"]):
+        return {name: set(plan["formats"]) for name in plan["splits"] if isinstance(name, str)}
+    return None
+
+
+def foreign_keys(keys: list[str], layout: dict[str, set[str]]) -> list[str]:
+    """``foreign_files`` for the relative object names of a prefix on object storage."""
+    from lmdata.store.registry import get_format
+
+    top = {MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR, *layout}
+    foreign = []
+    for key in keys:
+        parts = key.split("/")
+        ok = parts[0] in top and (parts[0] not in layout or len(parts) > 2 and parts[1] in layout[parts[0]])
+        if ok and parts[0] in layout:
+            owned = getattr(get_format(parts[1]).writer, "OWNED", None)
+            ok = owned is None or owned.fullmatch(parts[2]) is not None
+        if ok and parts[0] in (MANIFEST_NAME, PLAN_NAME):
+            ok = len(parts) == 1
+        if not ok:
+            foreign.append(key)
+    return foreign
+
+
 def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Refuse or clear an existing store according to the flags (see the module docstring)."""
     if resume and overwrite:

@@ -41,7 +41,7 @@ from lmdata.errors import LmdataError
 from lmdata.ingest import encode
 from lmdata.ingest.output import ResumableError
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
-from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
+from lmdata.sources import SourceSpec, SourceStats, expand, input_file, iter_documents
 from lmdata.store.protocol import FormatWriter
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
@@ -89,7 +89,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
     (row,) = table.to_pylist()
     keep_from, skip_to, stop = window
     stats, g = SourceStats(), row["first_doc"]
-    docs = iter_documents(spec, stats, files=[Path(row["path"])])
+    docs = iter_documents(spec, stats, files=[input_file(row["path"])])
     texts: list[str] = []
     batch = raw = skipped_raw = skipped_bytes = 0
 
@@ -140,7 +140,7 @@ def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
 
 
 def _count_documents(spec: SourceSpec, path: str) -> int:
-    return sum(1 for _ in iter_documents(spec, files=[Path(path)]))
+    return sum(1 for _ in iter_documents(spec, files=[input_file(path)]))
 
 
 def _write_shard(writer: FormatWriter, label: str, index: int, tokens: np.ndarray, doc_starts: np.ndarray,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.sources import SplitSource, expand, kind_of
+from lmdata.sources import SplitSource, expand, file_size, kind_of, strip_compression
 from lmdata.store.protocol import FormatWriter, ShardInfo
 
 
@@ -132,6 +132,6 @@ def _known_size(source: SplitSource) -> int | None:
     """Input bytes the progress bar will count, when that is knowable up front."""
     files = expand(source.spec.paths)
     if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) in ("parquet", "arrow") or
-                                                        f.suffix in (".gz", ".zst") for f in files):
+                                                        strip_compression(f)[1] for f in files):
         return None
-    return sum(f.stat().st_size for f in files)
+    return sum(file_size(f) for f in files)

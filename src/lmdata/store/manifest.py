@@ -29,7 +29,7 @@ from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: memmap shards carry block checksums (tokens-*.bin.crc); version 1 stores still read
 from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR
 
 STORE_FORMAT = "lmdata-store"  # the manifest's "format": what makes a directory an lmdata store
@@ -277,8 +277,15 @@ def write_manifest(store: Path, manifest: Manifest) -> None:
     _atomic.write_bytes(Path(store) / MANIFEST_NAME, data)
 
 
-def read_manifest(store: Path) -> Manifest:
-    """Read and validate ``<store>/manifest.json``; a clear error if it is not a store."""
+def read_manifest(store: Any) -> Manifest:
+    """Read and validate ``<store>/manifest.json``; a clear error if it is not a store.
+
+    ``store``: a local path or a ``Location`` (``s3://``: one GET).
+    """
+    from lmdata.store.uri import Location
+
+    if isinstance(store, Location) and store.remote:
+        return _read_remote_manifest(store)
     path = Path(store) / MANIFEST_NAME
     if not Path(store).is_dir():
         raise LmdataError(f"{store}: no such store directory; create one with `lmdata ingest`")
@@ -298,6 +305,33 @@ def read_manifest(store: Path) -> Manifest:
             for shard in shards:
                 for f in shard.files:
                     resolve_inside(Path(store), base, f.path)
+    return manifest
+
+
+def _read_remote_manifest(store: Any) -> Manifest:
+    obj_loc = store / MANIFEST_NAME
+    try:
+        raw = obj_loc.read_bytes()
+    except FileNotFoundError:
+        if not type(store)(store.scheme, store.bucket).exists():
+            from lmdata.store.uri import remote_error
+
+            raise remote_error(OSError("NoSuchBucket"), store) from None
+        raise LmdataError(
+            f"{store.uri}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
+            "`lmdata ingest ... --resume`"
+        ) from None
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LmdataError(f"{obj_loc.uri}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
+    manifest = Manifest.from_json(obj, where=obj_loc.uri)
+    for info in manifest.splits.values():
+        for shards in info.formats.values():
+            for shard in shards:
+                for f in shard.files:  # no symlinks on object storage: the relative path is the check
+                    if os.path.isabs(f.path) or ".." in Path(f.path).parts:
+                        raise LmdataError(f"{obj_loc.uri}: path {f.path!r} escapes the store; the manifest is corrupt")
     return manifest
 
 

@@ -13,6 +13,8 @@ with it (a ``stat`` per file); the full checksum pass is ``verify_store``.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from lmdata.store.layout import TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
 from lmdata.store.protocol import FormatReader
+from lmdata.store.uri import Location, location
 
 # The default reader when a split holds several formats: fastest random reads first.
 DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
@@ -33,11 +36,17 @@ DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
 class Store:
     """A validated store: paths and the manifest; readers are made on demand."""
 
-    def __init__(self, path: Path, manifest: Manifest, manifest_id: tuple[int, int, int] | None = None) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Any, manifest: Manifest, manifest_id: tuple[int, int, int] | None = None) -> None:
+        # a local Path, or a remote ``Location`` (``s3://``: joins with ``/`` like a Path)
+        self.path = path if isinstance(path, Location) else Path(path)
         self.manifest = manifest
         # the manifest file this store was opened from: a reader made after an overwrite refuses
-        self.manifest_id = manifest_id if manifest_id is not None else readlock.manifest_identity(self.path)
+        self.manifest_id = manifest_id if manifest_id is not None or self.remote else \
+            readlock.manifest_identity(self.path)
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.path, Location)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, splits={self.splits})"
@@ -88,8 +97,9 @@ class Store:
                 f"{self.path}: split {split!r} has no format {fmt!r}; formats there: {', '.join(self.formats(split))}"
             )
         reader = get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
-        readlock.hold(self.path, reader)  # no ingest replaces the store while this reader lives
-        readlock.check_unchanged(self.path, self.manifest_id)
+        if not self.remote:  # object storage has no readers' lock (see readlock.py)
+            readlock.hold(self.path, reader)  # no ingest replaces the store while this reader lives
+            readlock.check_unchanged(self.path, self.manifest_id)
         return reader
 
     def dataset(
@@ -117,7 +127,7 @@ class Store:
         """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
         from lmdata.tokenizer import Tokenizer
 
-        tok = Tokenizer.load(self.path / TOKENIZER_DIR)
+        tok = Tokenizer.load(fetch_tokenizer(self.path) if self.remote else self.path / TOKENIZER_DIR)
         found = _tokenizer_hash(tok)
         if found is not None and found != self.manifest.tokenizer_hash:
             raise LmdataError(
@@ -149,8 +159,10 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     ``tokenizer_hash``: refuse the store unless its tokenizer has this hash (a training
     job pins the tokenizer its model was built for).
     """
-    path = Path(path)
-    manifest_id = readlock.manifest_identity(path)  # before the read: a replaced manifest is then noticed
+    loc = location(path, flag="store")
+    path = loc if loc.remote else Path(path)
+    # before the read: a replaced manifest is then noticed (local stores; a remote one has no readers' lock)
+    manifest_id = None if loc.remote else readlock.manifest_identity(path)
     manifest = read_manifest(path)
     if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
         raise LmdataError(
@@ -165,5 +177,60 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
                     f"{path}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
                     f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
                 )
-            check_sizes(path / split / fmt, shards)
+            if not loc.remote:
+                check_sizes(path / split / fmt, shards)
+    if loc.remote:
+        check_remote_sizes(loc, manifest)
     return Store(path, manifest, manifest_id)
+
+
+def check_remote_sizes(loc: Location, manifest: Manifest) -> None:
+    """Every shard object exists with the manifest's size: one LIST of the prefix, no request per file."""
+    found = _listed_sizes(loc)
+    for split, info in manifest.splits.items():
+        for fmt, shards in info.formats.items():
+            for shard in shards:
+                for f in shard.files:
+                    rel = f"{split}/{fmt}/{f.path}"
+                    size = found.get(rel)
+                    if size is None:
+                        raise LmdataError(f"{loc / rel}: shard {shard.name} object is missing; run `lmdata verify` "
+                                          "and re-ingest (--overwrite)")
+                    if size != f.bytes:
+                        raise LmdataError(f"{loc / rel}: shard {shard.name} object has {size} bytes, the manifest "
+                                          f"says {f.bytes}; the store is damaged (re-ingest with --overwrite)")
+
+
+def _listed_sizes(loc: Location) -> dict[str, int]:
+    import pyarrow.fs as pafs
+
+    from lmdata.store.uri import remote_error
+
+    try:
+        infos = loc.fs.get_file_info(pafs.FileSelector(loc.fs_path, recursive=True, allow_not_found=True))
+    except OSError as exc:
+        raise remote_error(exc, loc) from None
+    n = len(loc.fs_path.rstrip("/")) + 1
+    return {i.path[n:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+
+def fetch_tokenizer(loc: Location) -> Path:
+    """The store's tokenizer directory, downloaded once into the local cache (small: a few files)."""
+    import hashlib
+
+    from lmdata.store.publish import cache_root
+
+    target = cache_root() / "tokenizers" / hashlib.sha1(loc.uri.encode()).hexdigest()[:16]
+    src = loc / "tokenizer"
+    files = src.list(recursive=True)
+    if not files:
+        raise LmdataError(f"{src}: the store has no tokenizer; re-ingest with --overwrite")
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    for f in files:
+        dest = tmp / f.path[len(src.path) + 1:]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(f.read_bytes())
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target

@@ -18,6 +18,7 @@ Checks, per split and format, in this order (each problem names the shard):
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.store.checksum import mark_verified, sha256_file, shard_file_path
+from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
+from lmdata.store.checksum import mark_verified, shard_file_path
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.protocol import ShardInfo
+from lmdata.store.uri import Location, location
 
 CHUNK_TOKENS = 1 << 22  # tokens compared per read (32 MiB as int64)
 
@@ -54,7 +57,8 @@ class VerifyReport:
 
 def verify_store(path: str | Path) -> VerifyReport:
     """Check every checksum, count and token of the store at ``path``."""
-    path = Path(path)
+    loc = location(path, flag="store")
+    path = loc if loc.remote else Path(path)  # a remote store: every object is downloaded once
     manifest = read_manifest(path)  # an unreadable manifest is an error, not a report
     report = VerifyReport(path)
     for split, info in manifest.splits.items():
@@ -82,24 +86,73 @@ def _count_problems(where: str, shards: list[ShardInfo], n_docs: int, n_tokens: 
     return problems
 
 
-def _file_problems(report: VerifyReport, format_dir: Path, where: str, shards: list[ShardInfo]) -> list[str]:
+def _file_problems(report: VerifyReport, format_dir: Any, where: str, shards: list[ShardInfo]) -> list[str]:
     problems = []
+    remote = isinstance(format_dir, Location)
     for s in shards:
+        crcs: dict[str, Any] = {}  # data file -> its block CRCs, computed in the same pass as its sha256
         for f in s.files:
-            full = shard_file_path(format_dir, s, f)
-            if not full.is_file():
+            full = format_dir / f.path if remote else shard_file_path(format_dir, s, f)
+            size = full.size() if remote else (full.stat().st_size if full.is_file() else None)
+            if size is None:
                 problems.append(f"{where} shard {s.name}: {full} is missing")
                 continue
-            size = full.stat().st_size
             report.files += 1
             report.bytes += size
             if size != f.bytes:
                 problems.append(f"{where} shard {s.name}: {full} has {size} bytes, the manifest says {f.bytes}")
-            elif sha256_file(full) != f.sha256:
+                continue
+            digest, crcs[f.path] = _digest(full, remote)
+            if digest != f.sha256:
                 problems.append(f"{where} shard {s.name}: {full} fails its sha256 checksum (the file is corrupt)")
-            else:
+            elif not remote:
                 mark_verified(full, f)  # the readers of the stream pass below need not hash it again
+        for f in s.files:  # a block-checksum sidecar must agree with the data it covers
+            data = f.path[: -len(SIDECAR_SUFFIX)]
+            if f.path.endswith(SIDECAR_SUFFIX) and f.path in crcs and data in crcs:
+                raw = (format_dir / f.path).read_bytes() if remote else shard_file_path(format_dir, s, f).read_bytes()
+                try:
+                    sums = BlockSums.decode(raw, f.path)
+                    found = crcs[data]
+                    if sums.block_bytes != BLOCK_BYTES:
+                        found = None
+                    if found is None or not np.array_equal(found, sums.crcs):
+                        full = format_dir / data
+                        sums.check(0, full.read_bytes() if remote else Path(full).read_bytes(), f"{full}")
+                except LmdataError as exc:
+                    problems.append(f"{where} shard {s.name}: {exc}")
     return problems
+
+
+def _digest(full: Any, remote: bool) -> tuple[str, Any]:
+    """sha256 of a file or object, and the CRC-32 of each ``BLOCK_BYTES`` block, in one streamed pass."""
+    digest, crcs = hashlib.sha256(), []
+    fh = full.fs.open_input_stream(full.fs_path) if remote else open(full, "rb")
+    with fh:
+        while chunk := fh.read(256 * BLOCK_BYTES):
+            digest.update(chunk)
+            crcs.append(block_crcs(chunk, BLOCK_BYTES))
+    return digest.hexdigest(), np.concatenate(crcs) if crcs else np.zeros(0, np.uint32)
+
+
+def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each format's reader and its alternate encodings' ("fmt (label)"), and the format of each."""
+    readers: dict[str, Any] = {}  # "fmt" or "fmt (alternate)" -> reader
+    fmt_of: dict[str, str] = {}
+    for fmt in formats:
+        try:
+            try:
+                reader = store.reader(split, fmt, verify="size")  # the file pass above checked every byte
+            except TypeError:  # a plug-in reader without the built-ins' verify option
+                reader = store.reader(split, fmt)
+            alternates = getattr(reader, "alternates", dict)()
+        except LmdataError as exc:
+            problems.append(f"split {split!r} format {fmt!r}: {exc}")
+            continue
+        readers[fmt], fmt_of[fmt] = reader, fmt
+        for label, alt in alternates.items():
+            readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
+    return readers, fmt_of
 
 
 def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
@@ -108,21 +161,9 @@ def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split
 
     if not formats:
         return []
-    store = Store(path, manifest)
     info = manifest.splits[split]
     problems: list[str] = []
-    readers: dict[str, Any] = {}  # "fmt" or "fmt (alternate)" -> reader
-    fmt_of: dict[str, str] = {}
-    for fmt in formats:
-        try:
-            reader = store.reader(split, fmt)
-            alternates = getattr(reader, "alternates", dict)()
-        except LmdataError as exc:
-            problems.append(f"split {split!r} format {fmt!r}: {exc}")
-            continue
-        readers[fmt], fmt_of[fmt] = reader, fmt
-        for label, alt in alternates.items():
-            readers[f"{fmt} ({label})"], fmt_of[f"{fmt} ({label})"] = alt, fmt
+    readers, fmt_of = _open_readers(Store(path, manifest), split, formats, problems)
     # The reference: a format of one encoding when there is one. A format whose two encodings
     # disagree cannot tell which is wrong; a third reading of the stream can.
     single = [n for n in readers if fmt_of[n] == n and sum(fmt_of[m] == n for m in readers) == 1]

@@ -123,6 +123,13 @@ def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Opti
     return total, grad_norm
 
 
+def _store_name(store: str) -> str:
+    """The store as the run's meta records it: an absolute path, or the ``s3://`` URI as given."""
+    from lmdata.store.uri import is_uri
+
+    return str(store) if is_uri(str(store)) else str(Path(store).resolve())
+
+
 class Run:
     """The state of one training run: store, datasets, model, optimizer, loader, output files."""
 
@@ -200,7 +207,7 @@ class Run:
         """What a checkpoint records about the run, checked again on --resume."""
         cfg, mix = self.cfg, self.mix
         return {
-            "model": cfg.model, "model_config": self.mcfg, "store": str(Path(cfg.store).resolve()),
+            "model": cfg.model, "model_config": self.mcfg, "store": _store_name(cfg.store),
             "tokenizer_hash": manifest.tokenizer_hash, "eot_id": manifest.eot_id,
             "split": "mix" if mix else cfg.split,
             "split_tokens": ([m["open"].n_tokens(m["split"]) for m in mix] if mix
@@ -294,6 +301,10 @@ class Run:
         import shutil
 
         source, target = self.store.path / "tokenizer", self.ckpt_dir / "tokenizer"
+        if self.store.remote:  # s3://: the copy open_store's tokenizer() fetched into the local cache
+            from lmdata.store.store import fetch_tokenizer
+
+            source = fetch_tokenizer(self.store.path)
         if target.is_dir():
             return
         if not source.is_dir():

@@ -28,6 +28,8 @@ never a wrong one, so record directories are fsynced once, in the writer's ``fin
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
 import json
 import os
@@ -41,9 +43,9 @@ import numpy as np
 from lmdata import _atomic
 from lmdata._atomic import TMP_MARK, fsync_dir
 from lmdata.errors import LmdataError
-from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, shard_file_path, verify_shard
 from lmdata.store.layout import RECORD_DIR
-from lmdata.store.protocol import ShardInfo
+from lmdata.store.protocol import FileInfo, ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
 
 # Open shards all readers of a process keep together. Each costs a file descriptor (a memmap
@@ -255,12 +257,17 @@ class ShardReader:
     worker or inherited across a fork), the size check, the document-bounds error and the
     offset-annotated read errors. A format implements ``_reset`` (its per-process state),
     ``_windows(starts, length)``, ``_document(shard, k)`` and ``doc_starts(shard)``.
+
+    ``format_dir`` may be a ``Location`` on object storage (``store/uri.py``; ``remote``
+    true): then the size check is the one LIST ``open_store`` did, and small per-shard
+    files are fetched whole and checked against their sha256 (``_small_file``).
     """
 
     PER_PROCESS: tuple[str, ...] = ()
 
     def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
-        self.format_dir = Path(format_dir)
+        self.remote = bool(getattr(format_dir, "remote", False))  # a Location on object storage
+        self.format_dir = format_dir if self.remote else Path(format_dir)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
         self.verify = check_verify_mode(verify)
@@ -284,7 +291,22 @@ class ShardReader:
 
     def check(self) -> None:
         """Every shard file has the size the manifest says (cheap: no data read)."""
-        check_sizes(self.format_dir, self.shards)
+        if not self.remote:  # remote sizes: ``open_store`` lists the prefix once
+            check_sizes(self.format_dir, self.shards)
+
+    def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, Any]:
+        """(name for errors, something ``np.load``/readers take) of a small shard file, verified
+        as ``verify`` says: remote it is one GET whose sha256 is checked against the manifest."""
+        if self.remote:
+            path = self.format_dir / info.path
+            raw = path.read_bytes()
+            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
+                raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
+                                  "run `lmdata verify` and re-ingest with --overwrite")
+            return path, io.BytesIO(raw)
+        verify_shard(self.format_dir, shard, self.verify, [info])
+        path = shard_file_path(self.format_dir, shard, info)
+        return path, path
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""

@@ -7,8 +7,10 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
                            cut into pieces of at most 1,024 tokens; each fragment holds a run
                            of whole ingest shards, up to 256 Mi tokens (``lance_fragments``)
     _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
-    rows-00000.npy         int64 [2, n_rows + 1], a shard's row index: each row's first token
-                           within it (then n_tokens) and each row's document (then n_docs)
+    rows-00000.npy         int64 [3, n_rows + 1], a shard's row index: each row's first token
+                           within it (then n_tokens), each row's document (then n_docs) and
+                           each row's CRC-32 of its tokens' little-endian bytes (then 0);
+                           a store written before row checksums has only the first two
     index-<name>.npy       the same for a fragment of several shards
     _shards/00000.json     while ingesting: a shard's record; its ``extra["fragment"]`` is its
                            uncommitted staging fragment's ``FragmentMetadata`` JSON
@@ -34,11 +36,15 @@ reads plain files, and a machine without io_uring falls back to them with a warn
 batch of windows reads the rows covering them with **one
 take** (rows located with the ``rows-*.npy`` index of each fragment the batch
 touches, loaded on first touch: kept out of the manifest, which would otherwise grow by
-~n_tokens / 700 entries). On that first touch the fragment's files are checked against the
-manifest (``verify``: sha256 or size, see ``checksum.verify_shard``); Lance 2.1 files carry
-no checksums of their own, so with ``verify="size"`` a flipped bit may decode as a wrong
-token. A decode error is an ``LmdataError`` naming the fragment. ``doc_starts`` reads only
-the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
+~n_tokens / 700 entries). Lance 2.1 files carry no checksums of their own, so the row index
+carries a CRC-32 per row (``blocks.row_checksums``), recorded at ingest and checked on every
+row a take returns (local and remote alike): a flipped bit is refused naming the shard and
+row, and no process ever hashes a whole data file. On the first touch of a fragment its row
+index is checked against its sha256 in the manifest (so the CRCs are trusted) and the data
+file only by size. A store without row CRCs falls back to a whole-file sha256 on first touch
+(``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
+checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
+``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ import numpy as np
 
 from lmdata import _atomic
 from lmdata.errors import LmdataError
+from lmdata.store.blocks import row_checksums
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
@@ -120,13 +127,14 @@ class LanceWriter(base.RecordedShardWriter):
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
             _atomic.fsync_path(self.format_dir / rel)
         row_starts, doc_of_row = pieces(doc_starts)
-        rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1)])
+        crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
+        rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs])
         rows_name = f"rows-{index:05d}.npy"
         replaced = _atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
-            extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True},
+            extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True, "row_crc": True},
         )
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
@@ -221,27 +229,61 @@ class LanceReader(base.ShardReader):
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
-        # first touch of the fragment: its data file and row index (only the index for ``doc_starts``)
-        verify_shard(self.format_dir, shard, self.verify, shard.files[-1:] if sidecar_only else None)
-        path = shard_file_path(self.format_dir, shard, shard.files[-1])
+        # the row index, sha256-checked (remote: one GET; never a download of the data file)
+        path, source = self._small_file(shard, shard.files[-1])
+        if not self.remote and not sidecar_only:
+            # first touch of the fragment's data: with row CRCs only its size; else its whole sha256
+            verify_shard(self.format_dir, shard, "size" if shard.extra.get("row_crc") else self.verify,
+                         shard.files[:-1])
         try:
-            rows = np.load(path, allow_pickle=False)
+            rows = np.load(source, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise read_error(path, shard, exc) from exc
-        if rows.shape != (2, shard.extra["rows"] + 1) or rows[0, -1] != shard.n_tokens:
+        if rows.shape != (3 if shard.extra.get("row_crc") else 2, shard.extra["rows"] + 1) \
+                or rows[0, -1] != shard.n_tokens:
             raise LmdataError(f"{path}: shard {shard.name} row index does not match the manifest; run `lmdata verify`")
         return rows
 
     def _bounds(self, i: int) -> np.ndarray:
         return self._index(i)[0]
 
-    def _index(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fragment ``i``'s rows: global first token of each (then its end), document within it (then n_docs)."""
+    def _index(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Fragment ``i``'s rows: global first token of each (then its end), document within it (then
+        n_docs), and each row's CRC-32 (None in a store written without them)."""
         index = self._row_bounds.get(i)
         if index is None:
             rows = self._rows(i)
-            index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1])
+            crcs = rows[2, :-1].astype(np.uint32) if len(rows) == 3 else None
+            index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1], crcs)
         return index
+
+    def _data_path(self, shard: ShardInfo) -> Any:
+        if self.remote:
+            return self.format_dir / shard.files[0].path
+        return shard_file_path(self.format_dir, shard, shard.files[0])
+
+    def _check_rows(self, rows: np.ndarray, values: np.ndarray, offsets: np.ndarray) -> None:
+        """Refuse the take unless every row's tokens match the CRC-32 its row index records."""
+        if self.verify == "size":
+            return
+        frag = np.searchsorted(self._row_base, rows, side="right") - 1
+        expected = np.zeros(len(rows), dtype=np.uint32)
+        checked = np.ones(len(rows), dtype=bool)
+        for f, at in _by_fragment(frag):
+            crcs = self._index(f)[2]
+            if crcs is None:
+                checked[at] = False  # an older store: its data file was hashed whole on first touch
+            else:
+                expected[at] = crcs[rows[at] - self._row_base[f]]
+        bad = np.flatnonzero((row_checksums(values, offsets) != expected) & checked)
+        if len(bad):
+            k = int(bad[0])
+            shard = self.shards[int(frag[k])]
+            raise LmdataError(
+                f"{self._data_path(shard)}: shard {shard.name} row {int(rows[k] - self._row_base[frag[k]])} fails "
+                f"its CRC-32 checksum{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: the shard is "
+                "corrupt; run `lmdata verify` and re-ingest with --overwrite"
+            )
 
     def _open(self) -> Any:
         self._here()
@@ -250,13 +292,16 @@ class LanceReader(base.ShardReader):
 
             self.check()
             try:
-                ds = lance.dataset(str(self.format_dir))
+                if self.remote:
+                    ds = lance.dataset(self.format_dir.uri, storage_options=self.format_dir.storage_options())
+                else:
+                    ds = lance.dataset(str(self.format_dir))
             except Exception as exc:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
-            self._ds = open_uring(self.format_dir, ds, self._column, self.io) or ds
+            self._ds = ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds)
             self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
             committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
                          for f in self._fragments]
@@ -297,7 +342,7 @@ class LanceReader(base.ShardReader):
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
             shard = self.shards[first]
-            raise read_error(shard_file_path(self.format_dir, shard, shard.files[0]), shard, exc) from exc
+            raise read_error(self._data_path(shard), shard, exc) from exc
         odd = 0
         if self._column == "token_bytes":  # byte offsets: whole tokens, values viewed in place
             _, byte_offsets, data = column.buffers()
@@ -316,6 +361,7 @@ class LanceReader(base.ShardReader):
                 f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
                 "its index says; run `lmdata verify`"
             )
+        self._check_rows(rows, values, offsets)
         return values, offsets
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:

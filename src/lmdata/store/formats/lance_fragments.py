@@ -29,6 +29,7 @@ import numpy as np
 from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
+from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info
 from lmdata.store.protocol import ShardInfo
 
@@ -112,18 +113,26 @@ def _member_batches(format_dir: Path, shard: ShardInfo, columns: list[str]) -> I
                           "rerun the ingest with --overwrite") from exc
 
 
+def _row_info(batch: Any, first_token: int, first_doc: int) -> tuple[np.ndarray, ...]:
+    """A batch's rows: first token and document (within the fragment), size, CRC-32 of the tokens
+    (the reader checks each row it takes). ``.values`` ignores a slice; ``.offsets`` index into it."""
+    import pyarrow.compute as pc
+
+    tokens = batch.column("tokens")
+    return (batch.column("token_offset").to_numpy() - first_token, batch.column("doc_id").to_numpy() - first_doc,
+            pc.list_value_length(tokens).to_numpy(),
+            row_checksums(tokens.values.to_numpy(zero_copy_only=False), tokens.offsets.to_numpy()))
+
+
 def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_version: str) -> ShardInfo:
     """Stream ``run``'s rows into one uncommitted fragment; write its row index and record."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     from lance.fragment import LanceFragment
 
     format_dir = Path(format_dir)
     name = fragment_name(run)
     first_doc, first_token = run[0].first_doc, run[0].first_token
-    row_tokens: list[np.ndarray] = []
-    row_docs: list[np.ndarray] = []
-    row_sizes: list[np.ndarray] = []
+    per_batch: list[tuple[np.ndarray, ...]] = []  # (row first tokens, documents, sizes, CRC-32s) per batch
 
     failed: list[BaseException] = []
 
@@ -131,9 +140,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
         try:
             for shard in run:
                 for batch in _member_batches(format_dir, shard, schema.names):
-                    row_tokens.append(batch.column("token_offset").to_numpy() - first_token)
-                    row_docs.append(batch.column("doc_id").to_numpy() - first_doc)
-                    row_sizes.append(pc.list_value_length(batch.column("tokens")).to_numpy())
+                    per_batch.append(_row_info(batch, first_token, first_doc))
                     yield batch
         except BaseException as exc:  # Lance would turn it into a bare error without our message
             failed.append(exc)
@@ -148,8 +155,10 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
             raise failed[0] from None
         raise
     n_docs, n_tokens = sum(s.n_docs for s in run), sum(s.n_tokens for s in run)
-    rows = np.stack([np.concatenate(row_tokens + [[n_tokens]]), np.concatenate(row_docs + [[n_docs]])])
-    sizes = np.concatenate(row_sizes) if row_sizes else np.zeros(0, np.int64)
+    cols = [[b[k] for b in per_batch] for k in range(4)]
+    rows = np.stack([np.concatenate(cols[0] + [[n_tokens]]), np.concatenate(cols[1] + [[n_docs]]),
+                     np.concatenate(cols[3] + [[0]]).astype(np.int64)])
+    sizes = np.concatenate(cols[2]) if per_batch else np.zeros(0, np.int64)
     if (len(meta["files"]) != 1 or rows.shape[1] - 1 != sum(s.extra["rows"] for s in run)
             or not np.array_equal(np.diff(rows[0]), sizes)):
         raise LmdataError(f"{format_dir}: fragment {name} does not hold its shards' rows in order (the staging "
@@ -163,7 +172,7 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],
-        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True,
+        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True, "row_crc": True,
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )

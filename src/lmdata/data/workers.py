@@ -1,0 +1,133 @@
+"""The loader's workers: which samples each is reading (``InFlight``), reads on threads for
+scripts whose worker processes cannot start (``ThreadReads``), and what a dead worker held.
+
+A worker killed mid-read (segfault, OOM kill) leaves no traceback: the main process names
+the samples it died on from the ``InFlight`` board (``worker_held``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+
+class InFlight:
+    """Records in shared memory which indices each worker is reading, for post-mortems.
+
+    A worker killed mid-read (segfault, OOM kill) leaves no traceback; the main process
+    reads this board to name the samples it died on. One slot per worker:
+    ``[count, index_0, ..., index_{B-1}]``; count 0 = idle.
+    """
+
+    def __init__(self, dataset: Any, num_workers: int, batch_size: int, start_method: str | None) -> None:
+        import multiprocessing as mp
+
+        self.dataset, self.width = dataset, batch_size + 1
+        self.board = mp.get_context(start_method).RawArray("q", num_workers * self.width)
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        info = torch.utils.data.get_worker_info()
+        slot = self.width * (info.id if info is not None else 0)
+        self.board[slot + 1:slot + 1 + len(indices)] = indices
+        self.board[slot] = len(indices)
+        out = self.dataset.__getitems__(indices)
+        self.board[slot] = 0
+        return out
+
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])
+
+    def reading(self) -> dict[int, list[int]]:
+        """Index lists being read right now, by worker id (busy workers only)."""
+        slots = [self.board[i:i + self.width] for i in range(0, len(self.board), self.width)]
+        return {w: list(s[1:1 + s[0]]) for w, s in enumerate(slots) if s[0] > 0}
+
+
+class ThreadReads:
+    """The DataLoader's reads on ``num_workers`` threads, in order, ``num_workers * prefetch`` ahead.
+
+    For a script without an ``if __name__ == "__main__":`` guard whose workers would have to
+    be spawned (``lmdata._mp``): such workers re-run the script and die. Each thread reads
+    its own unpickled copy of the dataset (as a worker process would); Lance takes, Parquet
+    decoding and memmap copies release the GIL, so the reads still overlap the training step.
+    """
+
+    def __init__(self, source: Any, sampler: Any, num_workers: int, prefetch: int) -> None:
+        self.source, self.sampler, self.num_workers, self.depth = source, sampler, num_workers, num_workers * prefetch
+
+    def __iter__(self) -> Iterator[Any]:
+        import pickle
+        import threading
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        blob, local = pickle.dumps(self.source), threading.local()
+
+        def read(indices: list[int]) -> Any:
+            if not hasattr(local, "source"):
+                local.source = pickle.loads(blob)
+            return local.source.__getitems__(indices)
+
+        pool, pending = ThreadPoolExecutor(self.num_workers, thread_name_prefix="lmdata-loader"), deque()
+        try:
+            for indices in self.sampler:
+                pending.append(pool.submit(read, indices))
+                if len(pending) >= self.depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True)
+
+
+worker_deaths: list[RuntimeError] = []  # dead-worker errors torch's SIGCHLD handler raised, kept for next()
+in_next: list[bool] = []  # non-empty while a loader waits in next(): a death then raises at once
+
+
+def defer_sigchld_errors() -> None:
+    """Keep torch's dead-worker error for the loader's next batch instead of raising it anywhere.
+
+    torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" wherever the main
+    thread happens to be -- mostly in the training step, far from the loader, so the error
+    named no samples and left a traceback (issue 19). Wrapped, the error waits in
+    ``worker_deaths`` for the next ``next()``, which explains it (``TokenLoader._explain``).
+    While a loader waits in ``next()`` the error is raised at once, as before: with a read
+    ``timeout`` torch's own liveness check would wait that long.
+    """
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if not callable(previous) or getattr(previous, "lmdata_deferred", False):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as exc:
+            if in_next:
+                raise
+            worker_deaths.append(exc)
+
+    handler.lmdata_deferred = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGCHLD, handler)
+
+
+def shown(ids: list[int]) -> str:
+    """The first few of ``ids`` (a message names samples, it does not list thousands)."""
+    return f"{ids[:8]}{f'... ({len(ids)} in all)' if len(ids) > 8 else ''}"
+
+
+def worker_held(worker: int, reading: list[int], held: list[int], what: str) -> str:
+    """What a dead worker took with it: the read it was in, the reads queued for it."""
+    queued = [i for i in held if i not in set(reading)]
+    if not reading and not queued:
+        return f"worker {worker} died between reads, holding no {what}"
+    parts = [f"was reading {what} {shown(reading)}"] if reading else []
+    parts += [f"held {what} {shown(queued)} queued for it"] if queued else []
+    return f"worker {worker} " + " and ".join(parts)

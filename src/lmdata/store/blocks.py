@@ -1,0 +1,180 @@
+"""Block checksums: integrity that costs what a read costs.
+
+A whole-shard hash makes every process of every rank read the whole dataset once before it
+trusts it (on object storage: a full download per process). Instead the writer records a
+CRC-32 of every small block of a file, and a reader checks only the blocks a read touches.
+``lmdata verify`` still hashes whole files (sha256 in the manifest).
+
+Byte blocks (the memmap token shards) live in a sidecar file beside the data file,
+``tokens-00000.bin`` -> ``tokens-00000.bin.crc``; the sidecar is itself a shard file in the
+manifest (size + sha256). Its layout, little-endian::
+
+    offset  size  field
+    0       8     magic b"LMDCRC1\\0"
+    8       4     block_bytes (u32)        e.g. 4096
+    12      4     reserved, 0
+    16      8     data_bytes (u64)         size of the data file it covers
+    24      4*n   crc32 of each block (u32), n = ceil(data_bytes / block_bytes);
+                  the last block may be short
+
+    >>> sums = BlockSums.of(b"x" * 10000, block_bytes=4096)
+    >>> sums.n_blocks, sums.aligned(5000, 5100)
+    (3, (4096, 8192))
+    >>> BlockSums.decode(sums.encode(), "f").crcs.tolist() == sums.crcs.tolist()
+    True
+
+Lance rows carry a CRC-32 of their tokens' little-endian bytes (``row_checksums``) as the
+third row of the fragment's row index (``rows-*.npy`` / ``index-*.npy``, itself sha256-checked
+against the manifest), checked on every row a take returns. Parquet needs none of its own:
+every page carries a CRC-32 that pyarrow checks on read.
+
+Cost (this box, 2 shared cores): zlib's crc32 runs at ~0.4-0.5 GB/s on 4 KiB blocks; a
+memmap batch of 256 windows of 1025 uint16 tokens touches ~1.5 blocks per window, ~1.5 MiB,
+~3 ms the first time; a local reader remembers verified blocks, so it never pays twice.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+
+MAGIC = b"LMDCRC1\0"
+HEADER_BYTES = 24
+BLOCK_BYTES = 4096
+SIDECAR_SUFFIX = ".crc"
+
+
+def crc32(data: bytes | memoryview | np.ndarray) -> int:
+    """CRC-32 of a buffer (an array's raw bytes, as stored)."""
+    return zlib.crc32(memoryview(data).cast("B") if isinstance(data, np.ndarray) else data) & 0xFFFFFFFF
+
+
+def block_crcs(data: bytes | memoryview | np.ndarray, block_bytes: int) -> np.ndarray:
+    """uint32 CRC-32 of each ``block_bytes`` block of ``data`` (the last one may be short)."""
+    view = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
+    return np.fromiter((zlib.crc32(view[i:i + block_bytes]) for i in range(0, len(view), block_bytes)),
+                       dtype=np.uint32, count=-(-len(view) // block_bytes))
+
+
+@dataclass
+class BlockSums:
+    """The checksums of one data file: its size, the block size and one CRC per block."""
+
+    block_bytes: int
+    data_bytes: int
+    crcs: np.ndarray  # uint32, one per block
+
+    @classmethod
+    def of(cls, data: bytes | memoryview | np.ndarray, block_bytes: int = BLOCK_BYTES) -> "BlockSums":
+        view = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
+        return cls(block_bytes, len(view), block_crcs(view, block_bytes))
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.crcs)
+
+    def encode(self) -> bytes:
+        header = MAGIC + np.array([self.block_bytes, 0], "<u4").tobytes() + np.array([self.data_bytes], "<u8").tobytes()
+        return header + self.crcs.astype("<u4").tobytes()
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str) -> "BlockSums":
+        """Parse a sidecar; a damaged one is an error naming ``where``."""
+        if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+            raise LmdataError(f"{where}: not a block-checksum file (bad header); re-ingest with --overwrite")
+        block_bytes, _ = np.frombuffer(raw, "<u4", 2, 8).tolist()
+        data_bytes = int(np.frombuffer(raw, "<u8", 1, 16)[0])
+        n = -(-data_bytes // block_bytes) if block_bytes else -1
+        if block_bytes <= 0 or len(raw) != HEADER_BYTES + 4 * n:
+            raise LmdataError(f"{where}: block-checksum file is truncated or corrupt; re-ingest with --overwrite")
+        return cls(block_bytes, data_bytes, np.frombuffer(raw, "<u4", n, HEADER_BYTES).astype(np.uint32))
+
+    def aligned(self, start: int, stop: int) -> tuple[int, int]:
+        """The block-aligned byte range ``[a, b)`` covering ``[start, stop)`` (clipped to the file)."""
+        bb = self.block_bytes
+        return (start // bb) * bb, min(-(-stop // bb) * bb, self.data_bytes)
+
+    def bad_blocks(self, offset: int, data: bytes | memoryview | np.ndarray) -> list[int]:
+        """Indices of the blocks of ``data`` (read at the block-aligned ``offset``) whose CRC differs."""
+        assert offset % self.block_bytes == 0, "reads to verify start on a block boundary"
+        first = offset // self.block_bytes
+        found = block_crcs(data, self.block_bytes)
+        expected = self.crcs[first:first + len(found)]
+        if len(expected) != len(found):
+            return list(range(first + len(expected), first + len(found)))
+        return (np.flatnonzero(found != expected) + first).tolist()
+
+    def check(self, offset: int, data: bytes | memoryview | np.ndarray, where: str) -> None:
+        """Refuse ``data`` (read at the aligned ``offset``) unless every block matches, naming ``where``."""
+        bad = self.bad_blocks(offset, data)
+        if bad:
+            at = bad[0] * self.block_bytes
+            raise LmdataError(
+                f"{where}: block {bad[0]} (bytes {at}..{at + self.block_bytes}) fails its CRC-32 checksum"
+                f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: the shard is corrupt; "
+                "run `lmdata verify` and re-ingest with --overwrite"
+            )
+
+
+def coalesce(ranges: Iterable[tuple[int, int]], block_bytes: int, gap: int = 0) -> list[tuple[int, int]]:
+    """Merge byte ranges, widened to ``block_bytes`` boundaries, that overlap or lie within ``gap``.
+
+    One request per merged range: a batch's windows become a few large reads.
+
+    >>> coalesce([(10, 20), (4000, 4200), (13000, 13001)], 4096)
+    [(0, 8192), (12288, 16384)]
+    """
+    merged: list[list[int]] = []
+    for start, stop in sorted((s // block_bytes * block_bytes, -(-e // block_bytes) * block_bytes)
+                              for s, e in ranges if e > s):
+        if merged and start <= merged[-1][1] + gap:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return [(a, b) for a, b in merged]
+
+
+class VerifiedSet:
+    """Which blocks of one file a process has already checked (a local read never checks twice)."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, n_blocks: int) -> None:
+        self._done = np.zeros(n_blocks, dtype=bool)
+
+    def missing(self, first: int, last: int) -> tuple[int, int] | None:
+        """The sub-range ``[a, b)`` of blocks ``[first, last)`` still to check, or None."""
+        todo = np.flatnonzero(~self._done[first:last])
+        return None if len(todo) == 0 else (first + int(todo[0]), first + int(todo[-1]) + 1)
+
+    def mark(self, first: int, last: int) -> None:
+        self._done[first:last] = True
+
+
+def row_checksums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """uint32 CRC-32 of each row ``values[offsets[i]:offsets[i+1]]`` (little-endian bytes)."""
+    values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+    raw = memoryview(values).cast("B")
+    size = values.dtype.itemsize
+    bounds = np.asarray(offsets, dtype=np.int64) * size
+    return np.fromiter((zlib.crc32(raw[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())),
+                       dtype=np.uint32, count=len(bounds) - 1)
+
+
+def check_rows(values: np.ndarray, offsets: np.ndarray, expected: np.ndarray, where: str,
+               first_row: int | Iterable[int] = 0) -> None:
+    """Refuse rows whose tokens do not match their recorded CRC, naming ``where`` and the row."""
+    bad = np.flatnonzero(row_checksums(values, offsets) != np.asarray(expected, dtype=np.uint32))
+    if len(bad):
+        rows = np.asarray(first_row).reshape(-1)
+        row = int(rows[bad[0]]) if rows.size > 1 else int(rows[0]) + int(bad[0])
+        raise LmdataError(
+            f"{where}: row {row} fails its CRC-32 checksum"
+            f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: the shard is corrupt; "
+            "run `lmdata verify` and re-ingest with --overwrite"
+        )

@@ -1,0 +1,171 @@
+"""A store written to object storage: built in a local staging directory, then uploaded.
+
+    ingest(..., out="s3://bucket/runs/store")   # the ingest job calls ingest_remote
+
+Object storage has no rename, so a store cannot be made durable file by file the way a
+local one is (tmp + fsync + rename). Instead the ingest runs unchanged into a staging
+directory on local disk (``staging_dir``: ``$LMDATA_CACHE_DIR/staging/<hash of the URI>``,
+default ``~/.cache/lmdata``), with its own locks and completion records, and ``publish``
+uploads it in the order that keeps the remote store crash-safe:
+
+    0. the ingest plan (``ingest-plan.json``): the prefix is an interrupted ingest of ours
+    1. every shard file (tokens, offsets, checksum sidecars, Parquet files, Lance data)
+    2. every completion record (``_shards/*.json``) and Lance's version files
+    3. the tokenizer
+    4. ``manifest.json`` -- last: until it exists the prefix is not a store
+
+``--overwrite`` / ``--resume`` on a prefix that already holds objects apply the local
+store's ownership rule (``ingest.output.foreign_keys``): the prefix must carry our manifest
+or plan, and every object must be one our layout names; anything else is refused, naming
+it, and ``--overwrite`` deletes only the objects it listed, never the whole prefix.
+
+An object appears whole or not at all (a PUT or a completed multipart upload), so a crash
+at any point leaves either no manifest (``open_store`` refuses: "not a store") or a complete
+store. ``--resume`` continues the staging directory (same machine) and uploads what is
+missing: an object already there with the size the staging file has is not sent again,
+so a resumed run ends with the same objects as an uninterrupted one. After a successful
+upload the staging directory is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from lmdata._ownership import refuse_foreign
+from lmdata.errors import LmdataError
+from lmdata.ingest import output
+from lmdata.store.uri import Location, location
+
+MANIFEST = "manifest.json"
+_SKIP_PREFIXES = (".",)  # temporaries (.NAME.tmp-PID), the lock file
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LMDATA_CACHE_DIR") or Path.home() / ".cache" / "lmdata")
+
+
+def staging_dir(loc: Location) -> Path:
+    """Where the store at ``loc`` is built before it is uploaded (stable per URI, for --resume)."""
+    return cache_root() / "staging" / hashlib.sha1(loc.uri.encode()).hexdigest()[:16]
+
+
+def _rank(rel: str) -> int:
+    """Upload order: the ingest plan first (it marks the prefix as ours: an interrupted upload is
+    then resumable and never mistaken for a user's objects), data, then records and versions,
+    then the tokenizer, manifest last."""
+    parts = rel.split("/")
+    if rel == "ingest-plan.json":
+        return -1
+    if rel == MANIFEST:
+        return 3
+    if parts[0] == "tokenizer" or len(parts) == 1:
+        return 2
+    if "_shards" in parts or "_fragments" in parts or "_versions" in parts or "_transactions" in parts:
+        return 1
+    return 0
+
+
+def local_files(root: Path) -> list[str]:
+    """Relative paths of the files to upload, in upload order."""
+    found = []
+    for path in Path(root).rglob("*"):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not any(p.startswith(_SKIP_PREFIXES) for p in rel.split("/")):
+            found.append(rel)
+    return sorted(found, key=lambda rel: (_rank(rel), rel))
+
+
+def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None) -> int:
+    """Upload the store staged at ``root`` to ``loc`` (manifest last); returns the objects sent."""
+    if not (Path(root) / MANIFEST).is_file():
+        raise AssertionError(f"{root} holds no finished store to publish")
+    remote = {x.path[len(loc.path) + 1:]: x for x in loc.list(recursive=True)}
+    sizes = {rel: x for rel, x in remote.items()}
+    sent = 0
+    for rel in local_files(root):
+        path = Path(root) / rel
+        target = loc / rel
+        if rel in sizes and _rank(rel) == 0 and target.size() == path.stat().st_size:
+            continue  # a shard file already uploaded by an interrupted run: same name, same size
+        target.upload(path)
+        sent += 1
+    if log:
+        log(f"uploaded {sent} objects to {loc.uri}")
+    return sent
+
+
+def remote_manifest(loc: Location) -> dict[str, Any] | None:
+    """The parsed manifest at ``loc`` if there is one that is lmdata's, else None."""
+    try:
+        obj = json.loads((loc / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("format", "lmdata-store") == "lmdata-store" else None
+
+
+def _remote_json(obj: Location) -> Any:
+    try:
+        return json.loads(obj.read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def check_bucket(loc: Location, flag: str) -> None:
+    """A one-line error now, not a failed upload after the whole ingest, if ``loc`` cannot be written."""
+    probe = loc / ".lmdata-write-probe"
+    probe.write_bytes(b"")
+    probe.delete()
+
+
+def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite: bool,
+                  log: Callable[[str], None] | None, **kwargs: Any) -> Any:
+    """Run the ingest ``run`` into ``out``'s staging directory, then ``publish`` it to ``out``."""
+    loc = location(out, flag="--out")
+    check_bucket(loc, "--out")
+    existing = loc.list(recursive=True)
+    if existing and not (resume or overwrite):
+        raise LmdataError(
+            f"--out {loc.uri}: the prefix already holds {len(existing)} objects; pass --resume to finish an "
+            "interrupted ingest, --overwrite to replace a store, or choose another prefix"
+        )
+    if existing and resume and overwrite:
+        raise LmdataError("--resume and --overwrite exclude each other; pick one")
+    if existing:
+        keys = [x.path[len(loc.path) + 1:] for x in existing]
+        layout = output.layout_from(remote_manifest(loc), _remote_json(loc / output.PLAN_NAME))
+        if layout is None:
+            raise LmdataError(
+                f"--out {loc.uri}: the prefix holds {len(keys)} objects but no lmdata store (no manifest.json or "
+                "ingest-plan.json of lmdata's); refusing to write or delete there -- choose another prefix"
+            )
+        refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
+        if overwrite:
+            for x in existing:  # only the objects our layout names (checked above); never the whole prefix
+                x.delete()
+    staging = staging_dir(loc)
+    if not resume and staging.exists():
+        shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    if resume and (staging / MANIFEST).is_file():
+        result = None  # the ingest finished before the crash; only the upload is left
+    else:
+        result = run(out=staging, resume=resume and staging.exists(), overwrite=False, log=log, **kwargs)
+    publish(staging, loc, log)
+    shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def remote_state(out: str) -> tuple[bool, bool]:
+    """(a finished store of ours is at ``out``, an interrupted ingest of ours is there): the
+    pipeline's reuse-or-resume decision for an ``s3://`` store."""
+    loc = location(out, flag="[ingest] out")
+    if remote_manifest(loc) is not None:
+        return True, False
+    return False, output.layout_from(None, _remote_json(loc / output.PLAN_NAME)) is not None

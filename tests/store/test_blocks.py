@@ -1,0 +1,70 @@
+"""Block checksums: the sidecar format, aligned ranges, coalescing, bit flips, row checksums."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lmdata.errors import LmdataError
+from lmdata.store.blocks import BlockSums, VerifiedSet, check_rows, coalesce, row_checksums
+
+
+def test_sidecar_round_trip_and_damage():
+    data = np.arange(5000, dtype="<u2").tobytes()
+    sums = BlockSums.of(data, block_bytes=4096)
+    assert (sums.n_blocks, sums.data_bytes) == (3, 10000)
+    raw = sums.encode()
+    back = BlockSums.decode(raw, "t.crc")
+    assert (back.block_bytes, back.data_bytes, back.crcs.tolist()) == (4096, 10000, sums.crcs.tolist())
+    for bad in (raw[:-1], b"XXXXXXXX" + raw[8:], raw[:10]):
+        with pytest.raises(LmdataError, match="t.crc"):
+            BlockSums.decode(bad, "t.crc")
+
+
+@given(st.integers(0, 9999), st.integers(1, 3000))
+def test_aligned_range_covers_and_is_block_aligned(start, length):
+    sums = BlockSums.of(bytes(10000), block_bytes=4096)
+    stop = min(start + length, 10000)
+    a, b = sums.aligned(start, stop)
+    assert a % 4096 == 0 and (b % 4096 == 0 or b == 10000) and a <= start and stop <= b
+
+
+def test_every_bit_flip_is_caught_in_the_block_it_hits():
+    data = bytearray(np.random.default_rng(0).integers(0, 256, 9000, dtype=np.uint8).tobytes())
+    sums = BlockSums.of(bytes(data), block_bytes=1024)
+    for pos in range(0, 9000, 97):
+        flipped = bytearray(data)
+        flipped[pos] ^= 1 << (pos % 8)
+        a, b = sums.aligned(pos, pos + 1)
+        with pytest.raises(LmdataError, match=f"shard 7: block {pos // 1024} "):
+            sums.check(a, bytes(flipped[a:b]), "shard 7")
+        assert sums.bad_blocks(0, bytes(flipped)) == [pos // 1024]
+    sums.check(0, bytes(data), "ok")
+
+
+def test_coalesce_merges_within_blocks_and_gap():
+    assert coalesce([(10, 20), (4000, 4200), (13000, 13001)], 4096) == [(0, 8192), (12288, 16384)]
+    assert coalesce([(0, 10), (20000, 20010)], 4096, gap=16384) == [(0, 20480)]
+    assert coalesce([(5, 5)], 4096) == []
+
+
+def test_verified_set_reports_only_unchecked_blocks():
+    done = VerifiedSet(10)
+    assert done.missing(2, 5) == (2, 5)
+    done.mark(2, 5)
+    assert done.missing(2, 5) is None and done.missing(0, 8) == (0, 8)
+    done.mark(0, 2)
+    assert done.missing(0, 8) == (5, 8)
+
+
+def test_row_checksums_catch_a_changed_token():
+    values = np.arange(100, dtype=np.uint32)
+    offsets = np.array([0, 10, 10, 55, 100])
+    crcs = row_checksums(values, offsets)
+    check_rows(values, offsets, crcs, "x")
+    assert np.array_equal(row_checksums(values.astype(">u4"), offsets), crcs)  # little-endian bytes always
+    values[60] ^= 4
+    with pytest.raises(LmdataError, match=r"frag 2: row 13 fails"):
+        check_rows(values, offsets, crcs, "frag 2", first_row=10)

@@ -1,0 +1,93 @@
+"""Locations: local paths vs s3:// URIs, the AWS environment, and one-line errors against a real server."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store.uri import Location, glob, lance_storage_options, location, s3_filesystem
+
+
+def test_local_paths_and_file_uris_are_local(tmp_path):
+    assert location(str(tmp_path)).local_path == tmp_path
+    assert location(tmp_path).local_path == tmp_path
+    assert location(f"file://{tmp_path}").local_path == tmp_path
+    assert not location("runs/store").remote
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/x", "http://host/x", "hdfs://nn/x", "S4://b/x"])
+def test_unknown_scheme_is_one_line_error_naming_it(uri, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LmdataError, match="unknown URI scheme") as err:
+        location(uri, flag="--out")
+    assert "\n" not in str(err.value) and "--out" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # never a local directory named after the scheme
+
+
+def test_s3_uri_joins_and_pickles_small():
+    loc = location("s3://bucket//runs/store/")
+    assert loc == Location("s3", "bucket/runs/store") and loc.bucket == "bucket"
+    sub = loc / "train" / "memmap"
+    assert sub.uri == "s3://bucket/runs/store/train/memmap" and sub.parent.uri == "s3://bucket/runs/store/train"
+    assert pickle.loads(pickle.dumps(sub)) == sub and len(pickle.dumps(sub)) < 600
+    with pytest.raises(LmdataError, match="no bucket"):
+        location("s3://")
+
+
+def test_environment_becomes_pyarrow_and_lance_settings(monkeypatch):
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    opts = lance_storage_options()
+    assert opts["aws_endpoint"] == "http://127.0.0.1:9" and opts["allow_http"] == "true"
+    assert (opts["aws_access_key_id"], opts["aws_secret_access_key"], opts["aws_region"]) == ("key", "secret",
+                                                                                               "eu-west-1")
+    fs = s3_filesystem()
+    assert fs.region == "eu-west-1" and s3_filesystem() is fs  # memoized per process and environment
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "ftp://x")
+    with pytest.raises(LmdataError, match="AWS_ENDPOINT_URL"):
+        lance_storage_options()
+
+
+def test_objects_round_trip_list_and_glob(s3):
+    root = location(s3.uri("data"))
+    (root / "a.txt").write_bytes(b"alpha")
+    (root / "sub" / "b.txt").write_bytes(b"beta")
+    (root / "sub" / "c.json").write_bytes(b"{}")
+    assert (root / "a.txt").read_bytes() == b"alpha" and (root / "a.txt").size() == 5
+    assert (root / "nope").size() is None and not (root / "nope").exists()
+    with pytest.raises(FileNotFoundError):
+        (root / "nope").read_bytes()
+    assert [x.name for x in root.list(recursive=True)] == ["a.txt", "b.txt", "c.json"]
+    assert [x.name for x in glob(s3.uri("data", "*.txt"))] == ["a.txt"]
+    assert [x.name for x in glob(s3.uri("data", "**", "*.txt"))] == ["a.txt", "b.txt"]
+    assert glob(s3.uri("data", "sub", "b.txt")) == [root / "sub" / "b.txt"]
+    f = (root / "sub" / "b.txt").open_input()
+    assert f.read_at(2, 1) == b"et"
+
+
+def test_missing_bucket_is_one_line_error(s3):
+    with pytest.raises(LmdataError, match="bucket does not exist") as err:
+        location(f"s3://{s3.bucket}-absent/x").write_bytes(b"x")
+    assert "\n" not in str(err.value) and f"s3://{s3.bucket}-absent/x" in str(err.value)
+
+
+def test_unreachable_endpoint_fails_fast(s3, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    with pytest.raises(LmdataError, match="cannot reach 127.0.0.1:1") as err:
+        location(s3.uri("x")).read_bytes()
+    assert "\n" not in str(err.value)
+
+
+def test_wrong_credentials_are_one_line_error(s3, s3_auth_server, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_auth_server.endpoint)
+    for op in (lambda loc: loc.read_bytes(), lambda loc: loc.write_bytes(b"x")):
+        with pytest.raises(LmdataError, match="access denied") as err:
+            op(location(s3.uri("store", "manifest.json")))
+        assert "\n" not in str(err.value) and "manifest.json" in str(err.value)
