@@ -804,7 +804,7 @@ static PyObject *pretokenize(PyObject *self, PyObject *args) {
     return out;
 }
 
-#define TRAIN_METHODS
+#include "_fastbpe_train.c"  /* ChunkCounter and train(): the trainer */
 
 /* ---------------------------------------------------------------- module */
 
@@ -827,6 +827,13 @@ PyMODINIT_FUNC PyInit__fastbpe(void) {
     Py_INCREF(&EncoderType);
     if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) {
         Py_DECREF(&EncoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&ChunkCounterType) < 0) { Py_DECREF(m); return NULL; }
+    Py_INCREF(&ChunkCounterType);
+    if (PyModule_AddObject(m, "ChunkCounter", (PyObject *)&ChunkCounterType) < 0) {
+        Py_DECREF(&ChunkCounterType);
         Py_DECREF(m);
         return NULL;
     }
