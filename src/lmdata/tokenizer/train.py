@@ -36,6 +36,9 @@ from lmdata.tokenizer.patterns import GPT2, Pattern
 from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks, special_splitter
 
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+# Blocks the C counter reads: 4 MB ones fragment the heap across threads (0.48 GB input, 2
+# threads: peak RSS 611 MB with 4 MB blocks, 118 MB with 256 KB; same CPU time).
+C_BLOCK_BYTES = 1 << 18
 
 
 @dataclass
@@ -111,14 +114,15 @@ def train_bpe_stats(
     workers: int | None = None,
     errors: str = "strict",
     progress: bool = False,
-    block_bytes: int = 4 << 20,
+    block_bytes: int | None = None,
     pattern: str | Pattern | None = None,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], TrainStats]:
     """Train and also return the run's ``TrainStats``.
 
     ``workers`` threads (C path; processes on the pure-Python path) count pre-tokens
     (default: all cores; the result never depends on it); ``errors="replace"`` turns invalid UTF-8 into U+FFFD and counts it;
-    ``pattern`` is the pre-tokenizer (gpt2, cl100k, o200k or a regex; GPT-2's by default).
+    ``pattern`` is the pre-tokenizer (gpt2, cl100k, o200k or a regex; GPT-2's by default);
+    ``block_bytes``: the input is read this much at a time (default: 256 KB on the C path, 4 MB else).
     """
     pattern = Pattern.get(pattern)
     start = time.perf_counter()
@@ -135,6 +139,8 @@ def train_bpe_stats(
     workers = workers or os.cpu_count() or 1
     num_merges = vocab_size - 256 - len(specials)
     fast = fast_module()
+    if block_bytes is None:  # C: small blocks keep the heap unfragmented (peak RSS); Python: fewer Counters
+        block_bytes = C_BLOCK_BYTES if fast is not None and pattern.c_mode is not None else 4 << 20
     if fast is not None:
         merge_ids = train_fast(fast, paths, specials, workers, errors, stats, progress, block_bytes, pattern,
                                num_merges)
