@@ -93,7 +93,7 @@ class Tokenizer:
         if mode is not None:
             unicode_classes.install(_fastbpe)
         return _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
-                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode)
+                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, max(self.vocab) + 1)
 
     @property
     def pattern(self) -> str:
@@ -224,6 +224,8 @@ class Tokenizer:
                 return self._fast.encode(text)
             self._encode_into(text, ids)
             return ids
+        if self._fast is not None and self._pattern.c_mode is not None:  # one C call, one list
+            return self._fast.encode_split(self._splitter.split(text), self.special_ids)
         for i, part in enumerate(self._splitter.split(text)):
             if i % 2:
                 ids.append(self.special_ids[part])
