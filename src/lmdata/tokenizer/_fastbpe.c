@@ -643,7 +643,7 @@ static inline Py_ssize_t skip_to_u16(const Py_UCS2 *d, Py_ssize_t i, Py_ssize_t 
                 i = (const TYPE *)hit - d;                                                       \
             } else {                                                                             \
                 if (sizeof(TYPE) == 2 && e->only_first < 256)  /* 4 chars per test */             \
-                    i = skip_to_u16(d, i, len, (uint16_t)e->only_first);                         \
+                    i = skip_to_u16((const Py_UCS2 *)(const void *)d, i, len, (uint16_t)e->only_first); \
                 while (i < len && (d[i] < 256 ? !e->first[d[i]] : !e->first_wide)) i++;          \
                 if (i == len) return -1;                                                         \
             }                                                                                    \
