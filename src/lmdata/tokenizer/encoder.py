@@ -8,10 +8,9 @@ over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
 Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
 it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
-pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's character
-classes), special tokens and BPE -- runs in C with the GIL released, so ``encode_batch``
-spreads over threads, which share one chunk cache; a custom regex is still called from C,
-GIL held, and its special tokens are split here.  It must give the same ids as
+pre-tokenization (gpt2, cl100k, o200k; the ``regex`` module's classes), special tokens and
+BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over threads sharing one
+chunk cache; a custom regex is called from C, GIL held, its special tokens split here.  It must give the same ids as
 the pure-Python path, which stays as the fallback and the reference the tests hold it to.
 Set ``LMDATA_PURE_PYTHON=1`` to force the pure-Python path (``Tokenizer.accelerated`` says
 which one an instance uses).
@@ -95,8 +94,8 @@ class Tokenizer:
             unicode_classes.install(_fastbpe)
         fast = _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
                                 _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, max(self.vocab) + 1)
-        if mode is not None:  # the C pre-tokenizers split special tokens off in C too
-            fast.set_specials(list(self.special_ids.items()))
+        if mode is not None:
+            fast.set_specials(list(self.special_ids.items()))  # split off in C as well
         return fast
 
     @property
@@ -223,7 +222,7 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; occurrences of the special tokens become their ids."""
         if self._fast is not None and self._pattern.c_mode is not None:
-            return self._fast.encode(text)  # special tokens are split off in C
+            return self._fast.encode(text)  # special tokens split in C
         ids: list[int] = []
         if self._splitter is None or not any(tok in text for tok in self.special_tokens):
             self._encode_into(text, ids)
@@ -244,11 +243,8 @@ class Tokenizer:
         return ids
 
     def _encode_into(self, text: str, ids: list[int]) -> None:
-        """Append the ids of ``text`` (no special tokens) to ``ids``, a slice of ~1 MB at a time.
-
-        Slices end at chunk boundaries, so they encode independently; slicing bounds the
-        temporary lists (a 23 MB text split at once holds ~4M piece strings, ~250 MB).
-        """
+        """Append the ids of ``text`` (no special tokens) to ``ids``, a ~1 MB slice (ending at a chunk
+        boundary) at a time: a 23 MB text split at once would hold ~4M piece strings, ~250 MB."""
         if self._fast is not None:
             ids.extend(self._fast.encode_plain(text))
             return

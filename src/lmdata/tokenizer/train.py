@@ -219,14 +219,7 @@ def count_chunks(
     workers = max(1, min(workers, -(-total // block_bytes)))
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=not progress)
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
-    if len(specials) == 1:
-        tok = specials[0]
-        split = lambda block: block.split(tok)  # noqa: E731  (str.split: C speed)
-    elif specials:
-        splitter = special_splitter(specials)
-        split = lambda block: splitter.split(block)[::2]  # noqa: E731
-    else:
-        split = lambda block: [block]  # noqa: E731
+    split = _segments(specials)
     counters = [fast.ChunkCounter(pattern.c_mode) for _ in range(workers)]
     free: queue.SimpleQueue = queue.SimpleQueue()
     for c in counters:
@@ -247,23 +240,7 @@ def count_chunks(
         bar.update(read.bytes - seen)
         seen = read.bytes
 
-    if workers == 1:
-        for block in blocks:
-            count(block)
-            advance()
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="lmdata-count") as pool:
-            pending: deque = deque()
-            for block in blocks:  # at most 2 blocks per thread in flight: bounded memory
-                pending.append(pool.submit(count, block))
-                del block
-                if len(pending) >= 2 * workers:
-                    pending.popleft().result()
-                advance()
-            while pending:
-                pending.popleft().result()
+    _run_bounded(blocks, count, workers, advance)
     advance()
     bar.close()
     stats.bytes, stats.replacements = read.bytes, read.replacements
@@ -313,6 +290,38 @@ def count_files(
     bar.close()
     stats.bytes, stats.replacements = read.bytes, read.replacements
     return counts
+
+
+def _segments(specials: list[str]):
+    """``split(block) -> list[str]``: the text between the special tokens of a block."""
+    if len(specials) == 1:
+        tok = specials[0]
+        return lambda block: block.split(tok)  # str.split: C speed
+    if specials:
+        splitter = special_splitter(specials)
+        return lambda block: splitter.split(block)[::2]
+    return lambda block: [block]
+
+
+def _run_bounded(blocks, count, workers: int, advance) -> None:
+    """``count(block)`` for every block, on ``workers`` threads, at most 2 blocks per thread in flight."""
+    if workers == 1:
+        for block in blocks:
+            count(block)
+            advance()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="lmdata-count") as pool:
+        pending: deque = deque()
+        for block in blocks:  # bounded memory: a few blocks at a time
+            pending.append(pool.submit(count, block))
+            del block
+            if len(pending) >= 2 * workers:
+                pending.popleft().result()
+            advance()
+        while pending:
+            pending.popleft().result()
 
 
 def _inverse_key(token: bytes) -> str:
