@@ -1,9 +1,16 @@
 """Builds the optional C accelerator of the tokenizer; the metadata lives in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and
-``lmdata.tokenizer`` uses its pure-Python encoder (same ids, slower).
+``lmdata.tokenizer`` uses its pure-Python encoder and trainer (same results, slower).
+``_fastbpe_train.c`` (the trainer) is #included by ``_fastbpe.c``: one translation unit.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("lmdata.tokenizer._fastbpe", ["src/lmdata/tokenizer/_fastbpe.c"], optional=True)])
+setup(ext_modules=[Extension(
+    "lmdata.tokenizer._fastbpe",
+    ["src/lmdata/tokenizer/_fastbpe.c"],
+    depends=["src/lmdata/tokenizer/_fastbpe_train.c"],
+    extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+    optional=True,
+)])

@@ -228,3 +228,73 @@ def test_encode_batch_on_threads_equals_encode(trained_files):
     docs = text.split("\n\n") + [EOT + "x", "", "<pad> ünï"]
     assert tok.encode_batch(docs, 2, pool_min_chars=0) == [tok.encode(d) for d in docs]
     assert tok.encode_batch(docs, 3) == [tok.encode(d) for d in docs]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_merge_order_matches_reference_at_every_length(data):
+    """Arbitrary merge lists (as imported ones may be: a merged token's pairs ranked anywhere)
+    over a 3-letter alphabet, words of 1..70 bytes: the C encoder's short-word path (up to 32
+    bytes) and heap path (longer) both equal the reference."""
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    vocab = {i: bytes([i]) for i in range(256)}
+    tokens = [b"a", b"b", b"c"]
+    merges = []
+    for _ in range(rng.randrange(1, 25)):
+        a, b = rng.choice(tokens), rng.choice(tokens)
+        if a + b in vocab.values():
+            continue
+        merges.append((a, b))
+        vocab[len(vocab)] = a + b
+        tokens.append(a + b)
+    rng.shuffle(merges)
+    tok = Tokenizer(vocab, merges)
+    if not tok.accelerated:
+        pytest.skip("the C accelerator lmdata.tokenizer._fastbpe is not built here")
+    word = "".join(rng.choice("abc") for _ in range(data.draw(st.integers(1, 70))))
+    assert tok.encode(word) == reference.encode(word, tok.vocab, tok.merges, [])
+
+
+WIDE_SPECIALS = ["<|endoftext|>", "<pad>", "日本<|x|>", "😀!", "é"]
+_BY_SPECIALS: dict = {}  # tokenizers by special tokens, made once (each holds a 32 MB cache)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(PIECES + WIDE_SPECIALS + ["<", "日", "😀", "x" * 7]), max_size=40).map("".join),
+       st.sampled_from([SPECIALS, ["<|endoftext|>"], WIDE_SPECIALS]))
+def test_special_tokens_split_in_c_at_every_string_width(trained_files, text, specials):
+    """The C encoder splits special tokens itself (memchr, a 4-chars-at-a-time scan or a plain
+    one by str width, one first character or several): the reference's ids; encode_ordinary
+    and encode_many agree too."""
+    key = tuple(specials)
+    if key not in _BY_SPECIALS:
+        _BY_SPECIALS[key] = Tokenizer(*trained_files, specials)
+    if () not in _BY_SPECIALS:
+        _BY_SPECIALS[()] = Tokenizer(*trained_files)
+    tok = _BY_SPECIALS[key]
+    want = reference.encode(text, tok.vocab, tok.merges, specials)
+    assert tok.encode(text) == want
+    assert tok.encode_batch([text, text + "é"], 2, pool_min_chars=0) == [want, tok.encode(text + "é")]
+    assert tok.encode_ordinary(text) == _BY_SPECIALS[()].encode(text)
+
+
+def test_shared_cache_across_threads_gives_the_same_ids(trained_files):
+    """encode_batch's threads share one chunk cache; a small one fills and is cleared meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = Tokenizer(*trained_files, SPECIALS)
+    text = SAMPLE.read_text(encoding="utf-8")
+    docs = [d for d in text.split("\n") if d][:2000] * 3
+    fresh = Tokenizer(*trained_files, SPECIALS)
+    want = [fresh.encode(d) for d in docs]
+    if tok.accelerated:
+        from lmdata.tokenizer import _fastbpe, encoder
+
+        mode = tok._pattern.c_mode
+        tok._fast = _fastbpe.Encoder([(ord(p[0]), ord(p[1]), ord(m)) for p, m in tok._by_rank], tok._byte_ids,
+                                     tok._pattern.findall, 64, encoder._MAX_CACHED_CHUNK - 1, mode, max(tok.vocab) + 1)
+        tok._fast.set_specials(list(tok.special_ids.items()))
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert [x for part in pool.map(tok._encode_list, [docs[i::4] for i in range(4)]) for x in part] == [
+                x for i in range(4) for x in want[i::4]]

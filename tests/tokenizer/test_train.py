@@ -1,11 +1,12 @@
-"""The fast trainer makes exactly the reference's merges."""
+"""The fast trainers (C, and the pure-Python fallback) make exactly the reference's merges."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmdata.tokenizer import train_bpe
 from lmdata.tokenizer.patterns import Pattern
+from lmdata.tokenizer.train import fast_module
 
 import bpe_reference as reference
 from text_strategies import SPECIALS, texts
@@ -14,12 +15,26 @@ EOT = "<|endoftext|>"
 
 
 PATTERNS = ["gpt2", "cl100k", "o200k", r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+"]
+PATHS = ["c", "python"]
 
 
-def _train_both(tmp_path, text, vocab_size, specials, pattern=None, **opts):
+@pytest.fixture(params=PATHS, autouse=True)
+def path(request, monkeypatch):
+    """Every test runs on the C trainer and on the pure-Python one (LMDATA_PURE_PYTHON=1)."""
+    if request.param == "c":
+        if fast_module() is None:
+            pytest.skip("the C accelerator is not built")
+        monkeypatch.delenv("LMDATA_PURE_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
+        assert fast_module() is None
+    return request.param
+
+
+def _train_both(tmp_path, text, vocab_size, specials, pattern=None, workers=1, **opts):
     path = tmp_path / "in.txt"
     path.write_bytes(text.encode("utf-8"))
-    fast = train_bpe(path, vocab_size, specials, workers=1, pattern=pattern, **opts)
+    fast = train_bpe(path, vocab_size, specials, workers=workers, pattern=pattern, **opts)
     return fast, reference.train(text, vocab_size, specials, Pattern.get(pattern).text)
 
 
@@ -60,13 +75,46 @@ def test_random_text_matches_reference(tmp_path_factory, text, vocab_size, block
     assert fast == ref
 
 
-@pytest.mark.parametrize("pattern", ["gpt2", "cl100k"])
+@pytest.mark.parametrize("pattern", PATTERNS)
 def test_worker_count_does_not_change_the_result(tmp_path, pattern):
     path = tmp_path / "in.txt"
-    path.write_text(("The cat sat on the mat. " * 50 + EOT + "\nA dog's life, isn't it? 日本語\n") * 200)
+    text = ("The cat sat on the mat. " * 50 + EOT + "\nA dog's life, isn't it? 日本語  \t\n  x\r\n") * 200
+    path.write_text(text)
     one = train_bpe(path, 400, [EOT], workers=1, block_bytes=4096, pattern=pattern)
     for workers in (2, 3):
         assert train_bpe(path, 400, [EOT], workers=workers, block_bytes=4096, pattern=pattern) == one
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts, st.sampled_from([1, 2, 3]), st.sampled_from(PATTERNS))
+def test_thread_count_matches_reference(tmp_path_factory, path, text, workers, pattern):
+    """Small blocks spread over 1, 2 or 3 threads: the reference's merges every time."""
+    if path == "python" and workers > 1:
+        workers = 1  # processes there: covered by the test above, too slow per example
+    if not text.strip():
+        text += "x"
+    tmp = tmp_path_factory.mktemp("threads")
+    fast, ref = _train_both(tmp, text * 4, 300, SPECIALS, pattern, block_bytes=64, workers=workers)
+    assert fast == ref
+
+
+def test_c_and_python_paths_agree_on_the_sample(tmp_path, monkeypatch, path):
+    from pathlib import Path
+
+    if path == "python":
+        pytest.skip("compares the C path with the Python one")
+
+    sample = Path(__file__).parents[2] / "data" / "sample.txt"
+    got = train_bpe(sample, 1000, [EOT], workers=2, block_bytes=1 << 16)
+    monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
+    assert got == train_bpe(sample, 1000, [EOT], workers=1)
+
+
+def test_multiple_special_tokens_and_none(tmp_path):
+    text = "a<|x|>b <|xy|> c<|x|><|xy|>dd dd " * 5
+    for specials in (["<|x|>", "<|xy|>"], []):
+        fast, ref = _train_both(tmp_path, text, 290, specials)
+        assert fast == ref
 
 
 def test_several_inputs_count_as_separate_streams(tmp_path):
@@ -83,3 +131,29 @@ def test_sample_matches_reference_on_a_slice(tmp_path):
     text = (Path(__file__).parents[2] / "data" / "sample.txt").read_text(encoding="utf-8")[:20000]
     fast, ref = _train_both(tmp_path, text, 320, [EOT])
     assert fast == ref
+
+
+def test_chunk_counter_counts_the_encoders_chunks(path):
+    """ChunkCounter cuts text as Pattern.split_pieces does, and absorb adds two counters."""
+    from collections import Counter
+
+    from lmdata.tokenizer import unicode_classes
+
+    if path == "python":
+        pytest.skip("the C counter")
+    fast = fast_module()
+    unicode_classes.install(fast)
+    texts = ["a b  c\n d", " x  日本 😀 a b", "", "   "]
+    for name in ("gpt2", "cl100k", "o200k"):
+        pattern = Pattern.get(name)
+        want: Counter = Counter()
+        for t in texts:
+            pieces = pattern.split_pieces(t)
+            want.update([pieces[0]] + [" " + p for p in pieces[1:]])
+        del want[""]
+        one, two = fast.ChunkCounter(pattern.c_mode), fast.ChunkCounter(pattern.c_mode)
+        one.add(texts[:2])
+        two.add(texts[2:])
+        one.absorb(two)
+        assert one.items() == dict(want)
+        assert two.stats()["distinct"] == 0 and one.stats()["distinct"] == len(want)

@@ -1,20 +1,25 @@
-/* _fastbpe: the compiled encoding loop of lmdata.tokenizer.encoder (plain CPython C API).
+/* _fastbpe: the compiled encoding and training loops of lmdata.tokenizer (plain CPython C API).
  *
- * Encoder(merges, byte_ids, pretokenize, cache_entries, max_cached_chunk, mode) holds
+ * Encoder(merges, byte_ids, pretokenize, cache_entries, max_cached_chunk, mode, n_ids) holds
  *   - the merge table: an open-addressing hash (left_id, right_id) -> (rank, merged id);
  *   - the byte -> id table (identity for our vocabs, a permutation for GPT-2's);
- *   - chunk caches: chunk code points -> ids, in C (no str object per chunk), one per
- *     concurrent encode call (a free list guarded by the GIL), so threads never share one;
+ *   - one chunk cache: chunk code points -> ids, in C (no str object per chunk), shared by
+ *     every concurrent call (lock-free reads, a lock to insert; see take_cache), so threads
+ *     of encode_batch never encode the same chunk twice;
+ *   - the special tokens (set_specials), split off in C by encode and encode_many;
  *   - mode: the pre-tokenizer. 0 = GPT-2, 1 = cl100k, 2 = o200k: done here, in C, with the
  *     character classes of the `regex` module (set_classes), and with the GIL released;
  *     -1 = any other regex: pretokenize(text) (its findall) is called, GIL held.
  * encode(text) cuts text into chunks exactly as patterns.Pattern.split_pieces does (before a
  * " " followed by a character that is not str.isspace(); for cl100k also after one), looks
- * each chunk up in the cache, and on a miss pre-tokenizes it and runs BPE on each pre-token.
- * encode_many(texts) does a list in one GIL release.  bpe(bytes) is one pre-token.  BPE: a
- * linked list plus a binary min-heap of (rank, position); all pairs of the lowest rank are
- * merged left to right as one step (= str.replace of the best pair), so a 1 MB pre-token
- * costs O(n log n).  The Python encoder is the reference this must equal.
+ * each chunk up in the cache (a batch of 16 slots prefetched at a time), and on a miss
+ * pre-tokenizes it and runs BPE on each pre-token.  encode_many(texts) does a list in one GIL
+ * release; encode_plain(text) leaves special-token strings as text.  bpe(bytes) is one
+ * pre-token.  BPE: pre-tokens of up to 32 bytes in arrays (bpe_tiny), longer ones over a
+ * linked list plus a binary min-heap of (rank, position); either way all pairs of the lowest
+ * rank are merged left to right as one step (= str.replace of the best pair), and a 1 MB
+ * pre-token costs O(n log n).  The Python encoder is the reference this must equal.
+ * The trainer (ChunkCounter, train) is in _fastbpe_train.c, #included at the end.
  *
  * Everything that runs without the GIL allocates with PyMem_Raw* and reports failure by a
  * return code (ERR_NOMEM, ERR_BIG, ERR_SURROGATE), turned into an exception afterwards.
@@ -72,7 +77,13 @@ typedef struct {
     PyObject *pretokenize;
     PyObject **id_objs;  /* id -> int object, so the output list shares them */
     Py_ssize_t n_ids;
-    Cache *free_caches;  /* idle caches; taken and given back with the GIL held */
+    Cache *cache;  /* one chunk cache, shared by every concurrent call (see encode_cached) */
+    PyThread_type_lock lock;  /* taken to insert into the cache, to clear it, and to join it */
+    int active;  /* calls using the cache now (atomic) */
+    /* special tokens (set_specials), longest first: split off in C by encode and encode_many */
+    Py_ssize_t nspec;
+    Py_UCS4 **spec; Py_ssize_t *spec_len; int32_t *spec_id;
+    uint8_t first[256]; int first_wide; Py_UCS4 only_first;  /* first characters; the one, if one */
     Py_ssize_t cache_limit, max_cached_chunk;
     int mode;
 } Encoder;
@@ -138,6 +149,45 @@ static inline uint64_t heap_pop(Heap *h) {
     return top;
 }
 
+/* BPE of a short pre-token (2 < n <= TINY) in arrays: each step finds the lowest rank by a
+ * scan and merges all its pairs left to right (= str.replace), then looks up only the pairs
+ * next to a merge; pairs between two untouched symbols keep their rank.  Fewer lookups and
+ * branches than the heap for the words prose is made of (callgrind: ~1,000 instructions per
+ * pre-token with the heap). */
+#define TINY 32
+static int bpe_tiny(const Encoder *e, const unsigned char *s, int n, IdBuf *out) {
+    int32_t sym[TINY], mg[TINY];
+    uint32_t rk[TINY];
+    uint8_t fresh[TINY];
+    for (int i = 0; i < n; i++) sym[i] = e->byte_ids[s[i]];
+    for (int i = 0; i + 1 < n; i++) {
+        const MergeSlot *m = merge_find(e, sym[i], sym[i + 1]);
+        rk[i] = m ? (uint32_t)m->rank : UINT32_MAX;
+        mg[i] = m ? m->merged : 0;
+    }
+    while (n > 1) {
+        uint32_t best = UINT32_MAX;
+        for (int i = 0; i + 1 < n; i++) best = rk[i] < best ? rk[i] : best;
+        if (best == UINT32_MAX) break;
+        int w = 0;
+        for (int i = 0; i < n; w++) {
+            if (i + 1 < n && rk[i] == best) { sym[w] = mg[i]; fresh[w] = 1; i += 2; }
+            else { sym[w] = sym[i]; rk[w] = rk[i]; mg[w] = mg[i]; fresh[w] = 0; i++; }
+        }
+        n = w;
+        for (int k = 0; k + 1 < n; k++) {
+            if (!fresh[k] && !fresh[k + 1]) continue;  /* the same two symbols as before: same rank */
+            const MergeSlot *m = merge_find(e, sym[k], sym[k + 1]);
+            rk[k] = m ? (uint32_t)m->rank : UINT32_MAX;
+            mg[k] = m ? m->merged : 0;
+        }
+    }
+    if (buf_reserve(out, n) < 0) return ERR_NOMEM;
+    memcpy(out->v + out->n, sym, (size_t)n * sizeof(int32_t));
+    out->n += n;
+    return 0;
+}
+
 /* Append the BPE ids of the UTF-8 bytes s[0:n] to out (no GIL needed). */
 static int bpe_bytes(const Encoder *e, const unsigned char *s, Py_ssize_t n, IdBuf *out) {
     if (n == 0) return 0;
@@ -154,6 +204,7 @@ static int bpe_bytes(const Encoder *e, const unsigned char *s, Py_ssize_t n, IdB
         else { out->v[out->n++] = e->byte_ids[s[0]]; out->v[out->n++] = e->byte_ids[s[1]]; }
         return 0;
     }
+    if (n <= TINY) return bpe_tiny(e, s, (int)n, out);
     /* one block: sym, nxt, prv (int32 each), heap (uint64, at most n - 1 + 2 per merge) */
     enum { SMALL = 64 };
     int32_t small_sym[SMALL], small_nxt[SMALL], small_prv[SMALL];
@@ -403,12 +454,12 @@ static Cache *cache_new(Py_ssize_t limit) {
     return c;
 }
 
-static void cache_clear(Cache *c) {
+static void cache_clear(Cache *c) {  /* with no reader active */
     if (c->used == 0) return;
     for (uint64_t i = 0; i <= c->mask; i++) {
         Slot *s = &c->slots[i];
         if (s->tag && s->nchars == BIG) PyMem_RawFree(s->u.entry);
-        s->tag = 0;
+        __atomic_store_n(&s->tag, 0, __ATOMIC_RELAXED);
     }
     c->used = 0;
 }
@@ -419,16 +470,26 @@ static void cache_free(Cache *c) {
     PyMem_RawFree(c);
 }
 
-/* with the GIL held */
-static Cache *take_cache(Encoder *e) {
-    Cache *c = e->free_caches;
-    if (c) { e->free_caches = c->next; return c; }
-    c = cache_new(e->cache_limit);
-    if (!c) PyErr_NoMemory();
-    return c;
+/* The cache is shared by concurrent calls (threads of encode_batch), so a chunk is encoded
+ * once whichever thread meets it first.  Readers take no lock: a slot is written while its
+ * tag is 0 (readers stop there), then its tag is stored with release order and the slot
+ * never changes again until a clear; readers load tags with acquire order.  Inserting takes
+ * the lock; clearing a full cache happens under the lock and only while the clearing call is
+ * the only one active (joining takes the lock too), else the new chunk is simply not kept. */
+static Cache *take_cache(Encoder *e) {  /* with the GIL held */
+    if (!PyThread_acquire_lock(e->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS  /* a clear is under way in another thread */
+        PyThread_acquire_lock(e->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    __atomic_add_fetch(&e->active, 1, __ATOMIC_ACQ_REL);
+    PyThread_release_lock(e->lock);
+    return e->cache;
 }
 
-static void give_cache(Encoder *e, Cache *c) { c->next = e->free_caches; e->free_caches = c; }
+static void give_cache(Encoder *e, Cache *c) { (void)c; __atomic_sub_fetch(&e->active, 1, __ATOMIC_ACQ_REL); }
+
+static inline uint32_t tag_of(const Slot *x) { return __atomic_load_n(&x->tag, __ATOMIC_ACQUIRE); }
 
 static inline int slot_equal(const Slot *x, uint64_t hash, const Py_UCS4 *c, Py_ssize_t n) {
     if (x->nchars == BIG) {
@@ -446,7 +507,7 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
     if (n > e->max_cached_chunk) return encode_chunk(e, c, n, out);
     uint32_t tag = (uint32_t)(hash >> 32) | 1;
     uint64_t i = hash & cache->mask;
-    for (Slot *x; (x = &cache->slots[i])->tag; i = (i + 1) & cache->mask) {
+    for (Slot *x; tag_of(x = &cache->slots[i]); i = (i + 1) & cache->mask) {
         if (x->tag == tag && slot_equal(x, hash, c, n)) {
             Py_ssize_t k = x->nchars == BIG ? x->u.entry->nids : x->nids;
             const int32_t *ids = x->nchars == BIG ? x->u.entry->data + n : x->u.ids;
@@ -460,57 +521,88 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
     int rc = encode_chunk(e, c, n, out);
     if (rc < 0) return rc;
     Py_ssize_t nids = out->n - before;
-    if (cache->used >= cache->limit) {
-        cache_clear(cache);
-        i = hash & cache->mask;
-    }
-    Slot *x = &cache->slots[i];
     int inline_ok = n <= IN_CHARS && nids <= IN_IDS;
     for (Py_ssize_t k = 0; inline_ok && k < n; k++) if (c[k] > 0xFFFF) inline_ok = 0;
+    Entry *en = NULL;
+    if (!inline_ok) {
+        en = PyMem_RawMalloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
+        if (!en) return ERR_NOMEM;
+        en->hash = hash; en->nchars = (int32_t)n; en->nids = (int32_t)nids;
+        memcpy(en->data, c, (size_t)n * sizeof(int32_t));
+        memcpy(en->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
+    }
+    PyThread_acquire_lock(e->lock, WAIT_LOCK);
+    if (cache->used >= cache->limit) {
+        if (__atomic_load_n(&e->active, __ATOMIC_ACQUIRE) != 1) {  /* others are reading: keep it out */
+            PyThread_release_lock(e->lock);
+            PyMem_RawFree(en);
+            return 0;
+        }
+        cache_clear(cache);
+    }
+    Slot *x;
+    for (i = hash & cache->mask; (x = &cache->slots[i])->tag; i = (i + 1) & cache->mask)
+        if (x->tag == tag && slot_equal(x, hash, c, n)) {  /* another thread got there first */
+            PyThread_release_lock(e->lock);
+            PyMem_RawFree(en);
+            return 0;
+        }
     if (inline_ok) {
         for (Py_ssize_t k = 0; k < n; k++) x->chars[k] = (uint16_t)c[k];
         memcpy(x->u.ids, out->v + before, (size_t)nids * sizeof(int32_t));
         x->nchars = (uint8_t)n; x->nids = (uint8_t)nids;
     } else {
-        Entry *en = PyMem_RawMalloc(sizeof(Entry) + (size_t)(n + nids) * sizeof(int32_t));
-        if (!en) return ERR_NOMEM;
-        en->hash = hash; en->nchars = (int32_t)n; en->nids = (int32_t)nids;
-        memcpy(en->data, c, (size_t)n * sizeof(int32_t));
-        memcpy(en->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
         x->u.entry = en;
         x->nchars = BIG;
     }
-    x->tag = tag;
+    __atomic_store_n(&x->tag, tag, __ATOMIC_RELEASE);
     cache->used++;
+    PyThread_release_lock(e->lock);
     return 0;
 }
 
 /* ---------------------------------------------------------------- encoding a text */
 
+/* Chunks are cut a batch at a time and the cache slot of each is prefetched before any is
+ * looked up, so the slot misses of a batch overlap (perf: 81% of encode_cached was the load
+ * of the slot's tag, a DRAM miss for rarer chunks). */
+#define BATCH 16
 #define CHUNK_LOOP(TYPE)                                                                         \
     do {                                                                                         \
         const TYPE *d = (const TYPE *)data;                                                      \
         Py_ssize_t start = 0;                                                                    \
+        Py_ssize_t qs[BATCH + 1];                                                                \
+        uint64_t qh[BATCH];                                                                      \
         while (start < len && rc == 0) {                                                         \
-            Py_ssize_t i = start, m = 0;                                                         \
-            uint64_t hash = 0xcbf29ce484222325ULL;                                               \
-            for (;;) {                                                                           \
-                Py_UCS4 ch = d[i];                                                               \
-                if (m == cap) {                                                                  \
-                    Py_UCS4 *bigger = PyMem_RawRealloc(cp == small ? NULL : cp, 2 * cap * sizeof(Py_UCS4)); \
-                    if (!bigger) { rc = ERR_NOMEM; break; }                                      \
-                    if (cp == small) memcpy(bigger, small, sizeof(small));                       \
-                    cp = bigger; cap *= 2;                                                       \
+            int nq = 0;                                                                          \
+            qs[0] = start;                                                                       \
+            while (nq < BATCH && start < len) {                                                  \
+                Py_ssize_t i = start;                                                            \
+                uint64_t hash = 0xcbf29ce484222325ULL;                                           \
+                for (;;) {                                                                       \
+                    hash = (hash ^ d[i]) * 0x100000001b3ULL;                                     \
+                    i++;                                                                         \
+                    if (i >= len) break;                                                         \
+                    if (d[i] == ' ' && i + 1 < len && !Py_UNICODE_ISSPACE(d[i + 1])              \
+                        && (!strict || !Py_UNICODE_ISSPACE(d[i - 1]))) break;                    \
                 }                                                                                \
-                cp[m++] = ch;                                                                    \
-                hash = (hash ^ ch) * 0x100000001b3ULL;                                           \
-                i++;                                                                             \
-                if (i >= len) break;                                                             \
-                if (d[i] == ' ' && i + 1 < len && !Py_UNICODE_ISSPACE(d[i + 1])                  \
-                    && (!strict || !Py_UNICODE_ISSPACE(d[i - 1]))) break;                        \
+                qh[nq] = mix64(hash);                                                            \
+                __builtin_prefetch(&cache->slots[qh[nq] & cache->mask]);                         \
+                qs[++nq] = start = i;                                                            \
             }                                                                                    \
-            if (rc == 0) rc = encode_cached(e, cache, cp, m, mix64(hash), out);                  \
-            start = i;                                                                           \
+            for (int k = 0; k < nq && rc == 0; k++) {                                            \
+                Py_ssize_t m = qs[k + 1] - qs[k];                                                \
+                if (m > cap) {                                                                   \
+                    while (m > cap) cap *= 2;                                                    \
+                    Py_UCS4 *bigger = PyMem_RawMalloc((size_t)cap * sizeof(Py_UCS4));           \
+                    if (!bigger) { rc = ERR_NOMEM; break; }                                      \
+                    if (cp != small) PyMem_RawFree(cp);                                          \
+                    cp = bigger;                                                                 \
+                }                                                                                \
+                const TYPE *src = d + qs[k];                                                     \
+                for (Py_ssize_t q = 0; q < m; q++) cp[q] = src[q];                               \
+                rc = encode_cached(e, cache, cp, m, qh[k], out);                                 \
+            }                                                                                    \
         }                                                                                        \
     } while (0)
 
@@ -523,6 +615,69 @@ static int encode_text(const Encoder *e, Cache *cache, int kind, const void *dat
     else if (kind == PyUnicode_2BYTE_KIND) CHUNK_LOOP(Py_UCS2);
     else CHUNK_LOOP(Py_UCS4);
     if (cp != small) PyMem_RawFree(cp);
+    return rc;
+}
+
+/* The first i' >= i with d[i'] == c, or a position at most 3 before it: 4 UCS2 chars per
+ * step with the "has a zero 16-bit lane" test (memchr for UCS2). */
+static inline Py_ssize_t skip_to_u16(const Py_UCS2 *d, Py_ssize_t i, Py_ssize_t len, uint16_t c) {
+    const uint64_t ones = 0x0001000100010001ULL, highs = 0x8000800080008000ULL, pat = c * ones;
+    for (; i + 4 <= len; i += 4) {
+        uint64_t v;
+        memcpy(&v, d + i, 8);
+        v ^= pat;
+        if ((v - ones) & ~v & highs) break;
+    }
+    return i;
+}
+
+/* The next special token at or after `from`: its position (longest match wins), or -1.
+ * A typed scan for a possible first character, then a compare of each token there. */
+#define FIND_SPECIAL(TYPE)                                                                       \
+    do {                                                                                         \
+        const TYPE *d = (const TYPE *)data;                                                      \
+        for (Py_ssize_t i = from; i < len; i++) {                                                \
+            if (sizeof(TYPE) == 1 && e->only_first < 256) {                                      \
+                const void *hit = memchr(d + i, (int)e->only_first, (size_t)(len - i));          \
+                if (!hit) return -1;                                                             \
+                i = (const TYPE *)hit - d;                                                       \
+            } else {                                                                             \
+                if (sizeof(TYPE) == 2 && e->only_first < 256)  /* 4 chars per test */             \
+                    i = skip_to_u16((const Py_UCS2 *)(const void *)d, i, len, (uint16_t)e->only_first); \
+                while (i < len && (d[i] < 256 ? !e->first[d[i]] : !e->first_wide)) i++;          \
+                if (i == len) return -1;                                                         \
+            }                                                                                    \
+            for (Py_ssize_t k = 0; k < e->nspec; k++) {                                          \
+                Py_ssize_t n = e->spec_len[k], q = 0;                                            \
+                if (n > len - i) continue;                                                       \
+                while (q < n && (Py_UCS4)d[i + q] == e->spec[k][q]) q++;                         \
+                if (q == n) { *which = k; return i; }                                            \
+            }                                                                                    \
+        }                                                                                        \
+        return -1;                                                                               \
+    } while (0)
+
+static Py_ssize_t find_special(const Encoder *e, int kind, const void *data, Py_ssize_t len, Py_ssize_t from,
+                               Py_ssize_t *which) {
+    if (kind == PyUnicode_1BYTE_KIND) FIND_SPECIAL(Py_UCS1);
+    else if (kind == PyUnicode_2BYTE_KIND) FIND_SPECIAL(Py_UCS2);
+    else FIND_SPECIAL(Py_UCS4);
+}
+
+/* encode_text, with each special token (if any are set) split off as its own id */
+static int encode_text_sp(const Encoder *e, Cache *cache, int kind, const void *data, Py_ssize_t len, IdBuf *out) {
+    if (e->nspec == 0) return encode_text(e, cache, kind, data, len, out);
+    Py_ssize_t start = 0, k = 0;
+    int rc = 0;
+    while (rc == 0) {
+        Py_ssize_t at = find_special(e, kind, data, len, start, &k);
+        Py_ssize_t end = at < 0 ? len : at;
+        if (end > start) rc = encode_text(e, cache, kind, (const char *)data + start * kind, end - start, out);
+        if (at < 0 || rc < 0) break;
+        if ((rc = buf_reserve(out, 1)) < 0) break;
+        out->v[out->n++] = e->spec_id[k];
+        start = at + e->spec_len[k];
+    }
     return rc;
 }
 
@@ -559,7 +714,7 @@ static PyObject *ids_to_list(Encoder *e, const int32_t *v, Py_ssize_t n) {
     return list;
 }
 
-static PyObject *Encoder_encode(Encoder *e, PyObject *text) {
+static PyObject *encode_one(Encoder *e, PyObject *text, int specials) {
     if (!PyUnicode_Check(text)) { PyErr_SetString(PyExc_TypeError, "encode() takes a str"); return NULL; }
     IdBuf out = {NULL, 0, 0};
     PyObject *result = NULL;
@@ -573,10 +728,11 @@ static PyObject *Encoder_encode(Encoder *e, PyObject *text) {
     int rc, kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
-    if (len < 256) rc = encode_text(e, cache, kind, data, len, &out);  /* not worth a GIL switch */
+    int (*f)(const Encoder *, Cache *, int, const void *, Py_ssize_t, IdBuf *) = specials ? encode_text_sp : encode_text;
+    if (len < 256) rc = f(e, cache, kind, data, len, &out);  /* not worth a GIL switch */
     else {
         Py_BEGIN_ALLOW_THREADS
-        rc = encode_text(e, cache, kind, data, len, &out);
+        rc = f(e, cache, kind, data, len, &out);
         Py_END_ALLOW_THREADS
     }
     give_cache(e, cache);
@@ -586,7 +742,10 @@ static PyObject *Encoder_encode(Encoder *e, PyObject *text) {
     return result;
 }
 
-/* encode_many(texts) -> list of lists: every text in one GIL release. */
+static PyObject *Encoder_encode(Encoder *e, PyObject *text) { return encode_one(e, text, 1); }
+static PyObject *Encoder_encode_plain(Encoder *e, PyObject *text) { return encode_one(e, text, 0); }
+
+/* encode_many(texts) -> list of lists: every text in one GIL release (special tokens split). */
 static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
     PyObject *seq = PySequence_Tuple(arg);
     if (!seq) return NULL;
@@ -615,7 +774,7 @@ static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t t = 0; t < nt && rc == 0; t++) {
         PyObject *text = PyTuple_GET_ITEM(seq, t);
-        rc = encode_text(e, cache, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &out);
+        rc = encode_text_sp(e, cache, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &out);
         ends[t] = out.n;
     }
     Py_END_ALLOW_THREADS
@@ -637,6 +796,57 @@ static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
     return res;
 }
 
+static void free_specials(Encoder *e) {
+    for (Py_ssize_t k = 0; k < e->nspec; k++) PyMem_Free(e->spec[k]);
+    PyMem_Free(e->spec); PyMem_Free(e->spec_len); PyMem_Free(e->spec_id);
+    e->spec = NULL; e->spec_len = NULL; e->spec_id = NULL; e->nspec = 0;
+    memset(e->first, 0, sizeof(e->first)); e->first_wide = 0; e->only_first = 0x110000;
+}
+
+/* set_specials([(token, id), ...]): encode and encode_many split these off (longest wins) */
+static PyObject *Encoder_set_specials(Encoder *e, PyObject *arg) {
+    if (e->mode < 0) { PyErr_SetString(PyExc_ValueError, "set_specials needs a C pre-tokenizer"); return NULL; }
+    PyObject *seq = PySequence_Fast(arg, "set_specials takes a sequence of (str, id)");
+    if (!seq) return NULL;
+    if (__atomic_load_n(&e->active, __ATOMIC_ACQUIRE)) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_RuntimeError, "set_specials(): the encoder is in use");
+        return NULL;
+    }
+    free_specials(e);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    e->spec = PyMem_Calloc((size_t)n + 1, sizeof(Py_UCS4 *));
+    e->spec_len = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    e->spec_id = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
+    if (!e->spec || !e->spec_len || !e->spec_id) { Py_DECREF(seq); free_specials(e); return PyErr_NoMemory(); }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tok;
+        Py_ssize_t id;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "Un", &tok, &id)) goto fail;
+        if (id < 0 || id >= e->n_ids || PyUnicode_GET_LENGTH(tok) == 0) {
+            PyErr_SetString(PyExc_ValueError, "a special token must be non-empty, its id in the vocab");
+            goto fail;
+        }
+        Py_ssize_t len = PyUnicode_GET_LENGTH(tok), at = e->nspec;
+        while (at > 0 && e->spec_len[at - 1] < len) {  /* insertion sort: longest first */
+            e->spec[at] = e->spec[at - 1]; e->spec_len[at] = e->spec_len[at - 1]; e->spec_id[at] = e->spec_id[at - 1];
+            at--;
+        }
+        if (!(e->spec[at] = PyUnicode_AsUCS4Copy(tok))) { e->nspec++; goto fail; }
+        e->spec_len[at] = len; e->spec_id[at] = (int32_t)id;
+        e->nspec++;
+        Py_UCS4 c = e->spec[at][0];
+        if (c < 256) e->first[c] = 1; else e->first_wide = 1;
+        e->only_first = k == 0 ? c : (e->only_first == c ? c : 0x110000);
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    free_specials(e);
+    return NULL;
+}
+
 static PyObject *Encoder_bpe(Encoder *e, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
@@ -651,28 +861,40 @@ static PyObject *Encoder_bpe(Encoder *e, PyObject *arg) {
 }
 
 static PyObject *Encoder_clear(Encoder *e, PyObject *Py_UNUSED(ignored)) {
-    for (Cache *c = e->free_caches; c; c = c->next) cache_clear(c);
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(e->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    int busy = __atomic_load_n(&e->active, __ATOMIC_ACQUIRE) != 0;
+    if (!busy) cache_clear(e->cache);
+    PyThread_release_lock(e->lock);
+    if (busy) { PyErr_SetString(PyExc_RuntimeError, "clear(): the encoder is in use by another thread"); return NULL; }
     Py_RETURN_NONE;
 }
 
 static PyObject *Encoder_cached(Encoder *e, PyObject *Py_UNUSED(ignored)) {
-    Py_ssize_t n = 0;
-    for (Cache *c = e->free_caches; c; c = c->next) n += c->used;
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(e->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    n = e->cache->used;
+    PyThread_release_lock(e->lock);
     return PyLong_FromSsize_t(n);
 }
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"merges", "byte_ids", "pretokenize", "cache_entries", "max_cached_chunk", "mode", NULL};
+    static char *kwlist[] = {"merges", "byte_ids", "pretokenize", "cache_entries", "max_cached_chunk", "mode",
+                             "n_ids", NULL};
     PyObject *merges, *byte_ids, *pretokenize;
-    Py_ssize_t cache_entries = 1 << 19, max_cached = 128;
+    Py_ssize_t cache_entries = 1 << 19, max_cached = 128, n_ids = 0;
     int mode = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nni", kwlist, &merges, &byte_ids, &pretokenize,
-                                     &cache_entries, &max_cached, &mode))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nnin", kwlist, &merges, &byte_ids, &pretokenize,
+                                     &cache_entries, &max_cached, &mode, &n_ids))
         return -1;
     if (e->merges) { PyErr_SetString(PyExc_RuntimeError, "Encoder is already initialised"); return -1; }
     if (mode < -1 || mode > 2) { PyErr_SetString(PyExc_ValueError, "mode must be -1, 0, 1 or 2"); return -1; }
     if (mode >= 0 && !uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
     e->mode = mode;
+    e->only_first = 0x110000;
     PyObject *seq = PySequence_Fast(merges, "merges must be a sequence of (left, right, merged) ids");
     if (!seq) return -1;
     Py_ssize_t nm = PySequence_Fast_GET_SIZE(seq);
@@ -708,7 +930,8 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
         max_id = (int32_t)v > max_id ? (int32_t)v : max_id;
     }
     Py_DECREF(seq);
-    e->n_ids = (Py_ssize_t)max_id + 1;
+    if (n_ids > 0x110000) { PyErr_SetString(PyExc_ValueError, "n_ids out of range"); return -1; }
+    e->n_ids = (Py_ssize_t)max_id + 1 > n_ids ? (Py_ssize_t)max_id + 1 : n_ids;  /* special ids too */
     e->id_objs = PyMem_Calloc((size_t)e->n_ids, sizeof(PyObject *));
     if (!e->id_objs) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < e->n_ids; i++)
@@ -717,40 +940,43 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
     e->pretokenize = pretokenize;
     e->cache_limit = cache_entries < 1 ? 1 : cache_entries;
     e->max_cached_chunk = max_cached;
-    Cache *c = cache_new(e->cache_limit);  /* the first one now: a fresh encoder has one */
-    if (!c) { PyErr_NoMemory(); return -1; }
-    give_cache(e, c);
+    if (!(e->lock = PyThread_allocate_lock())) { PyErr_NoMemory(); return -1; }
+    if (!(e->cache = cache_new(e->cache_limit))) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
 static void Encoder_dealloc(Encoder *e) {
-    while (e->free_caches) { Cache *c = e->free_caches; e->free_caches = c->next; cache_free(c); }
+    if (e->cache) cache_free(e->cache);
+    if (e->lock) PyThread_free_lock(e->lock);
     PyMem_Free(e->merges);
     if (e->id_objs) {
         for (Py_ssize_t i = 0; i < e->n_ids; i++) Py_XDECREF(e->id_objs[i]);
         PyMem_Free(e->id_objs);
     }
     Py_XDECREF(e->pretokenize);
+    free_specials(e);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
 static PyObject *Encoder_ready(Encoder *e, PyObject *(*f)(Encoder *, PyObject *), PyObject *arg) {
-    if (!e->merges || !e->id_objs || !e->free_caches) {
-        if (!e->merges || !e->id_objs) {
-            PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
-            return NULL;
-        }
+    if (!e->merges || !e->id_objs || !e->cache || !e->lock) {
+        PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
+        return NULL;
     }
     return f(e, arg);
 }
 
 static PyObject *m_encode(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode, arg); }
 static PyObject *m_encode_many(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode_many, arg); }
+static PyObject *m_encode_plain(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode_plain, arg); }
+static PyObject *m_set_specials(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_set_specials, arg); }
 static PyObject *m_bpe(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_bpe, arg); }
 
 static PyMethodDef Encoder_methods[] = {
-    {"encode", m_encode, METH_O, "encode(text: str) -> list[int]: ids of text holding no special tokens."},
+    {"encode", m_encode, METH_O, "encode(text: str) -> list[int]: ids of text, special tokens (set_specials) split off."},
     {"encode_many", m_encode_many, METH_O, "encode_many(texts) -> list[list[int]]: encode each, GIL released once."},
+    {"encode_plain", m_encode_plain, METH_O, "encode_plain(text) -> list[int]: special-token strings as plain text."},
+    {"set_specials", m_set_specials, METH_O, "set_specials([(token, id)]): encode/encode_many split these off."},
     {"bpe", m_bpe, METH_O, "bpe(pretoken: bytes) -> list[int]: BPE of one pre-token's UTF-8 bytes."},
     {"clear", (PyCFunction)Encoder_clear, METH_NOARGS, "Empty the chunk caches."},
     {"cached", (PyCFunction)Encoder_cached, METH_NOARGS, "Number of chunks in the caches."},
@@ -762,7 +988,7 @@ static PyTypeObject EncoderType = {
     .tp_name = "lmdata.tokenizer._fastbpe.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128, mode=0)",
+    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128, mode=0, n_ids=0)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Encoder_init,
     .tp_dealloc = (destructor)Encoder_dealloc,
@@ -804,7 +1030,7 @@ static PyObject *pretokenize(PyObject *self, PyObject *args) {
     return out;
 }
 
-#define TRAIN_METHODS
+#include "_fastbpe_train.c"  /* ChunkCounter and train(): the trainer */
 
 /* ---------------------------------------------------------------- module */
 
@@ -827,6 +1053,13 @@ PyMODINIT_FUNC PyInit__fastbpe(void) {
     Py_INCREF(&EncoderType);
     if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) {
         Py_DECREF(&EncoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&ChunkCounterType) < 0) { Py_DECREF(m); return NULL; }
+    Py_INCREF(&ChunkCounterType);
+    if (PyModule_AddObject(m, "ChunkCounter", (PyObject *)&ChunkCounterType) < 0) {
+        Py_DECREF(&ChunkCounterType);
         Py_DECREF(m);
         return NULL;
     }

@@ -8,10 +8,9 @@ over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
 Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
 it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
-pre-tokenization (GPT-2, cl100k and o200k patterns, with the ``regex`` module's character
-classes) and BPE -- runs in C with the GIL released, so ``encode_batch`` spreads over
-threads; a custom regex is still called from C, GIL held.  Special tokens are split here.  It must give the same ids as
-the pure-Python path, which stays as the fallback and the reference the tests hold it to.
+pre-tokenization (gpt2, cl100k, o200k; the ``regex`` module's classes), special tokens and
+BPE -- runs in C with the GIL released (``encode_batch``: threads sharing one chunk cache; a
+custom regex is called from C, GIL held), giving the ids of the pure-Python path, the fallback.
 ``LMDATA_PURE_PYTHON=1`` forces pure Python (``Tokenizer.accelerated``; ``accelerator``).
 """
 
@@ -93,8 +92,11 @@ class Tokenizer:
         mode = self._pattern.c_mode
         if mode is not None:
             unicode_classes.install(_fastbpe)
-        return _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
-                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode)
+        fast = _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
+                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, max(self.vocab) + 1)
+        if mode is not None:
+            fast.set_specials(list(self.special_ids.items()))  # split off in C as well
+        return fast
 
     @property
     def pattern(self) -> str:
@@ -219,10 +221,10 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; occurrences of the special tokens become their ids."""
+        if self._fast is not None and self._pattern.c_mode is not None:
+            return self._fast.encode(text)  # special tokens split in C
         ids: list[int] = []
         if self._splitter is None or not any(tok in text for tok in self.special_tokens):
-            if self._fast is not None:
-                return self._fast.encode(text)
             self._encode_into(text, ids)
             return ids
         for i, part in enumerate(self._splitter.split(text)):
@@ -235,19 +237,16 @@ class Tokenizer:
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special-token strings treated as plain text."""
         if self._fast is not None:
-            return self._fast.encode(text)
+            return self._fast.encode_plain(text)
         ids: list[int] = []
         self._encode_into(text, ids)
         return ids
 
     def _encode_into(self, text: str, ids: list[int]) -> None:
-        """Append the ids of ``text`` (no special tokens) to ``ids``, a slice of ~1 MB at a time.
-
-        Slices end at chunk boundaries, so they encode independently; slicing bounds the
-        temporary lists (a 23 MB text split at once holds ~4M piece strings, ~250 MB).
-        """
+        """Append the ids of ``text`` (no special tokens) to ``ids``, a ~1 MB slice (ending at a chunk
+        boundary) at a time: a 23 MB text split at once would hold ~4M piece strings, ~250 MB."""
         if self._fast is not None:
-            ids.extend(self._fast.encode(text))
+            ids.extend(self._fast.encode_plain(text))
             return
         start = 0
         while len(text) - start > self._slice_chars:
@@ -378,8 +377,9 @@ class Tokenizer:
         return [texts[i : i + size] for i in range(0, len(texts), size)]
 
     def _encode_list(self, texts: list[str]) -> list[list[int]]:
-        if self._fast is not None and (self._splitter is None or not any(map(self._splitter.search, texts))):
-            return self._fast.encode_many(texts)  # one GIL release for the lot
+        if self._fast is not None and (self._pattern.c_mode is not None or self._splitter is None
+                                       or not any(map(self._splitter.search, texts))):
+            return self._fast.encode_many(texts)  # one GIL release for the lot, specials split in C
         return [self.encode(t) for t in texts]
 
     # -- decoding --------------------------------------------------------------------

@@ -16,13 +16,17 @@ _installed: set[int] = set()
 
 def table() -> bytes:
     """The class byte of every code point 0..0x10FFFF (bit k: ``CLASSES[k]``)."""
-    every = "".join(map(chr, range(0x110000)))
+    from array import array
+
+    # every code point in one str, without a list of 1.1 M one-character strs (~60 MB)
+    every = array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
     out = bytearray(0x110000)
     for bit, cls in enumerate(CLASSES):
-        flag = 1 << bit
+        flag = bytes([1 << bit])
         for m in regex.finditer(cls + "+", every):
             a, b = m.span()
-            out[a:b] = bytes(x | flag for x in out[a:b])
+            out[a:b] = (int.from_bytes(out[a:b], "little") | int.from_bytes(flag * (b - a), "little")).to_bytes(
+                b - a, "little")
     return bytes(out)
 
 
