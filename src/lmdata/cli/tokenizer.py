@@ -28,7 +28,7 @@ def tokenizer() -> None:
               help="A special token (repeatable); given ones replace the default.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Tokenizer processes (here: counting pre-tokens); 0 = all cores. The result does not depend on it.")
+              help="Threads counting pre-tokens (processes for a custom regex or pure Python); 0 = all cores. The result does not depend on it.")
 @click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
