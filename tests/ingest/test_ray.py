@@ -339,3 +339,15 @@ def test_pipeline_toml_chooses_the_engine():
     table["ingest"]["engine"] = "spark"
     with pytest.raises(LmdataError, match="engine"):
         parse_pipeline(table)
+
+
+def test_ray_reads_s3_inputs_like_the_local_engine(ray_cluster, s3, tokenizer_dir, tmp_path):
+    """Inputs on object storage: the Ray tasks open the objects themselves (issue 15)."""
+    from lmdata.store.uri import location
+
+    location(s3.uri("in", "sample.txt")).write_bytes(SAMPLE.read_bytes())
+    spec = {"train": SourceSpec((s3.uri("in", "*.txt"),))}
+    for engine in ("local", "ray"):
+        ingest(spec, tokenizer_dir, tmp_path / engine, formats=["memmap"], shard_tokens=SHARD_TOKENS, workers=2,
+               holdout=HOLDOUT, progress=False, log=None, engine=engine)
+    assert fingerprint(tmp_path / "ray") == fingerprint(tmp_path / "local")

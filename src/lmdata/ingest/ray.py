@@ -43,6 +43,7 @@ from lmdata.ingest.output import ResumableError
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceSpec, SourceStats, expand, input_file, iter_documents
 from lmdata.store.protocol import FormatWriter
+from lmdata.store.uri import apply_aws_environment, aws_environment
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
 # tasks keep Ray Data's own default (retried on worker death without limit). Exceptions
@@ -77,7 +78,8 @@ def _maybe_fault(key: str) -> None:
 # ---------------------------------------------------------------------------- tasks (run on workers)
 
 
-def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None], batch_bytes: int) -> Iterator[Any]:
+def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None], batch_bytes: int,
+               aws: dict[str, str]) -> Iterator[Any]:
     """One input file -> rows of document texts, ~``batch_bytes`` each, keyed (file, batch).
 
     ``window = (keep_from, skip_to, stop)`` in global document ids: documents before
@@ -86,6 +88,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
     """
     import pyarrow as pa
 
+    apply_aws_environment(aws)  # an s3:// input: the driver's endpoint and keys, not the worker's own
     (row,) = table.to_pylist()
     keep_from, skip_to, stop = window
     stats, g = SourceStats(), row["first_doc"]
@@ -139,7 +142,8 @@ def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
     return pa.Table.from_pylist([row])
 
 
-def _count_documents(spec: SourceSpec, path: str) -> int:
+def _count_documents(spec: SourceSpec, path: str, aws: dict[str, str]) -> int:
+    apply_aws_environment(aws)
     return sum(1 for _ in iter_documents(spec, files=[input_file(path)]))
 
 
@@ -232,7 +236,7 @@ def _document_offsets(spec: SourceSpec, files: list[Path], needed: bool) -> list
         return [0] * len(files)
     ray = require_ray()
     count = ray.remote(max_retries=MAX_RETRIES)(_count_documents)
-    counts = ray.get([count.remote(spec, str(p)) for p in files])
+    counts = ray.get([count.remote(spec, str(p), aws_environment()) for p in files])
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
 
 
@@ -247,7 +251,7 @@ def _encoded(engine: RayEngine, spec: SourceSpec, window: tuple[int, int, int | 
         ray.data.from_items(items, override_num_blocks=len(items))
         # Reading is ~100x cheaper than encoding: 0 CPUs, so a reader never holds an encoder's
         # core, and one concurrent reader per 16 CPUs (0-CPU tasks are not limited otherwise).
-        .map_batches(_read_file, batch_size=1, batch_format="pyarrow", fn_args=(spec, window, encode.BATCH_BYTES),
+        .map_batches(_read_file, batch_size=1, batch_format="pyarrow", fn_args=(spec, window, encode.BATCH_BYTES, aws_environment()),
                      num_cpus=0, concurrency=-(-engine.cpus // 16))
         .map_batches(_encode_rows, batch_size=1, batch_format="pyarrow", num_cpus=1,
                      fn_args=([engine.tokenizer], eot, dtype))

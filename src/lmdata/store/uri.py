@@ -37,6 +37,18 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 _ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
         "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
 _SDK_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
+
+
+def aws_environment() -> dict[str, str]:
+    """This process's AWS settings, for a worker started before they were set (Ray tasks, loader workers)."""
+    return {k: os.environ[k] for k in _ENV + _SDK_ENV if k in os.environ}
+
+
+def apply_aws_environment(env: dict[str, str]) -> None:
+    """Adopt the AWS settings of the process that sent ``env`` (see ``aws_environment``)."""
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 _filesystems: dict[tuple, Any] = {}  # per process: environment -> S3FileSystem
 
 
@@ -136,14 +148,11 @@ class Location:
     def __getstate__(self) -> tuple:
         # A remote location carries the AWS settings it was made under, so a loader worker
         # (a forkserver child started before the caller set them) reads the same endpoint.
-        env = {k: os.environ[k] for k in _ENV + _SDK_ENV if k in os.environ} if self.remote else {}
-        return (self.scheme, self.path, env)
+        return (self.scheme, self.path, aws_environment() if self.remote else {})
 
     def __setstate__(self, state: tuple) -> None:
         self.scheme, self.path = state[0], state[1]
-        for key, value in (state[2] if len(state) > 2 else {}).items():
-            if os.environ.get(key) != value:
-                os.environ[key] = value
+        apply_aws_environment(state[2] if len(state) > 2 else {})
 
     # -- the filesystem ---------------------------------------------------------------------------
     @property
