@@ -28,3 +28,16 @@ def fingerprint(store: Path) -> dict:
         split["sources"] = [s["sha256"] for s in split["sources"]]
         split["formats"] = strip(split["formats"])
     return manifest
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run the ``lmdata`` CLI in this process; (exit code, stdout, stderr)."""
+    from lmdata.cli import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from samples import run_cli
 from test_e2e import dump_toml
 
 from lmdata.cli import main
@@ -27,12 +28,8 @@ def tree_hash(root: Path) -> dict[str, str]:
 
 
 def run(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(args, capsys)
+    return code, err
 
 
 def refused(args: list[str], folder: Path, capsys, *names: str) -> str:

@@ -80,6 +80,12 @@ def claim_output_dir(directory: Path, kind: str, names: frozenset[str], *, flag:
         raise LmdataError(f"{flag} {directory}: exists and is not a directory; choose another {flag}")
     if directory.is_dir() and any(directory.iterdir()):
         check_owned_dir(directory, kind, names, flag=flag, legacy=legacy)
+    return mark(directory, kind)
+
+
+def mark(directory: Path, kind: str) -> Path:
+    """Create ``directory`` (already checked) and give it the ``lmdata.json`` of ``kind`` once."""
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if read_marker(directory) is None:
         write_marker(directory, kind)

@@ -5,6 +5,7 @@ import json
 import sys
 
 import pytest
+from samples import run_cli
 
 from lmdata.cli import main
 from lmdata.errors import LmdataError
@@ -18,13 +19,7 @@ def run(argv, capsys, stdin: bytes = b"", monkeypatch=None):
     """Run the CLI; return (exit code, stdout, stderr)."""
     if monkeypatch is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(argv, capsys)
 
 
 @pytest.fixture

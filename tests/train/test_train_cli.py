@@ -10,21 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmdata.cli import main
+from samples import run_cli
+
 from lmdata.train.checkpoint import read_checkpoint
 from lmdata.train.sample import generate, top_p_filter
 
 FLAGS = ["--batch-size", "4", "--warmup", "2", "--eval-batches", "1", "--log-every", "2", "--no-progress"]
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_train_then_sample(sample_store, tmp_path, capsys):

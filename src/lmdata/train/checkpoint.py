@@ -59,10 +59,10 @@ def check_run_dir(out: str | Path, flag: str = "--out") -> None:
 
 def claim_run_dir(out: str | Path, flag: str = "--out") -> Path:
     """``check_run_dir``, then create ``out`` with its ``lmdata.json`` marker."""
-    from lmdata._ownership import claim_output_dir
+    from lmdata._ownership import mark
 
     check_run_dir(out, flag)
-    return claim_output_dir(Path(out), "train", RUN_FILES, flag=flag, legacy=lambda d: True)
+    return mark(Path(out), "train")
 
 
 def step_of(path: str | Path) -> int:
