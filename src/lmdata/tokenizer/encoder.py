@@ -369,12 +369,25 @@ class Tokenizer:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers) as pool:
-            return [ids for part in pool.map(self._encode_list, self._parts(texts, 4 * workers)) for ids in part]
+            return [ids for part in pool.map(self._encode_list, self._parts(texts, 16 * workers)) for ids in part]
 
     @staticmethod
     def _parts(texts: list[str], n: int) -> list[list[str]]:
-        size = -(-len(texts) // n)
-        return [texts[i : i + size] for i in range(0, len(texts), size)]
+        """``texts`` cut, in order, into about ``n`` runs of equal characters.
+
+        Many small runs keep both threads busy to the end (runs of equal *counts* left one
+        thread a long tail: 2 threads 0.25 s vs 0.23 s over english-prose).
+        """
+        target = max(1, sum(map(len, texts)) // n)
+        parts, start, size = [], 0, 0
+        for i, text in enumerate(texts):
+            size += len(text)
+            if size >= target:
+                parts.append(texts[start : i + 1])
+                start, size = i + 1, 0
+        if start < len(texts):
+            parts.append(texts[start:])
+        return parts
 
     def _encode_list(self, texts: list[str]) -> list[list[int]]:
         if self._fast is not None and (self._pattern.c_mode is not None or self._splitter is None
