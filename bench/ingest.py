@@ -61,20 +61,24 @@ def run_case(case: str, corpus: Path, tokenizer_dir: Path, work: Path, workers: 
 
 
 def _encode_only(spec, tokenizer_dir: Path, workers: int) -> dict:
+    """What ingest's encoders do (threads on the C path, else processes), tokens discarded."""
     import multiprocessing as mp
+    from multiprocessing.pool import ThreadPool
 
     from lmdata.ingest import encode, local
     from lmdata.sources import iter_documents
 
     batches = encode.batches(iter_documents(spec), 0, "uint32", lambda n: None)
     nbytes = tokens = 0
+    tokenizer = encode.init_worker(str(tokenizer_dir))
     if workers == 1:
-        encode.init_worker(str(tokenizer_dir))
         results = (encode.encode_texts(*b) for b in batches)
         for toks, _, nb in results:
             nbytes, tokens = nbytes + nb, tokens + len(toks)
         return {"text_bytes": nbytes, "tokens": tokens}
-    with mp.get_context("forkserver").Pool(workers, encode.init_worker, (str(tokenizer_dir),)) as pool:
+    pool = (ThreadPool(workers) if tokenizer.gil_free
+            else mp.get_context("forkserver").Pool(workers, encode.init_worker, (str(tokenizer_dir),)))
+    with pool:
         for toks, _, nb in local.ordered_map(pool, batches, 2 * workers + 2):
             nbytes, tokens = nbytes + nb, tokens + len(toks)
     return {"text_bytes": nbytes, "tokens": tokens}

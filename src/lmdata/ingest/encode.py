@@ -1,8 +1,8 @@
 """The engine-neutral encoding core: documents -> batches of texts -> token arrays.
 
-Both engines encode with ``encode_texts`` after ``use_tokenizer`` (the local pool's
-initializer calls ``init_worker``; Ray's tasks fetch the shipped tokenizer once), so a
-store does not depend on where it was encoded. Documents are encoded with
+Both engines encode with ``encode_texts`` after ``use_tokenizer`` (the local engine sets it
+once for its threads, or its process pool's initializer calls ``init_worker``; Ray's tasks
+fetch the shipped tokenizer once), so a store does not depend on where it was encoded. Documents are encoded with
 ``encode_ordinary``: a literal ``<|endoftext|>`` inside a document is plain text; only
 the ingest appends the end-of-text id.
 """
@@ -20,11 +20,13 @@ BATCH_DOCS = 4096
 _TOKENIZER: Any = None
 
 
-def init_worker(tokenizer_dir: str) -> None:
-    """Pool initializer: each worker loads the tokenizer once."""
+def init_worker(tokenizer_dir: str) -> Any:
+    """Pool initializer: each worker loads the tokenizer once (returned, for the caller)."""
     from lmdata.tokenizer import Tokenizer
 
-    use_tokenizer(Tokenizer.load(tokenizer_dir))
+    tokenizer = Tokenizer.load(tokenizer_dir)
+    use_tokenizer(tokenizer)
+    return tokenizer
 
 
 def use_tokenizer(tokenizer: Any) -> None:
@@ -34,17 +36,13 @@ def use_tokenizer(tokenizer: Any) -> None:
 
 
 def encode_texts(texts: list[str], eot: int, dtype: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Encode a batch: (tokens of all documents, each ending in eot; their lengths; text bytes)."""
-    flat: list[int] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
-    nbytes = 0
-    for i, text in enumerate(texts):
-        ids = _TOKENIZER.encode_ordinary(text)
-        flat.extend(ids)
-        flat.append(eot)
-        lengths[i] = len(ids) + 1
-        nbytes += len(text.encode("utf-8"))
-    return np.array(flat, dtype=dtype), lengths, nbytes
+    """Encode a batch: (tokens of all documents, each ending in eot; their lengths; text bytes).
+
+    One ``Tokenizer.encode_arrays`` call: on the C path no Python int is made per token and
+    the GIL is released throughout, so the local engine runs these on threads.
+    """
+    batch = _TOKENIZER.encode_arrays(texts, eot=eot, dtype=dtype, ordinary=True, num_workers=1)
+    return batch.tokens, batch.lengths, batch.text_bytes
 
 
 def batches(docs: Iterable[Any], eot: int, dtype: str, progress: Callable[[int], None]) -> Iterator[tuple]:

@@ -1,4 +1,4 @@
-"""The local engine: a process pool encodes, one thread per format writes.
+"""The local engine: encoder threads (or processes) encode, one thread per format writes.
 
     documents ──batches──▶ worker pool (encode_texts) ──in order──▶ ShardCutter
         ──▶ each format's writer on its own thread, from the same token arrays
@@ -71,7 +71,11 @@ class BackgroundWriter:
 class LocalEngine:
     """This machine's cores: a pool of ``workers`` encoders (none for one worker).
 
-    The pool forks from a clean forkserver where there is one (the main process may hold
+    Where the tokenizer encodes in C with the GIL released (``Tokenizer.gil_free``: the C
+    accelerator and a named pattern), the pool is threads sharing this process's tokenizer
+    and its one chunk cache: no text or token array is pickled, and a chunk is encoded once
+    for all workers (bench/ingest.py, english-prose, 2 workers: ``encode`` 0.9 -> 0.6 s wall,
+    1.5 -> 0.9 CPU s, peak RSS 259 -> 108 MB).  Otherwise it is processes: the pool forks from a clean forkserver where there is one (the main process may hold
     Lance/Arrow threads, which a plain fork does not carry over), spawns on Windows. A script
     without an ``if __name__ == "__main__":`` guard would re-run itself in each such worker
     (``lmdata._mp``), so for it the pool forks directly on Linux (the encoders touch no
@@ -88,8 +92,13 @@ class LocalEngine:
 
     def start(self, store_tokenizer: Path) -> None:
         """Start the encoders on the store's copy of the tokenizer."""
+        tokenizer = init_worker(str(store_tokenizer))
         if self.workers == 1:
-            init_worker(str(store_tokenizer))
+            return
+        if tokenizer.gil_free:
+            from multiprocessing.pool import ThreadPool
+
+            self.pool = ThreadPool(self.workers)
             return
         self.pool = worker_pool(self.workers, clean_method(), init_worker, (str(store_tokenizer),))
 

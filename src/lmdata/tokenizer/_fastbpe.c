@@ -14,7 +14,8 @@
  * " " followed by a character that is not str.isspace(); for cl100k also after one), looks
  * each chunk up in the cache (a batch of 16 slots prefetched at a time), and on a miss
  * pre-tokenizes it and runs BPE on each pre-token.  encode_many(texts) does a list in one GIL
- * release; encode_plain(text) leaves special-token strings as text.  bpe(bytes) is one
+ * release, encode_flat(texts, ...) the same into one uint16/uint32 buffer (no int objects);
+ * encode_plain(text) leaves special-token strings as text.  bpe(bytes) is one
  * pre-token.  BPE: pre-tokens of up to 32 bytes in arrays (bpe_tiny), longer ones over a
  * linked list plus a binary min-heap of (rank, position); either way all pairs of the lowest
  * rank are merged left to right as one step (= str.replace of the best pair), and a 1 MB
@@ -815,17 +816,47 @@ static PyObject *encode_one(Encoder *e, PyObject *text, int specials) {
 static PyObject *Encoder_encode(Encoder *e, PyObject *text) { return encode_one(e, text, 1); }
 static PyObject *Encoder_encode_plain(Encoder *e, PyObject *text) { return encode_one(e, text, 0); }
 
-/* encode_many(texts) -> list of lists: every text in one GIL release (special tokens split). */
-static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
+/* The texts of a sequence, checked to be str (a new tuple), or NULL with an error set. */
+static PyObject *str_tuple(PyObject *arg, const char *who) {
     PyObject *seq = PySequence_Tuple(arg);
     if (!seq) return NULL;
-    Py_ssize_t nt = PyTuple_GET_SIZE(seq);
-    for (Py_ssize_t t = 0; t < nt; t++)
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(seq); t++)
         if (!PyUnicode_Check(PyTuple_GET_ITEM(seq, t))) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_TypeError, "encode_many() takes a sequence of str");
+            PyErr_Format(PyExc_TypeError, "%s() takes a sequence of str", who);
             return NULL;
         }
+    return seq;
+}
+
+/* Encode every text of seq into out in one GIL release, each followed by eot if eot >= 0;
+ * ends[t] = out->n after text t.  A C pre-tokenizer only (mode >= 0). */
+static int encode_all(Encoder *e, PyObject *seq, int specials, int32_t eot, IdBuf *out, Py_ssize_t *ends) {
+    Py_ssize_t nt = PyTuple_GET_SIZE(seq), chars = 0;
+    for (Py_ssize_t t = 0; t < nt; t++) chars += PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(seq, t));
+    Cache *cache = take_cache(e, chars);
+    if (!cache) return -1;
+    int rc = buf_reserve(out, chars / 3 + nt + 16);  /* ~4 characters a token in prose: one allocation */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t t = 0; t < nt && rc == 0; t++) {
+        PyObject *text = PyTuple_GET_ITEM(seq, t);
+        int kind = PyUnicode_KIND(text);
+        const void *data = PyUnicode_DATA(text);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+        rc = specials ? encode_text_sp(e, cache, kind, data, len, out) : encode_text(e, cache, kind, data, len, out);
+        if (rc == 0 && eot >= 0 && (rc = buf_reserve(out, 1)) == 0) out->v[out->n++] = eot;
+        ends[t] = out->n;
+    }
+    Py_END_ALLOW_THREADS
+    give_cache(e, cache);
+    return rc < 0 ? raise_err(rc) : 0;
+}
+
+/* encode_many(texts) -> list of lists: every text in one GIL release (special tokens split). */
+static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
+    PyObject *seq = str_tuple(arg, "encode_many");
+    if (!seq) return NULL;
+    Py_ssize_t nt = PyTuple_GET_SIZE(seq);
     if (e->mode < 0) {  /* a custom regex: one at a time, with the GIL */
         PyObject *res = PyList_New(nt);
         for (Py_ssize_t t = 0; res && t < nt; t++) {
@@ -836,23 +867,11 @@ static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
         Py_DECREF(seq);
         return res;
     }
-    Py_ssize_t *ends = PyMem_RawMalloc((size_t)(nt + 1) * sizeof(Py_ssize_t)), chars = 0;
-    for (Py_ssize_t t = 0; t < nt; t++) chars += PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(seq, t));
-    Cache *cache = ends ? take_cache(e, chars) : NULL;
-    if (!cache) { PyMem_RawFree(ends); Py_DECREF(seq); return ends ? NULL : PyErr_NoMemory(); }
+    Py_ssize_t *ends = PyMem_RawMalloc((size_t)(nt + 1) * sizeof(Py_ssize_t));
+    if (!ends) { Py_DECREF(seq); return PyErr_NoMemory(); }
     IdBuf out = {NULL, 0, 0};
-    int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t t = 0; t < nt && rc == 0; t++) {
-        PyObject *text = PyTuple_GET_ITEM(seq, t);
-        rc = encode_text_sp(e, cache, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &out);
-        ends[t] = out.n;
-    }
-    Py_END_ALLOW_THREADS
-    give_cache(e, cache);
     PyObject *res = NULL;
-    if (rc < 0) raise_err(rc);
-    else if ((res = PyList_New(nt)) != NULL) {
+    if (encode_all(e, seq, 1, -1, &out, ends) == 0 && (res = PyList_New(nt)) != NULL) {
         Py_ssize_t begin = 0;
         for (Py_ssize_t t = 0; t < nt; t++) {
             PyObject *ids = ids_to_list(e, out.v + begin, ends[t] - begin);
@@ -864,6 +883,57 @@ static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
     PyMem_RawFree(out.v);
     PyMem_RawFree(ends);
     Py_DECREF(seq);
+    return res;
+}
+
+/* UTF-8 bytes of a str's characters (a lone surrogate counts 3, as "surrogatepass" writes it). */
+static Py_ssize_t utf8_length(PyObject *text) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), bytes = n;
+    if (PyUnicode_IS_ASCII(text)) return n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        bytes += (c >= 0x80) + (c >= 0x800) + (c >= 0x10000);
+    }
+    return bytes;
+}
+
+/* encode_flat(texts, eot, itemsize, specials) -> (tokens, lengths, utf8_bytes): every text's
+ * ids, each followed by eot (if >= 0), as one buffer of uint16 or uint32 (itemsize 2 or 4),
+ * its per-text lengths as int64 bytes, and the texts' UTF-8 size.  No int object is made, so
+ * threads spend all but the final copy without the GIL (what ingest's encoders need). */
+static PyObject *Encoder_encode_flat(Encoder *e, PyObject *args) {
+    PyObject *arg, *seq, *tokens = NULL, *lengths = NULL;
+    int eot, itemsize, specials;
+    if (!PyArg_ParseTuple(args, "Oiip", &arg, &eot, &itemsize, &specials)) return NULL;
+    if (e->mode < 0) { PyErr_SetString(PyExc_ValueError, "encode_flat needs a C pre-tokenizer"); return NULL; }
+    if ((itemsize != 2 && itemsize != 4) || (itemsize == 2 && e->n_ids > 0x10000) || eot >= e->n_ids) {
+        PyErr_SetString(PyExc_ValueError, "encode_flat: itemsize must be 2 (ids < 65536) or 4, eot an id or -1");
+        return NULL;
+    }
+    if (!(seq = str_tuple(arg, "encode_flat"))) return NULL;
+    Py_ssize_t nt = PyTuple_GET_SIZE(seq), utf8 = 0;
+    for (Py_ssize_t t = 0; t < nt; t++) utf8 += utf8_length(PyTuple_GET_ITEM(seq, t));
+    Py_ssize_t *ends = PyMem_RawMalloc((size_t)(nt + 1) * sizeof(Py_ssize_t));
+    if (!ends) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    IdBuf out = {NULL, 0, 0};
+    if (encode_all(e, seq, specials, eot, &out, ends) == 0
+        && (tokens = PyBytes_FromStringAndSize(NULL, out.n * itemsize)) != NULL
+        && (lengths = PyBytes_FromStringAndSize(NULL, nt * (Py_ssize_t)sizeof(int64_t))) != NULL) {
+        char *dst = PyBytes_AS_STRING(tokens);
+        int64_t *len = (int64_t *)(void *)PyBytes_AS_STRING(lengths);
+        Py_BEGIN_ALLOW_THREADS
+        if (itemsize == 4) memcpy(dst, out.v, (size_t)out.n * 4);
+        else for (Py_ssize_t i = 0; i < out.n; i++) ((uint16_t *)(void *)dst)[i] = (uint16_t)out.v[i];
+        for (Py_ssize_t t = 0; t < nt; t++) len[t] = ends[t] - (t ? ends[t - 1] : 0);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(out.v);
+    PyMem_RawFree(ends);
+    Py_DECREF(seq);
+    if (!lengths) { Py_XDECREF(tokens); return NULL; }
+    PyObject *res = Py_BuildValue("NNn", tokens, lengths, utf8);
     return res;
 }
 
@@ -1042,12 +1112,15 @@ static PyObject *m_encode_many(PyObject *self, PyObject *arg) { return Encoder_r
 static PyObject *m_encode_plain(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode_plain, arg); }
 static PyObject *m_set_specials(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_set_specials, arg); }
 static PyObject *m_bpe(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_bpe, arg); }
+static PyObject *m_encode_flat(PyObject *self, PyObject *args) { return Encoder_ready((Encoder *)self, Encoder_encode_flat, args); }
 
 static PyMethodDef Encoder_methods[] = {
     {"encode", m_encode, METH_O, "encode(text: str) -> list[int]: ids of text, special tokens (set_specials) split off."},
     {"encode_many", m_encode_many, METH_O, "encode_many(texts) -> list[list[int]]: encode each, GIL released once."},
     {"encode_plain", m_encode_plain, METH_O, "encode_plain(text) -> list[int]: special-token strings as plain text."},
     {"set_specials", m_set_specials, METH_O, "set_specials([(token, id)]): encode/encode_many split these off."},
+    {"encode_flat", m_encode_flat, METH_VARARGS,
+     "encode_flat(texts, eot, itemsize, specials) -> (tokens: bytes, lengths: bytes of int64, utf8_bytes: int)."},
     {"bpe", m_bpe, METH_O, "bpe(pretoken: bytes) -> list[int]: BPE of one pre-token's UTF-8 bytes."},
     {"clear", (PyCFunction)Encoder_clear, METH_NOARGS, "Empty the chunk caches."},
     {"cached", (PyCFunction)Encoder_cached, METH_NOARGS, "Number of chunks in the caches."},
