@@ -4,7 +4,7 @@
  *   - the merge table: an open-addressing hash (left_id, right_id) -> (rank, merged id);
  *   - the byte -> id table (identity for our vocabs, a permutation for GPT-2's);
  *   - one chunk cache: chunk code points -> ids, in C (no str object per chunk), shared by
- *     every concurrent call (lock-free reads, a lock to insert; see take_cache), so threads
+ *     every concurrent call (lock-free reads and inserts; see take_cache), so threads
  *     of encode_batch never encode the same chunk twice;
  *   - the special tokens (set_specials), split off in C by encode and encode_many;
  *   - mode: the pre-tokenizer. 0 = GPT-2, 1 = cl100k, 2 = o200k: done here, in C, with the
@@ -59,6 +59,7 @@ typedef struct Entry {
 #define IN_CHARS 12
 #define IN_IDS 8
 #define BIG 0xFF
+#define BUSY 2u  /* the tag of a slot being written */
 typedef struct {
     uint32_t tag;  /* high half of the hash, | 1; 0 = empty */
     uint8_t nchars, nids;
@@ -69,8 +70,10 @@ typedef struct {
 typedef struct Cache {
     Slot *slots;
     uint64_t mask;
-    Py_ssize_t used, limit;
+    Py_ssize_t used, limit;  /* used: inserts so far, but for each thread's last < flush_every */
+    Py_ssize_t flush_every;  /* 64, or 1 for a small cache: the table must never fill up */
     int mapped, touched;  /* slots from mmap (zero pages); every page of them faulted in */
+    size_t touch_next;  /* the next byte of the table to fault in (touch_cache) */
     struct Cache *next;
 } Cache;
 
@@ -85,7 +88,6 @@ typedef struct {
     Cache *cache;  /* one chunk cache, shared by every concurrent call (see encode_cached) */
     PyThread_type_lock lock;  /* taken to clear the cache and to join it */
     int active;  /* calls using the cache now (atomic) */
-    int inserting;  /* a spin lock, taken to insert into the cache (see encode_cached) */
     /* special tokens (set_specials), longest first: split off in C by encode and encode_many */
     Py_ssize_t nspec;
     Py_UCS4 **spec; Py_ssize_t *spec_len; int32_t *spec_id;
@@ -448,22 +450,6 @@ static int encode_chunk(const Encoder *e, const Py_UCS4 *c, Py_ssize_t n, IdBuf 
 
 /* ---------------------------------------------------------------- chunk caches */
 
-/* Inserting holds the lock for a probe and a 64-byte write: spinning beats a futex sleep
- * (a PyThread lock cost 3,000 context switches per 23 MB of cold encoding on 2 threads). */
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static inline void spin_lock(int *l) {
-    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-        while (__atomic_load_n(l, __ATOMIC_RELAXED)) cpu_relax();
-}
-
-static inline void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 /* The slot table is mapped, not malloc'ed: it is faulted in whole (touch_cache) before a big
  * call, as huge pages where the kernel allows.  Left to fault lazily, two threads writing new
@@ -495,13 +481,22 @@ static Cache *cache_new(Py_ssize_t limit) {
     c->slots = table_new(table_bytes(c), &c->mapped);
     if (!c->slots) { PyMem_RawFree(c); return NULL; }
     c->limit = limit;
+    c->flush_every = limit >= (1 << 16) ? 64 : 1;  /* 1,000 threads overshoot a big limit by < 64 K */
     return c;
 }
 
-static void touch_cache(Cache *c) {  /* with the join lock held, so no call uses the cache */
-    volatile char *p = (volatile char *)c->slots;
-    for (size_t i = 0, n = table_bytes(c); i < n; i += 4096) p[i] = 0;
-    c->touched = 1;
+/* Fault the table in, 2 MB at a time, shared by every thread that arrives before it is done.
+ * Each page is touched by an atomic OR of 0 into its first slot's tag, which changes nothing:
+ * safe beside inserts into the same slots (by an earlier small call, or another thread). */
+static void touch_cache(Cache *c) {
+    const size_t page = 4096, region = (size_t)1 << 21, bytes = table_bytes(c);
+    for (;;) {
+        size_t start = __atomic_fetch_add(&c->touch_next, region, __ATOMIC_RELAXED);
+        if (start >= bytes) break;
+        for (size_t at = start; at < start + region && at < bytes; at += page)
+            __atomic_fetch_or((uint32_t *)(void *)((char *)c->slots + at), 0u, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&c->touched, 1, __ATOMIC_RELEASE);
 }
 
 static void cache_clear(Cache *c) {  /* with no reader active */
@@ -511,7 +506,7 @@ static void cache_clear(Cache *c) {  /* with no reader active */
         if (s->tag && s->nchars == BIG) PyMem_RawFree(s->u.entry);
         __atomic_store_n(&s->tag, 0, __ATOMIC_RELAXED);
     }
-    c->used = 0;
+    __atomic_store_n(&c->used, 0, __ATOMIC_RELAXED);
 }
 
 static void cache_free(Cache *c) {
@@ -525,29 +520,43 @@ static void cache_free(Cache *c) {
 }
 
 /* The cache is shared by concurrent calls (threads of encode_batch), so a chunk is encoded
- * once whichever thread meets it first.  Readers take no lock: a slot is written while its
- * tag is 0 (readers stop there), then its tag is stored with release order and the slot
- * never changes again until a clear; readers load tags with acquire order.  Inserting takes
- * the lock; clearing a full cache happens under the lock and only while the clearing call is
- * the only one active (joining takes the lock too), else the new chunk is simply not kept. */
+ * once whichever thread meets it first.  Nothing takes a lock to read or insert: an insert
+ * claims an empty slot by swapping its tag 0 -> BUSY, writes it, then stores the real tag
+ * with release order, and the slot never changes again until a clear; readers load tags with
+ * acquire order and pass over BUSY (even; real tags are odd) like any other key.  Two threads
+ * may keep the same chunk twice: harmless.  Clearing a full cache happens under the join lock
+ * and only while the clearing call is the only one active (joining takes the lock too), else
+ * the new chunk is simply not kept.  The table has 2x `limit` slots, so probes always end. */
 #define TOUCH_CHARS (1 << 16)  /* a call this big faults the whole table in first */
 static Cache *take_cache(Encoder *e, Py_ssize_t chars) {  /* with the GIL held */
     if (!PyThread_acquire_lock(e->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS  /* a clear or a touch is under way in another thread */
+        Py_BEGIN_ALLOW_THREADS  /* a clear is under way in another thread */
         PyThread_acquire_lock(e->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
-    if (chars >= TOUCH_CHARS && !e->cache->touched) {
-        Py_BEGIN_ALLOW_THREADS
-        touch_cache(e->cache);
         Py_END_ALLOW_THREADS
     }
     __atomic_add_fetch(&e->active, 1, __ATOMIC_ACQ_REL);
     PyThread_release_lock(e->lock);
+    if (chars >= TOUCH_CHARS && !__atomic_load_n(&e->cache->touched, __ATOMIC_ACQUIRE)) {
+        Py_BEGIN_ALLOW_THREADS
+        touch_cache(e->cache);
+        Py_END_ALLOW_THREADS
+    }
     return e->cache;
 }
 
-static void give_cache(Encoder *e, Cache *c) { (void)c; __atomic_sub_fetch(&e->active, 1, __ATOMIC_ACQ_REL); }
+/* Inserts are counted per thread and added to the shared count 64 at a time (and when a call
+ * ends): a shared counter and lock taken per insert cost two threads ~10% more CPU than one. */
+static _Thread_local Py_ssize_t unflushed;
+
+static void flush_inserts(Cache *c) {
+    if (unflushed) __atomic_add_fetch(&c->used, unflushed, __ATOMIC_RELAXED);
+    unflushed = 0;
+}
+
+static void give_cache(Encoder *e, Cache *c) {
+    flush_inserts(c);
+    __atomic_sub_fetch(&e->active, 1, __ATOMIC_ACQ_REL);
+}
 
 static inline uint32_t tag_of(const Slot *x) { return __atomic_load_n(&x->tag, __ATOMIC_ACQUIRE); }
 
@@ -591,32 +600,25 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
         memcpy(en->data, c, (size_t)n * sizeof(int32_t));
         memcpy(en->data + n, out->v + before, (size_t)nids * sizeof(int32_t));
     }
-    int clearing = 0, *inserting = (int *)&e->inserting;  /* the one field a const encoder may change */
-    spin_lock(inserting);
-    if (cache->used >= cache->limit) {
-        spin_unlock(inserting);
+    if (__atomic_load_n(&cache->used, __ATOMIC_RELAXED) + unflushed >= cache->limit) {
         /* full: cleared only by the one call using it, holding the join lock so none joins */
         if (__atomic_load_n(&e->active, __ATOMIC_ACQUIRE) != 1 || !PyThread_acquire_lock(e->lock, NOWAIT_LOCK)) {
             PyMem_RawFree(en);
             return 0;
         }
-        if (__atomic_load_n(&e->active, __ATOMIC_ACQUIRE) != 1) {
-            PyThread_release_lock(e->lock);
-            PyMem_RawFree(en);
-            return 0;
-        }
-        clearing = 1;
-        spin_lock(inserting);
-        cache_clear(cache);
+        int alone = __atomic_load_n(&e->active, __ATOMIC_ACQUIRE) == 1;
+        if (alone) { flush_inserts(cache); cache_clear(cache); }
+        PyThread_release_lock(e->lock);
+        if (!alone) { PyMem_RawFree(en); return 0; }
     }
     Slot *x;
-    for (i = hash & cache->mask; (x = &cache->slots[i])->tag; i = (i + 1) & cache->mask)
-        if (x->tag == tag && slot_equal(x, hash, c, n)) {  /* another thread got there first */
-            spin_unlock(inserting);
-            if (clearing) PyThread_release_lock(e->lock);
-            PyMem_RawFree(en);
-            return 0;
-        }
+    for (i = hash & cache->mask;; i = (i + 1) & cache->mask) {
+        x = &cache->slots[i];
+        uint32_t t = tag_of(x), empty = 0;
+        if (t == tag && slot_equal(x, hash, c, n)) { PyMem_RawFree(en); return 0; }  /* another thread's */
+        if (t == 0 && __atomic_compare_exchange_n(&x->tag, &empty, BUSY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;  /* claimed; a slot another thread claimed first is passed over like a full one */
+    }
     if (inline_ok) {
         for (Py_ssize_t k = 0; k < n; k++) x->chars[k] = (uint16_t)c[k];
         memcpy(x->u.ids, out->v + before, (size_t)nids * sizeof(int32_t));
@@ -626,9 +628,7 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
         x->nchars = BIG;
     }
     __atomic_store_n(&x->tag, tag, __ATOMIC_RELEASE);
-    cache->used++;
-    spin_unlock(inserting);
-    if (clearing) PyThread_release_lock(e->lock);
+    if (++unflushed >= cache->flush_every) flush_inserts(cache);
     return 0;
 }
 
