@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from lmdata.store.uri import Location
 
 Input = Union[Path, "Location"]  # a local file, or an object for s3://
-# What reading a compressed or remote stream raises besides OSError
+# What reading an input raises: the disk or network (OSError), a truncated or corrupt .gz/.zst
 READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
