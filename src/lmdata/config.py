@@ -61,7 +61,8 @@ def flag(name: str, cls: type | None = None) -> str:
 @dataclass
 class TokenizerConfig:
     dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.", path=True)
-    train_files: list[str] = _f([], "Text files (or globs) to train a BPE tokenizer on when `dir` does not exist yet.",
+    train_files: list[str] = _f([], "Text files or s3:// objects (or globs; .gz/.zst too) to train a BPE tokenizer on "
+                                "when `dir` does not exist yet.",
                                 path=True)
     vocab_size: int = _f(0, "Vocabulary size when training (256 bytes + merges + special tokens).")
     special_tokens: list[str] = _f([DEFAULT_SEPARATOR], "Special tokens when training; the last is end-of-text.")

@@ -82,14 +82,11 @@ def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str
     check_replaceable(d, "[tokenizer] dir")  # a Hugging Face or other folder is never trained over
     if not cfg.train_files:
         raise LmdataError(f"[tokenizer] dir {d} holds no tokenizer and train_files is empty; set one of them")
-    from lmdata.sources import expand
     from lmdata.tokenizer import Tokenizer
+    from lmdata.tokenizer.inputs import resolve_inputs
     from lmdata.tokenizer.train import train_bpe_stats
 
-    if remote := [p for p in cfg.train_files if is_uri(p)]:
-        raise LmdataError(f"[tokenizer] train_files {remote[0]!r}: tokenizer training reads local files only; "
-                          "copy a sample of the text to local disk (ingest inputs may stay on s3://)")
-    files = [Path(p) for p in expand(cfg.train_files)]
+    files = resolve_inputs(cfg.train_files)  # files, s3:// objects and globs of either, as ingest takes them
     vocab, merges, stats = train_bpe_stats(files, cfg.vocab_size, cfg.special_tokens, progress=progress)
     tok = Tokenizer(vocab, merges, cfg.special_tokens)
     tok.save(d)

@@ -22,7 +22,7 @@ def tokenizer() -> None:
 
 
 @tokenizer.command()
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True)
 @click.option("--vocab-size", type=int, required=True, help="Total ids: 256 bytes + merges + special tokens.")
 @click.option("--special-token", "special_tokens", multiple=True, default=(EOT,), show_default=True,
               help="A special token (repeatable); given ones replace the default.")
@@ -33,9 +33,13 @@ def tokenizer() -> None:
               help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
 @progress_options
-def train(inputs: tuple[Path, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
+def train(inputs: tuple[str, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
           workers: int, errors: str, progress: bool, quiet: bool, pattern: str) -> None:
-    """Train on INPUT files and write the tokenizer directory --out (Hugging Face's tokenizer.json included)."""
+    """Train on INPUTS and write the tokenizer directory --out (Hugging Face's tokenizer.json included).
+
+    An input is what `lmdata ingest --input` takes: a file, s3://bucket/key, or a glob of
+    either ('s3://bucket/raw/*.txt'), plain or .gz/.zst.
+    """
     from lmdata.tokenizer.encoder import Tokenizer
     from lmdata.tokenizer.train import train_bpe_stats
 

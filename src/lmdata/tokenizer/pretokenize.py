@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmdata.errors import LmdataError
+from lmdata.streams import is_remote
+from lmdata.tokenizer.inputs import Input, is_compressed, open_input, read_block
 from lmdata.tokenizer.patterns import GPT2, GPT2_PATTERN, Pattern
 
 PRETOKEN_RE = GPT2.compiled
@@ -125,38 +127,25 @@ class ReadStats:
 
 
 def iter_text_blocks(
-    path: Path, special_tokens: list[str], stats: ReadStats, errors: str = "strict", block_bytes: int = 4 << 20,
+    path: Input, special_tokens: list[str], stats: ReadStats, errors: str = "strict", block_bytes: int = 4 << 20,
     pattern: Pattern = GPT2,
 ) -> Iterator[str]:
-    """Yield the decoded text of ``path`` in blocks cut only where tokenization is unaffected."""
+    """Yield the decoded text of ``path`` (a file or an s3:// object, decompressed) in blocks cut only where
+    tokenization is unaffected; ``stats.bytes`` counts the text's bytes, not the stored ones."""
     if errors not in ("strict", "replace"):
         raise LmdataError(f"--errors must be 'strict' or 'replace', not {errors!r}")
-    path = Path(path)
+    path = path if is_remote(path) else Path(path)
     handler = "strict" if errors == "strict" else _counting_handler(stats)
     decoder = codecs.getincrementaldecoder("utf-8")(errors=handler)
     carry, offset = "", 0
-    try:
-        f = open(path, "rb")
-    except IsADirectoryError as exc:
-        raise LmdataError(f"{path}: is a directory; give a text file") from exc
-    except FileNotFoundError as exc:
-        raise LmdataError(f"{path}: no such file") from exc
-    except OSError as exc:
-        raise LmdataError(f"{path}: cannot read ({exc.strerror})") from exc
-    with f:
+    with open_input(path) as f:
         while True:
-            try:
-                raw = f.read(block_bytes)
-            except OSError as exc:
-                raise LmdataError(f"{path}: cannot read ({exc.strerror})") from exc
+            raw = read_block(f, path, block_bytes)
             pending = len(decoder.getstate()[0])
             try:
                 text = carry + decoder.decode(raw, final=not raw)
             except UnicodeDecodeError as exc:
-                at = offset - pending + exc.start
-                raise LmdataError(
-                    f"{path}: invalid UTF-8 at byte offset {at}; fix the file or pass --errors replace"
-                ) from None
+                raise _invalid_utf8(path, offset - pending + exc.start) from None
             offset += len(raw)
             stats.bytes += len(raw)
             if not raw:
@@ -167,6 +156,12 @@ def iter_text_blocks(
             if cut:
                 yield text[:cut]
             carry = text[cut:]
+
+
+def _invalid_utf8(path: Input, at: int) -> LmdataError:
+    """The error naming the file and the offset (of the decompressed text for a .gz/.zst input)."""
+    where = f"byte offset {at}" + (" of the decompressed stream" if is_compressed(path) else "")
+    return LmdataError(f"{path}: invalid UTF-8 at {where}; fix the file or pass --errors replace")
 
 
 def _counting_handler(stats: ReadStats) -> str:

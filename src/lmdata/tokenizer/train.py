@@ -1,7 +1,8 @@
 """Byte-level BPE training: count pre-tokens in parallel, then merge incrementally.
 
 With the C accelerator (``_fastbpe``, the default where it was built) both halves run in C:
-each input is streamed in blocks cut where tokenization is unaffected, and threads count
+each input (a file or an ``s3://`` object, ``.gz``/``.zst`` decompressed as it streams:
+``inputs``) is read in blocks cut where tokenization is unaffected, and threads count
 the distinct *chunks* of each block (``ChunkCounter.add``, the encoder's own chunk cutting,
 GIL released; one counter per thread, added together at the end); then ``_fastbpe.train``
 pre-tokenizes each distinct chunk once and runs the merge loop over the distinct
@@ -30,11 +31,16 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
+from lmdata.tokenizer.inputs import Input, check_inputs, stored_bytes
 from lmdata.tokenizer.patterns import GPT2, Pattern
 from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks, special_splitter
+
+if TYPE_CHECKING:
+    from lmdata.store.uri import Location
 
 DEFAULT_SPECIAL_TOKENS = (EOT,)
 # Blocks the C counter reads: 4 MB ones fragment the heap across threads (0.48 GB input, 2
@@ -76,39 +82,20 @@ def check_special_tokens(special_tokens: list[str] | tuple[str, ...] | None) -> 
     return tokens
 
 
-def check_inputs(input_paths: str | Path | list) -> list[Path]:
-    """Fail early, naming the file, on a missing, unreadable, empty or directory input."""
-    paths = [Path(p) for p in ([input_paths] if isinstance(input_paths, (str, Path)) else input_paths)]
-    if not paths:
-        raise LmdataError("no INPUT given; name at least one text file")
-    for path in paths:
-        if path.is_dir():
-            raise LmdataError(f"{path}: is a directory; give a text file")
-        try:
-            with open(path, "rb") as f:
-                empty = not f.read(1)
-        except FileNotFoundError:
-            raise LmdataError(f"{path}: no such file") from None
-        except OSError as exc:
-            raise LmdataError(f"{path}: cannot read ({exc.strerror})") from None
-        if empty:
-            raise LmdataError(f"{path}: is empty; give a file with text to train on")
-    return paths
-
-
 def train_bpe(
-    input_path: str | Path | list,
+    input_path: str | Path | Location | list,
     vocab_size: int,
     special_tokens: list[str] | tuple[str, ...] | None = DEFAULT_SPECIAL_TOKENS,
     **opts,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Train byte-level BPE on one or more UTF-8 files; see ``train_bpe_stats`` for ``opts``."""
+    """Train byte-level BPE on UTF-8 text: files, ``s3://`` objects, globs, ``.gz``/``.zst`` (``inputs``);
+    see ``train_bpe_stats`` for ``opts``."""
     vocab, merges, _ = train_bpe_stats(input_path, vocab_size, special_tokens, **opts)
     return vocab, merges
 
 
 def train_bpe_stats(
-    input_path: str | Path | list,
+    input_path: str | Path | Location | list,
     vocab_size: int,
     special_tokens: list[str] | tuple[str, ...] | None = DEFAULT_SPECIAL_TOKENS,
     *,
@@ -182,7 +169,7 @@ def fast_module():
 
 
 def train_fast(
-    fast, paths: list[Path], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
+    fast, paths: list[Input], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
     block_bytes: int, pattern: Pattern, num_merges: int,
 ) -> list[tuple[int, int]]:
     """Count in C threads (a named pattern) or in Python (a custom regex), then merge in C."""
@@ -198,7 +185,7 @@ def train_fast(
 
 
 def count_chunks(
-    fast, paths: list[Path], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
+    fast, paths: list[Input], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
     block_bytes: int, pattern: Pattern,
 ):
     """The distinct chunks of all files and their counts, in one ``ChunkCounter``.
@@ -210,15 +197,11 @@ def count_chunks(
     """
     import queue
 
-    from tqdm import tqdm
-
     from lmdata.tokenizer import unicode_classes
 
     unicode_classes.install(fast)
     read = ReadStats()
-    total = sum(p.stat().st_size for p in paths)
-    workers = max(1, min(workers, -(-total // block_bytes)))
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="pre-tokenize", disable=not progress)
+    workers, bar = _workers_and_bar(paths, workers, block_bytes, progress)
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
     split = _segments(specials)
     counters = [fast.ChunkCounter(pattern.c_mode) for _ in range(workers)]
@@ -251,16 +234,12 @@ def count_chunks(
 
 
 def count_files(
-    paths: list[Path], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
+    paths: list[Input], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
     block_bytes: int = 4 << 20, pattern: Pattern = GPT2,
 ) -> Counter:
     """Pre-token frequencies over all files; the same for any ``workers``."""
-    from lmdata._progress import progress as progress_bar
-
     read = ReadStats()
-    total = sum(p.stat().st_size for p in paths)
-    workers = max(1, min(workers, -(-total // block_bytes)))  # a pool only pays off for several blocks
-    bar = progress_bar(progress, total=total, unit="B", unit_scale=True, desc="pre-tokenize")
+    workers, bar = _workers_and_bar(paths, workers, block_bytes, progress)
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
     count = partial(count_pretokens, special_tokens=specials, pattern=pattern)
     counts: Counter = Counter()
@@ -291,6 +270,16 @@ def count_files(
     bar.close()
     stats.bytes, stats.replacements = read.bytes, read.replacements
     return counts
+
+
+def _workers_and_bar(paths: list[Input], workers: int, block_bytes: int, progress: bool):
+    """Workers worth starting (one per block at most: a pool only pays off for several) and the
+    "pre-tokenize" bar over text bytes; its total is unknown (none shown) for a compressed input."""
+    from lmdata._progress import progress as progress_bar
+
+    stored, total = stored_bytes(paths)  # a compressed input holds at least this many blocks of text
+    workers = max(1, min(workers, -(-stored // block_bytes)))
+    return workers, progress_bar(progress, total=total, unit="B", unit_scale=True, desc="pre-tokenize")
 
 
 def _segments(specials: list[str]):
