@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri
+from lmdata.store.uri import is_uri, location
 from lmdata.streams import (  # noqa: F401  (file_size, input_file, strip_compression: part of sources' API)
     expand_remote, file_size, input_file, is_remote, open_binary, open_raw, strip_compression,
 )
@@ -105,6 +105,8 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Any]:
     or a glob matching nothing is an error."""
     files: list[Any] = []
     for pattern in patterns:
+        if is_uri(pattern) and not location(pattern, flag="input").remote:
+            pattern = str(location(pattern).path)  # file://PATH is the local PATH
         if is_uri(pattern):
             files.extend(expand_remote(pattern))
         elif glob.has_magic(pattern):

@@ -99,6 +99,15 @@ def test_globs_sorted_and_errors(tmp_path):
         expand([str(tmp_path)])
 
 
+def test_file_uris_are_local_paths_and_globs(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("x")
+    assert expand([f"file://{tmp_path}/a.txt"]) == [tmp_path / "a.txt"]
+    assert [p.name for p in expand([f"file://{tmp_path}/*.txt"])] == ["a.txt", "b.txt"]
+    with pytest.raises(LmdataError, match="no such file"):
+        expand([f"file://{tmp_path}/nope.txt"])
+
+
 @pytest.mark.parametrize("comp", ["", ".gz"])
 def test_invalid_utf8_names_file_and_byte_offset(tmp_path, comp):
     raw = tmp_path / "bad.txt"
