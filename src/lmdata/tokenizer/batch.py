@@ -83,11 +83,42 @@ def encode_arrays(tok: Tokenizer, texts: list[str], eot: int | None, dtype: Any,
         return _encode_run(tok, texts, eot, dtype, ordinary)
     from concurrent.futures import ThreadPoolExecutor
 
+    runs = char_runs(texts, RUNS_PER_THREAD * workers)
+    out = _InOrder(texts, runs, eot, dtype)
     with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(lambda run: _encode_run(tok, run, eot, dtype, ordinary),
-                              char_runs(texts, RUNS_PER_THREAD * workers)))
-    return EncodedBatch(np.concatenate([p.tokens for p in parts]), np.concatenate([p.lengths for p in parts]),
-                        sum(p.text_bytes for p in parts))
+        list(pool.map(lambda k: out.place(k, _encode_run(tok, runs[k], eot, dtype, ordinary)), range(len(runs))))
+    return out.result()
+
+
+class _InOrder:
+    """Runs' tokens copied into one array in input order by whichever thread finishes a run,
+    while the other threads encode: no final concatenation on the calling thread (a serial
+    10 ms of a 0.19 s batch on 2 threads).  The array is allocated for the most ids the
+    texts can have (one per UTF-8 byte) and shrunk in place at the end."""
+
+    def __init__(self, texts: list[str], runs: list[list[str]], eot: int | None, dtype: np.dtype) -> None:
+        import threading
+
+        most = sum(len(t) if t.isascii() else 4 * len(t) for t in texts) + (len(texts) if eot is not None else 0)
+        self.tokens = np.empty(most, dtype)
+        self.lengths = np.empty(len(texts), np.int64)
+        self.first_text = np.cumsum([0] + [len(r) for r in runs]).tolist()
+        self.lock, self.waiting, self.next, self.filled, self.text_bytes = threading.Lock(), {}, 0, 0, 0
+
+    def place(self, k: int, part: EncodedBatch) -> None:
+        self.lengths[self.first_text[k] : self.first_text[k + 1]] = part.lengths
+        with self.lock:
+            self.waiting[k] = part
+            while self.next in self.waiting:
+                ready = self.waiting.pop(self.next)
+                self.tokens[self.filled : self.filled + len(ready.tokens)] = ready.tokens
+                self.filled += len(ready.tokens)
+                self.text_bytes += ready.text_bytes
+                self.next += 1
+
+    def result(self) -> EncodedBatch:
+        self.tokens.resize(self.filled, refcheck=False)  # realloc: no copy (ours is the only reference)
+        return EncodedBatch(self.tokens, self.lengths, self.text_bytes)
 
 
 def _encode_run(tok: Tokenizer, texts: list[str], eot: int | None, dtype: np.dtype, ordinary: bool) -> EncodedBatch:
