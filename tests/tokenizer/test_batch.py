@@ -91,3 +91,17 @@ def test_char_runs_cut_in_order_and_about_evenly(docs, n):
     assert [d for run in runs for d in run] == docs
     assert all(runs)
     assert len(runs) <= max(n, 1) + 1 or sum(map(len, docs)) < n
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_arrays_in_many_runs_equal_one_run(tok, monkeypatch, workers):
+    """Big inputs are encoded a run at a time (bounded scratch), placed in order."""
+    from lmdata.tokenizer import batch
+
+    docs = [d for d in SAMPLE.read_text(encoding="utf-8").split("\n\n") if d]
+    whole = tok.encode_arrays(docs, eot=0, num_workers=1)
+    monkeypatch.setattr(batch, "RUN_CHARS", 5_000)
+    runs = tok.encode_arrays(docs, eot=0, num_workers=workers, pool_min_chars=0)
+    assert runs.tokens.tolist() == whole.tokens.tolist() and runs.lengths.tolist() == whole.lengths.tolist()
+    assert runs.text_bytes == whole.text_bytes and runs.tokens.flags.owndata
+    assert tok.encode_arrays([], eot=0).tokens.tolist() == []

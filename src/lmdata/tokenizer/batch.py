@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Any, NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lmdata._mp import worker_pool
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where used: `lmdata tokenizer train` needs no NumPy
 
 Tokenizer = Any  # lmdata.tokenizer.encoder.Tokenizer, which imports this module
 
 RUNS_PER_THREAD = 16  # runs of equal counts left one thread a long tail: 0.25 s vs 0.23 s on 2 threads
 PROCESS_MIN_CHARS = 8 << 20  # a process pool pays for its pickling only above this
+RUN_CHARS = 8 << 20  # encode_arrays encodes at most about this much at a time: its scratch stays small
 
 
 class EncodedBatch(NamedTuple):
@@ -75,16 +77,23 @@ def encode_batch(tok: Tokenizer, texts: list[str], num_workers: int | None, min_
 def encode_arrays(tok: Tokenizer, texts: list[str], eot: int | None, dtype: Any, ordinary: bool,
                   num_workers: int | None, min_chars: int) -> EncodedBatch:
     """All ``texts`` into one token array (each followed by ``eot`` unless None), in order."""
+    import numpy as np
+
     dtype = np.dtype(dtype)
-    if dtype not in (np.uint16, np.uint32) or (dtype == np.uint16 and max(tok.vocab) > 0xFFFF):
-        raise ValueError(f"dtype {dtype} cannot hold ids up to {max(tok.vocab)}; use uint16 (< 65,536) or uint32")
+    if dtype not in (np.uint16, np.uint32) or (dtype == np.uint16 and tok.vocab_size > 0x10000):
+        raise ValueError(f"dtype {dtype} cannot hold ids up to {tok.vocab_size - 1}; use uint16 (< 65,536) or uint32")
     workers = workers_for(texts, num_workers, min_chars) if tok.gil_free else 1
-    if workers == 1:
+    runs = char_runs(texts, max(RUNS_PER_THREAD * workers if workers > 1 else 1,
+                                sum(map(len, texts)) // RUN_CHARS))
+    if len(runs) <= 1:
         return _encode_run(tok, texts, eot, dtype, ordinary)
+    out = _InOrder(texts, runs, eot, dtype)
+    if workers == 1:
+        for k, run in enumerate(runs):
+            out.place(k, _encode_run(tok, run, eot, dtype, ordinary))
+        return out.result()
     from concurrent.futures import ThreadPoolExecutor
 
-    runs = char_runs(texts, RUNS_PER_THREAD * workers)
-    out = _InOrder(texts, runs, eot, dtype)
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda k: out.place(k, _encode_run(tok, runs[k], eot, dtype, ordinary)), range(len(runs))))
     return out.result()
@@ -98,6 +107,8 @@ class _InOrder:
 
     def __init__(self, texts: list[str], runs: list[list[str]], eot: int | None, dtype: np.dtype) -> None:
         import threading
+
+        import numpy as np
 
         most = sum(len(t) if t.isascii() else 4 * len(t) for t in texts) + (len(texts) if eot is not None else 0)
         self.tokens = np.empty(most, dtype)
@@ -122,6 +133,8 @@ class _InOrder:
 
 
 def _encode_run(tok: Tokenizer, texts: list[str], eot: int | None, dtype: np.dtype, ordinary: bool) -> EncodedBatch:
+    import numpy as np
+
     if tok.gil_free:  # one C call: no int objects, the GIL released throughout
         tokens, lengths, nbytes = tok._fast.encode_flat(texts, -1 if eot is None else eot, dtype.itemsize,
                                                         not ordinary)

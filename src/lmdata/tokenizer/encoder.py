@@ -64,7 +64,8 @@ class Tokenizer:
                 ids[raw] = max(self.vocab, default=-1) + 1
                 self.vocab[ids[raw]] = raw
         self.special_ids = {tok: ids[tok.encode("utf-8")] for tok in self.special_tokens}
-        if max(self.vocab, default=0) > 0x10FFFF or min(self.vocab, default=0) < 0:
+        self._vocab_size = max(self.vocab, default=-1) + 1
+        if self._vocab_size > 0x110000 or min(self.vocab, default=0) < 0:
             raise LmdataError("vocab ids must lie in 0..1114111")
         missing = [b for b in range(256) if bytes([b]) not in ids]
         if missing:
@@ -90,7 +91,7 @@ class Tokenizer:
         if mode is not None:
             unicode_classes.install(_fastbpe)
         fast = _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
-                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, max(self.vocab) + 1)
+                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, self._vocab_size)
         if mode is not None:
             fast.set_specials(list(self.special_ids.items()))  # split off in C as well
         return fast
@@ -196,7 +197,7 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         """One more than the largest id (special tokens included): every id is below it."""
-        return max(self.vocab) + 1
+        return self._vocab_size
 
     @property
     def eot_id(self) -> int | None:
