@@ -90,7 +90,8 @@ class IngestConfig:
     formats: list[str] = _f([], "Formats to write, all from the same token stream (comma-separated on the command "
                             "line); empty = memmap, parquet, lance.", flag="format")
     shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
-    workers: int = _f(0, "Tokenizer processes; 0 = all cores. The store does not depend on it.")
+    workers: int = _f(0, "Encoder threads (processes for a custom-regex tokenizer); 0 = all cores. "
+                         "The store does not depend on it.")
     errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).",
                      choices=ERRORS)
     engine: str = _f("local", "Where to tokenize and write: local (this machine) or ray (a Ray cluster, "
