@@ -15,20 +15,12 @@ EOT = "<|endoftext|>"
 
 
 PATTERNS = ["gpt2", "cl100k", "o200k", r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+"]
-PATHS = ["c", "python"]
 
 
-@pytest.fixture(params=PATHS, autouse=True)
-def path(request, monkeypatch):
-    """Every test runs on the C trainer and on the pure-Python one (LMDATA_PURE_PYTHON=1)."""
-    if request.param == "c":
-        if fast_module() is None:
-            pytest.skip("the C accelerator is not built")
-        monkeypatch.delenv("LMDATA_PURE_PYTHON", raising=False)
-    else:
-        monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
-        assert fast_module() is None
-    return request.param
+@pytest.fixture(autouse=True)
+def path(trainer):
+    """Every test runs on the C trainer and on the pure-Python one (conftest's ``trainer``)."""
+    return trainer
 
 
 def _train_both(tmp_path, text, vocab_size, specials, pattern=None, workers=1, **opts):

@@ -10,7 +10,7 @@ from samples import SAMPLE, run_cli
 
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import train_bpe
-from lmdata.tokenizer.train import fast_module, train_bpe_stats
+from lmdata.tokenizer.train import train_bpe_stats
 
 EOT = "<|endoftext|>"
 TEXT = SAMPLE.read_bytes()[:60_000].rsplit(b"\n", 1)[0] + b"\n"
@@ -24,18 +24,6 @@ def _zst_two_frames(data: bytes) -> bytes:
 
 
 COMPRESS = {".gz": gzip.compress, ".zst": _zst_two_frames}
-
-
-@pytest.fixture(params=["c", "python"])
-def trainer(request, monkeypatch):
-    """The C trainer, then the pure-Python one (``fast_module`` is None)."""
-    if request.param == "c":
-        if fast_module() is None:
-            pytest.skip("the C accelerator is not built")
-        monkeypatch.delenv("LMDATA_PURE_PYTHON", raising=False)
-    else:
-        monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
-    return request.param
 
 
 @pytest.mark.parametrize("ext", sorted(COMPRESS))

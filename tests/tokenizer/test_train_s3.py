@@ -16,7 +16,7 @@ from samples import SAMPLE, run_cli
 from lmdata.store.uri import location
 from lmdata.tokenizer import Tokenizer, train_bpe
 from lmdata.tokenizer.pretokenize import ReadStats, iter_text_blocks
-from lmdata.tokenizer.train import fast_module, train_bpe_stats
+from lmdata.tokenizer.train import train_bpe_stats
 
 EOT = "<|endoftext|>"
 
@@ -29,18 +29,6 @@ def _slice(start: int, size: int) -> bytes:
 
 
 TEXT_A, TEXT_B = _slice(0, 40_000), _slice(500_000, 30_000)
-
-
-@pytest.fixture(params=["c", "python"])
-def trainer(request, monkeypatch):
-    """A test that compares results runs on the C trainer and on the pure-Python one (LMDATA_PURE_PYTHON=1)."""
-    if request.param == "c":
-        if fast_module() is None:
-            pytest.skip("the C accelerator is not built")
-        monkeypatch.delenv("LMDATA_PURE_PYTHON", raising=False)
-    else:
-        monkeypatch.setenv("LMDATA_PURE_PYTHON", "1")
-    return request.param
 
 
 def _put(uri: str, data: bytes) -> str:
