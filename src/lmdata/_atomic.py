@@ -84,9 +84,23 @@ def space_for(path: str | Path, needed: int = 0, then: str = "") -> Iterator[Non
     except NoSpaceError:
         raise
     except (OSError, RuntimeError) as exc:  # pyarrow/Lance/numpy raise OSError, torch RuntimeError
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:  # Ctrl-C inside torch.save surfaces as "file write failed"
+            raise interrupt from None
         if not is_no_space(exc, path, needed):
             raise
         raise no_space(path, needed, then) from exc
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt a library's write error was raised while handling, if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def temp_path(path: Path) -> Path:

@@ -876,6 +876,9 @@ static PyObject *Encoder_encode_many(Encoder *e, PyObject *arg) {
         for (Py_ssize_t t = 0; t < nt; t++) {
             PyObject *ids = ids_to_list(e, out.v + begin, ends[t] - begin);
             if (!ids) { Py_CLEAR(res); break; }
+            /* a list of ints is in no reference cycle: untracked, the cyclic collector does not
+             * walk every id of every new list (30% of encode_batch over 180 MB; 0 with it off) */
+            PyObject_GC_UnTrack(ids);
             PyList_SET_ITEM(res, t, ids);
             begin = ends[t];
         }

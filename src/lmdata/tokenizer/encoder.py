@@ -357,9 +357,10 @@ class Tokenizer:
     ) -> list[list[int]]:
         """``[encode(t) for t in texts]``, spread over ``num_workers`` threads (default: all cores).
 
-        The C encoder releases the GIL, so threads scale; batches under ``pool_min_chars``
-        characters stay on the calling thread.  Without the C encoder, big batches (8 M
-        characters or more) go to a process pool instead.
+        The C encoder releases the GIL, so threads scale (its lists of ints are left out of
+        the cyclic garbage collector, which would walk every id); batches under
+        ``pool_min_chars`` characters stay on the calling thread.  Without the C encoder, big
+        batches (8 M characters or more) go to a process pool instead.
         """
         return batch.encode_batch(self, texts, num_workers, pool_min_chars)
 

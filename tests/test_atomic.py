@@ -1,0 +1,34 @@
+"""``space_for``: a full disk becomes one NoSpaceError; Ctrl-C stays Ctrl-C."""
+
+import errno
+
+import pytest
+
+from lmdata._atomic import NoSpaceError, space_for
+
+
+def test_enospc_and_the_libraries_messages_are_no_space(tmp_path):
+    with pytest.raises(NoSpaceError, match="no space left on device"):
+        with space_for(tmp_path / "f", 10):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(NoSpaceError):
+        with space_for(tmp_path / "f", 10):
+            raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing "
+                               "file data/0: file write failed")
+
+
+def test_other_errors_pass_through(tmp_path):
+    with pytest.raises(PermissionError):
+        with space_for(tmp_path / "f", 10):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+
+def test_a_write_error_raised_while_handling_ctrl_c_is_ctrl_c(tmp_path):
+    """torch.save interrupted by SIGINT closes its zip writer, which fails with "file write
+    failed": that is the user's Ctrl-C (exit 130), not a full disk."""
+    with pytest.raises(KeyboardInterrupt):
+        with space_for(tmp_path / "f", 10):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
