@@ -2,9 +2,9 @@
 
 Both engines encode with ``encode_texts`` after ``use_tokenizer`` (the local engine sets it
 once for its threads, or its process pool's initializer calls ``init_worker``; Ray's tasks
-fetch the shipped tokenizer once), so a store does not depend on where it was encoded. Documents are encoded with
-``encode_ordinary``: a literal ``<|endoftext|>`` inside a document is plain text; only
-the ingest appends the end-of-text id.
+fetch the shipped tokenizer once), so a store does not depend on where it was encoded.
+Documents are encoded as ``encode_ordinary`` does: a literal ``<|endoftext|>`` inside a
+document is plain text; only the ingest appends the end-of-text id.
 """
 
 from __future__ import annotations

@@ -75,11 +75,12 @@ class LocalEngine:
     accelerator and a named pattern), the pool is threads sharing this process's tokenizer
     and its one chunk cache: no text or token array is pickled, and a chunk is encoded once
     for all workers (bench/ingest.py, english-prose, 2 workers: ``encode`` 0.9 -> 0.6 s wall,
-    1.5 -> 0.9 CPU s, peak RSS 259 -> 108 MB).  Otherwise it is processes: the pool forks from a clean forkserver where there is one (the main process may hold
-    Lance/Arrow threads, which a plain fork does not carry over), spawns on Windows. A script
-    without an ``if __name__ == "__main__":`` guard would re-run itself in each such worker
-    (``lmdata._mp``), so for it the pool forks directly on Linux (the encoders touch no
-    Lance or Arrow) and is a thread pool elsewhere (the C encoder releases the GIL).
+    1.5 -> 0.9 CPU s, peak RSS 259 -> 108 MB; all three formats 2.6 -> 2.1 s).  Otherwise it
+    is processes: the pool forks from a clean forkserver where there is one (the main process
+    may hold Lance/Arrow threads, which a plain fork does not carry over), spawns on Windows.
+    A script without an ``if __name__ == "__main__":`` guard would re-run itself in each such
+    worker (``lmdata._mp``), so for it the pool forks directly on Linux (the encoders touch
+    no Lance or Arrow) and is a thread pool elsewhere.
     """
 
     def __init__(self, tokenizer_dir: Path, workers: int, address: str | None = None) -> None:

@@ -576,8 +576,9 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
     if (n > e->max_cached_chunk) return encode_chunk(e, c, n, out);
     uint32_t tag = (uint32_t)(hash >> 32) | 1;
     uint64_t i = hash & cache->mask;
-    for (Slot *x; tag_of(x = &cache->slots[i]); i = (i + 1) & cache->mask) {
-        if (x->tag == tag && slot_equal(x, hash, c, n)) {
+    uint32_t seen;  /* the tag as loaded (acquire): the slot's contents are read after it */
+    for (Slot *x; (seen = tag_of(x = &cache->slots[i])) != 0; i = (i + 1) & cache->mask) {
+        if (seen == tag && slot_equal(x, hash, c, n)) {
             Py_ssize_t k = x->nchars == BIG ? x->u.entry->nids : x->nids;
             const int32_t *ids = x->nchars == BIG ? x->u.entry->data + n : x->u.ids;
             if (buf_reserve(out, k) < 0) return ERR_NOMEM;
