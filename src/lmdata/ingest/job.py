@@ -12,7 +12,7 @@
 
       engine = Engine(tokenizer_dir, workers, address)   # before the store is touched
       Engine.check_installed()                             # before any work
-      engine.start(store_tokenizer_dir)                    # the store's tokenizer copy exists
+      engine.start(store_tokenizer_dir, tok)               # the store's copy exists (tok: it, loaded)
       engine.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress)
           -> ({format: [ShardInfo]}, SplitReport)
       engine.stop()                                        # idempotent
@@ -141,7 +141,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             output.check_plan(out, plan_json)
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)
-            runner.start(store_tok)
+            runner.start(store_tok, tok)  # the store's copy is tok's files (or has its hash)
             writing = True
             for name, source in plan.items():
                 writers = {fmt: cls(out / name / fmt, np.dtype(dtype)) for fmt, cls in writer_classes.items()}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata._mp import clean_method, worker_pool
-from lmdata.ingest.encode import batches, encode_texts, init_worker
+from lmdata.ingest.encode import batches, encode_texts, init_worker, use_tokenizer
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceStats, SplitSource, iter_documents
 from lmdata.store.protocol import FormatWriter, ShardInfo
@@ -91,9 +91,13 @@ class LocalEngine:
     def check_installed() -> None:
         """Nothing beyond lmdata itself is needed."""
 
-    def start(self, store_tokenizer: Path) -> None:
-        """Start the encoders on the store's copy of the tokenizer."""
-        tokenizer = init_worker(str(store_tokenizer))
+    def start(self, store_tokenizer: Path, tokenizer: Any = None) -> None:
+        """Start the encoders on the store's copy of the tokenizer (``tokenizer``: the same one,
+        already loaded by the caller, so this process need not load it again)."""
+        if tokenizer is None:
+            tokenizer = init_worker(str(store_tokenizer))
+        else:
+            use_tokenizer(tokenizer)
         if self.workers == 1:
             return
         if tokenizer.gil_free:

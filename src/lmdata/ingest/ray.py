@@ -188,7 +188,7 @@ class RayEngine:
         self.tokenizer = ray.put(Tokenizer.load(tokenizer_dir))  # once; workers fetch it once each
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def start(self, store_tokenizer: Path) -> None:
+    def start(self, store_tokenizer: Path, tokenizer: Any = None) -> None:
         """Nothing to do: the tokenizer was shipped on connecting."""
 
     def stop(self) -> None:

@@ -836,7 +836,6 @@ static int encode_all(Encoder *e, PyObject *seq, int specials, int32_t eot, IdBu
     Py_ssize_t nt = PyTuple_GET_SIZE(seq), chars = 0;
     for (Py_ssize_t t = 0; t < nt; t++) chars += PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(seq, t));
     Cache *cache = take_cache(e, chars);
-    if (!cache) return -1;
     int rc = buf_reserve(out, chars / 3 + nt + 16);  /* ~4 characters a token in prose: one allocation */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t t = 0; t < nt && rc == 0; t++) {
@@ -937,8 +936,7 @@ static PyObject *Encoder_encode_flat(Encoder *e, PyObject *args) {
     PyMem_RawFree(ends);
     Py_DECREF(seq);
     if (!lengths) { Py_XDECREF(tokens); return NULL; }
-    PyObject *res = Py_BuildValue("NNn", tokens, lengths, utf8);
-    return res;
+    return Py_BuildValue("NNn", tokens, lengths, utf8);
 }
 
 static void free_specials(Encoder *e) {

@@ -34,12 +34,10 @@ class EncodedBatch(NamedTuple):
     text_bytes: int  # UTF-8 bytes of the texts
 
 
-def workers_for(texts: list[str], num_workers: int | None, min_chars: int) -> int:
+def workers_for(n_texts: int, chars: int, num_workers: int | None, min_chars: int) -> int:
     """Threads (or processes) worth using: 1 for few texts or few characters."""
     workers = num_workers or os.cpu_count() or 1
-    if workers == 1 or len(texts) < 2 or sum(map(len, texts)) < min_chars:
-        return 1
-    return workers
+    return 1 if workers == 1 or n_texts < 2 or chars < min_chars else workers
 
 
 def char_runs(texts: list[str], n: int) -> list[list[str]]:
@@ -58,11 +56,12 @@ def char_runs(texts: list[str], n: int) -> list[list[str]]:
 
 def encode_batch(tok: Tokenizer, texts: list[str], num_workers: int | None, min_chars: int) -> list[list[int]]:
     """``[tok.encode(t) for t in texts]`` on threads (C) or processes (big lists, pure Python)."""
-    workers = workers_for(texts, num_workers, min_chars)
+    chars = sum(map(len, texts))
+    workers = workers_for(len(texts), chars, num_workers, min_chars)
     if workers == 1:
         return tok._encode_list(texts)
     if not tok.gil_free:
-        if multiprocessing.current_process().daemon or sum(map(len, texts)) < max(min_chars, PROCESS_MIN_CHARS):
+        if multiprocessing.current_process().daemon or chars < max(min_chars, PROCESS_MIN_CHARS):
             return tok._encode_list(texts)
         with worker_pool(workers) as pool:
             parts = pool.map(tok._encode_list, char_runs(texts, 4 * workers))
@@ -82,20 +81,24 @@ def encode_arrays(tok: Tokenizer, texts: list[str], eot: int | None, dtype: Any,
     dtype = np.dtype(dtype)
     if dtype not in (np.uint16, np.uint32) or (dtype == np.uint16 and tok.vocab_size > 0x10000):
         raise ValueError(f"dtype {dtype} cannot hold ids up to {tok.vocab_size - 1}; use uint16 (< 65,536) or uint32")
-    workers = workers_for(texts, num_workers, min_chars) if tok.gil_free else 1
-    runs = char_runs(texts, max(RUNS_PER_THREAD * workers if workers > 1 else 1,
-                                sum(map(len, texts)) // RUN_CHARS))
+    chars = sum(map(len, texts))
+    workers = workers_for(len(texts), chars, num_workers, min_chars) if tok.gil_free else 1
+    runs = char_runs(texts, max(RUNS_PER_THREAD * workers if workers > 1 else 1, chars // RUN_CHARS))
     if len(runs) <= 1:
         return _encode_run(tok, texts, eot, dtype, ordinary)
     out = _InOrder(texts, runs, eot, dtype)
-    if workers == 1:
-        for k, run in enumerate(runs):
-            out.place(k, _encode_run(tok, run, eot, dtype, ordinary))
-        return out.result()
-    from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda k: out.place(k, _encode_run(tok, runs[k], eot, dtype, ordinary)), range(len(runs))))
+    def place(k: int) -> None:
+        out.place(k, _encode_run(tok, runs[k], eot, dtype, ordinary))
+
+    if workers == 1:
+        for k in range(len(runs)):
+            place(k)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(place, range(len(runs))))
     return out.result()
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Union
 
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri, location, remote_error
+from lmdata.store.uri import is_uri, remote_error
 from lmdata.streams import file_size, is_remote, open_binary, strip_compression
 
 if TYPE_CHECKING:
@@ -35,9 +35,7 @@ def resolve_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     files: list[Input] = []
     for item in items:
-        if isinstance(item, str) and is_uri(item) and not location(item, flag="input").remote:
-            item = location(item).path  # file://PATH is the local PATH
-        if isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):
+        if isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):  # file://PATH: expand's local PATH
             from lmdata.sources import expand
 
             files.extend(expand([item]))
