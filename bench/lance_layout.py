@@ -97,7 +97,7 @@ def row_reader(path: Path, row_starts: np.ndarray, raw: bool = False, uring: boo
     import pyarrow as pa
     from lance.file import LanceFileReader
 
-    from lmdata.store.formats.lance import uring_uri
+    from lmdata.store.formats.lance_uring import uring_uri
     from lmdata.store.windows import concat_ranges
 
     ds = lance.dataset(uring_uri(path) if uring else str(path))

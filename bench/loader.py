@@ -117,7 +117,7 @@ class NaiveLanceReader:
     """
 
     def __init__(self, path: Path, doc_starts: np.ndarray, dtype: Any, uring: bool = False) -> None:
-        from lmdata.store.formats.lance import uring_uri
+        from lmdata.store.formats.lance_uring import uring_uri
 
         self.path, self.doc_starts = str(path), doc_starts  # global doc starts, then n_tokens
         self.uri = uring_uri(path) if uring else self.path

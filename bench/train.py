@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmdata.model.transformer import TransformerLM, model_config
-from lmdata.bench.flops import accelerator_flops, model_cost
+from lmdata.model.flops import accelerator_flops, model_cost
 from lmdata.train.device import guess_gpu, resolve_device
 from lmdata.train.loop import loss_fn, train_step
 from lmdata.train.optim import AdamW
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                     help="auto = bf16 autocast on CUDA, fp32 elsewhere (as lmdata train)")
-    ap.add_argument("--gpu", default="", help="MFU against this accelerator's peak (lmdata.bench.flops.ACCELERATORS); "
+    ap.add_argument("--gpu", default="", help="MFU against this accelerator's peak (lmdata.model.flops.ACCELERATORS); "
                     "default: guessed from the CUDA device; none on CPU")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     ap.add_argument("--store", default="", help="read batches from this store's train split")

@@ -58,6 +58,22 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) 
 
 
 @pytest.fixture
+def tokens():
+    """A toy token stream (tests/toyformat.py) for the dataset and loader tests."""
+    from toyformat import make_tokens
+
+    return make_tokens(20_011)
+
+
+@pytest.fixture
+def reader(tmp_path: Path, tokens):
+    """A toy reader over ``tokens`` (an .npy file), picklable to spawned workers."""
+    from toyformat import write_tokens
+
+    return write_tokens(tmp_path / "tokens.npy", tokens)
+
+
+@pytest.fixture
 def small_fs(tmp_path):
     """``small_fs(size)``: a fresh tmpfs of ``size`` (e.g. "600k") mounted under ``tmp_path``, unmounted after.
 
@@ -109,6 +125,21 @@ class S3:
 
     def uri(self, *parts: str) -> str:
         return "s3://" + "/".join((self.bucket,) + parts)
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.server.endpoint, aws_access_key_id="testing",
+                            aws_secret_access_key="testing", region_name="us-east-1")
+
+    def put(self, key: str, data: bytes) -> str:
+        """Upload ``data`` with boto3, byte for byte as `aws s3 cp` would; returns its URI."""
+        self.client().put_object(Bucket=self.bucket, Key=key, Body=data)
+        return self.uri(key)
+
+    def get(self, key: str) -> bytes:
+        """The object's stored bytes, as boto3 sees them."""
+        return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
 
 
 def _free_port() -> int:

@@ -41,3 +41,15 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def put_object(uri: str, data: bytes) -> str:
+    """Upload ``data`` to ``s3://bucket/key`` with boto3 (as `aws s3 cp` would: the bytes as given),
+    at the endpoint the AWS environment names; returns ``uri``."""
+    import os
+
+    import boto3
+
+    bucket, key = uri[len("s3://"):].split("/", 1)
+    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).put_object(Bucket=bucket, Key=key, Body=data)
+    return uri

@@ -110,12 +110,12 @@ def test_sample_pipeline_end_to_end(tmp_path: Path) -> None:
 
     # Rerun with more steps: tokenizer and bench are reused, training resumes at STEPS, and
     # a store whose manifest is gone (as after an interrupted ingest) is resumed, not redone.
-    manifest = json.loads((store.path / "manifest.json").read_text())
-    (store.path / "manifest.json").unlink()
+    manifest = json.loads((store.path.local_path / "manifest.json").read_text())
+    (store.path.local_path / "manifest.json").unlink()
     again = lmdata_run(pipeline, "--steps", str(STEPS + 5))
     assert "tokenizer: reusing" in again and "bench: reusing" in again
     assert "holds an interrupted ingest; resuming it" in again and "shards reused" in again
-    assert json.loads((store.path / "manifest.json").read_text())["splits"] == manifest["splits"]
+    assert json.loads((store.path.local_path / "manifest.json").read_text())["splits"] == manifest["splits"]
     assert f"resuming {ckpt}" in again
     assert (tmp_path / "train" / "checkpoints" / f"ckpt-{STEPS + 5:08d}.pt").is_file()
     assert "reused: tokenizer, bench" in again

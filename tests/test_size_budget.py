@@ -1,4 +1,5 @@
-"""The house stays as built: small modules, short functions, no import circle in the package."""
+"""The house stays as built: small modules, short functions, no import circle in the package,
+and packages layered bottom to top (each imports only the ones below it)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,32 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lmdata"
-MODULE_LINES = 450
+MODULE_LINES = 500
 FUNCTION_LINES = 60
 # Long on purpose, by name: the training loop and the ingest job read best top to bottom.
 LONG_FUNCTIONS = {"lmdata.train.loop.train", "lmdata.ingest.job.ingest"}
-# Over budget today, to be split (the allowlist may only shrink).
-LONG_MODULES = {"lmdata.store.formats.lance"}  # 506: its reader moves onto the shared reader base next
 LONG_BY_A_LITTLE = {"lmdata.data.loader.make_loader"}  # 63: the loader's one constructor, keyword by keyword
+
+# The packages bottom to top (a top-level module counts as its own unit). Each may import only
+# units on a lower floor; units on one floor import nothing of each other. ``config`` sits below
+# the jobs whose arguments its dataclasses are (data, train, bench), above what it names (model,
+# sources, store).
+LAYERS = [
+    {"lmdata", "errors", "_lazy", "_eot"},  # ``lmdata``: the package's own __init__ (its version)
+    {"io"},
+    {"_ownership", "_progress", "_mp"},
+    {"sources"},
+    {"tokenizer"},
+    {"store"},
+    {"ingest", "inspect", "model"},
+    {"config"},
+    {"data"},
+    {"train"},
+    {"bench"},
+    {"pipeline"},
+    {"cli"},
+    {"__main__"},  # ``python -m lmdata``
+]
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -33,7 +53,7 @@ def test_no_module_over_budget():
     for path in PACKAGE.rglob("*.py"):
         name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         n = len(path.read_text(encoding="utf-8").splitlines())
-        if n > MODULE_LINES and name not in LONG_MODULES:
+        if n > MODULE_LINES:
             over[name] = n
     assert not over, f"modules over {MODULE_LINES} lines (split them): {over}"
 
@@ -88,3 +108,36 @@ def import_cycles() -> list[list[str]]:
 
 def test_the_import_graph_has_no_circle():
     assert import_cycles() == []
+
+
+def unit(module: str) -> str:
+    """``lmdata.store.formats.memmap`` -> ``store``; ``lmdata.config`` -> ``config``; ``lmdata`` -> itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing unit, imported unit) -> the module-level imports behind it (lazy ones included)."""
+    trees = _modules()
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, tree in trees.items():
+        for other in _imports(module, tree, set(trees)):
+            if unit(module) != unit(other):
+                found.setdefault((unit(module), unit(other)), []).append(f"{module} -> {other}")
+    return found
+
+
+def test_every_package_is_on_a_floor():
+    floors = set().union(*LAYERS)
+    assert {unit(m) for m in _modules()} <= floors, "put the new package on a floor of LAYERS"
+
+
+def test_packages_import_only_downward():
+    floor = {name: i for i, names in enumerate(LAYERS) for name in names}
+    upward = {pair: why for pair, why in package_imports().items() if floor[pair[0]] <= floor[pair[1]]}
+    assert not upward, f"imports that go up or sideways between packages: {upward}"
+
+
+def test_io_imports_nothing_of_lmdata_but_errors():
+    outside = {pair: why for pair, why in package_imports().items() if pair[0] == "io" and pair[1] != "errors"}
+    assert not outside, outside

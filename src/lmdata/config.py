@@ -40,7 +40,8 @@ ENGINES = ("local", "ray")
 CACHE = ("warm", "cold")
 
 
-def _f(default: Any, help: str, **meta: Any) -> Any:
+def _field(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with its help text (the CLI and the pipeline docs read it from the metadata)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})
@@ -60,46 +61,46 @@ def flag(name: str, cls: type | None = None) -> str:
 
 @dataclass
 class TokenizerConfig:
-    dir: str = _f("", "Saved tokenizer directory; used as is if it exists, else trained into it.", path=True)
-    train_files: list[str] = _f([], "Text files or s3:// objects (or globs; .gz/.zst too) to train a BPE tokenizer on "
+    dir: str = _field("", "Saved tokenizer directory; used as is if it exists, else trained into it.", path=True)
+    train_files: list[str] = _field([], "Text files or s3:// objects (or globs; .gz/.zst too) to train a BPE tokenizer on "
                                 "when `dir` does not exist yet.",
                                 path=True)
-    vocab_size: int = _f(0, "Vocabulary size when training (256 bytes + merges + special tokens).")
-    special_tokens: list[str] = _f([DEFAULT_SEPARATOR], "Special tokens when training; the last is end-of-text.")
+    vocab_size: int = _field(0, "Vocabulary size when training (256 bytes + merges + special tokens).")
+    special_tokens: list[str] = _field([DEFAULT_SEPARATOR], "Special tokens when training; the last is end-of-text.")
 
 
 @dataclass
 class SplitConfig:
-    sources: list[str] = _f([], "Input files or globs, read in this order (each glob sorted).", path=True)
-    kind: str = _f("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
+    sources: list[str] = _field([], "Input files or globs, read in this order (each glob sorted).", path=True)
+    kind: str = _field("auto", f"How to cut files into documents: {', '.join(KINDS)} (auto: by extension).",
                    choices=KINDS)
-    separator: str = _f(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
-    text_field: str = _f("text", "kind=jsonl/parquet/arrow: the field or column holding the document text.")
+    separator: str = _field(DEFAULT_SEPARATOR, "kind=text: the line that separates documents.")
+    text_field: str = _field("text", "kind=jsonl/parquet/arrow: the field or column holding the document text.")
 
 
 @dataclass
 class HoldoutConfig:
-    documents: int = _f(0, "How many documents, taken from the END of `from`'s sources, form split `to`.")
-    from_split: str = _f("train", "The split the held-out documents are taken from (TOML key: `from`).", toml="from")
-    to: str = _f("validation", "The name of the held-out split.")
+    documents: int = _field(0, "How many documents, taken from the END of `from`'s sources, form split `to`.")
+    from_split: str = _field("train", "The split the held-out documents are taken from (TOML key: `from`).", toml="from")
+    to: str = _field("validation", "The name of the held-out split.")
 
 
 @dataclass
 class IngestConfig:
-    out: str = _f("", "The store directory to write.", path=True)
-    formats: list[str] = _f([], "Formats to write, all from the same token stream (comma-separated on the command "
+    out: str = _field("", "The store directory to write.", path=True)
+    formats: list[str] = _field([], "Formats to write, all from the same token stream (comma-separated on the command "
                             "line); empty = memmap, parquet, lance.", flag="format")
-    shard_tokens: int = _f(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
-    workers: int = _f(0, "Encoder threads (processes for a custom-regex tokenizer); 0 = all cores. "
+    shard_tokens: int = _field(1 << 20, "Tokens per shard (shards end at document boundaries; one long document may exceed it).")
+    workers: int = _field(0, "Encoder threads (processes for a custom-regex tokenizer); 0 = all cores. "
                          "The store does not depend on it.")
-    errors: str = _f("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).",
+    errors: str = _field("strict", f"Invalid UTF-8: {' or '.join(ERRORS)} (replace counts each U+FFFD in the summary).",
                      choices=ERRORS)
-    engine: str = _f("local", "Where to tokenize and write: local (this machine) or ray (a Ray cluster, "
+    engine: str = _field("local", "Where to tokenize and write: local (this machine) or ray (a Ray cluster, "
                      "`pip install 'lmdata[ray]'`); the store is the same.", choices=ENGINES)
-    ray_address: str = _f("", "engine = \"ray\": the cluster to join (auto, HOST:6379, ray://HOST:10001); "
+    ray_address: str = _field("", "engine = \"ray\": the cluster to join (auto, HOST:6379, ray://HOST:10001); "
                           "empty = start a local Ray.")
-    splits: dict[str, SplitConfig] = _f({}, "[ingest.splits.NAME] tables: the documents of each split.")
-    holdout: HoldoutConfig | None = _f(None, "[ingest.holdout]: move the last N documents of a split into another.")
+    splits: dict[str, SplitConfig] = _field({}, "[ingest.splits.NAME] tables: the documents of each split.")
+    holdout: HoldoutConfig | None = _field(None, "[ingest.holdout]: move the last N documents of a split into another.")
 
 
 # ---------------------------------------------------------------------------- [train], [bench], [sample]
@@ -107,55 +108,55 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    store: str = _f("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).",
+    store: str = _field("", "Store directory written by `lmdata ingest` (default: [ingest].out of the pipeline).",
                     path=True)
-    split: str = _f("train", "Split to train on.")
-    val_split: str = _f("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
-    format: str = _f("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
-    model: str = _f("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.")
-    d_model: int = _f(0, "Model width over the preset's; 0 = the preset's.")
-    layers: int = _f(0, "Transformer blocks over the preset's; 0 = the preset's.")
-    heads: int = _f(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
-    d_ff: int = _f(0, "SwiGLU hidden width over the preset's; 0 = the preset's.")
-    context: int = _f(0, "Model context_length over the preset's; 0 = the preset's.")
-    seq_len: int = _f(0, "Training context length; 0 = the model's context_length (must not exceed it).")
-    batch_size: int = _f(0, "Sequences per micro-batch per rank; 0 = the preset's (lmdata.train.defaults).")
-    grad_accum: int = _f(1, "Micro-batches per optimizer step (gradient accumulation); a step sees "
+    split: str = _field("train", "Split to train on.")
+    val_split: str = _field("auto", "Validation split: auto = `validation` when the store has it; none = no validation.")
+    format: str = _field("", "Store format to read (memmap, parquet, lance, ...); empty = the store's default.")
+    model: str = _field("tiny", f"Model preset: {', '.join(PRESETS)}; vocab_size comes from the store.")
+    d_model: int = _field(0, "Model width over the preset's; 0 = the preset's.")
+    layers: int = _field(0, "Transformer blocks over the preset's; 0 = the preset's.")
+    heads: int = _field(0, "Attention heads over the preset's (must divide --d-model); 0 = the preset's.")
+    d_ff: int = _field(0, "SwiGLU hidden width over the preset's; 0 = the preset's.")
+    context: int = _field(0, "Model context_length over the preset's; 0 = the preset's.")
+    seq_len: int = _field(0, "Training context length; 0 = the model's context_length (must not exceed it).")
+    batch_size: int = _field(0, "Sequences per micro-batch per rank; 0 = the preset's (lmdata.train.defaults).")
+    grad_accum: int = _field(1, "Micro-batches per optimizer step (gradient accumulation); a step sees "
                          "batch_size x grad_accum sequences per rank.")
-    mix: list | None = _f(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
+    mix: list | None = _field(None, "Train on a weighted mixture instead of --store/--split: STORE[:SPLIT]=WEIGHT, "
                           "repeated (TOML: [train.mix.NAME] tables of store, split, weight); every store needs "
                           "the same tokenizer.", parse="lmdata.data.mixed:parse_mix_table",
                           cli="lmdata.data.mixed:parse_mix_flag", metavar="STORE[:SPLIT]=WEIGHT", path=True)
-    steps: int = _f(200, "Optimizer steps (ignored when --tokens is set).")
-    tokens: int = _f(0, "Train for this many tokens instead of --steps (all ranks together).")
-    lr: float = _f(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
-    min_lr: float = _f(-1.0, "Learning rate at the end of the cosine decay; -1 = lr / 10.")
-    warmup: int = _f(-1, "Linear warm-up steps; -1 = the preset's.")
-    weight_decay: float = _f(0.1, "AdamW decoupled weight decay (matrices only; norm gains are not decayed).")
-    beta1: float = _f(0.9, "AdamW beta1.")
-    beta2: float = _f(0.95, "AdamW beta2.")
-    grad_clip: float = _f(1.0, "Clip the global gradient L2 norm to this; 0 = no clipping.")
-    seed: int = _f(0, "Seed of the model init and the data order.")
-    device: str = _f("auto", f"One of {', '.join(DEVICES)}; auto = cuda, then mps, then cpu.")
-    precision: str = _f("auto", f"One of {', '.join(PRECISIONS)}; auto = bf16 autocast on CUDA, fp32 elsewhere "
+    steps: int = _field(200, "Optimizer steps (ignored when --tokens is set).")
+    tokens: int = _field(0, "Train for this many tokens instead of --steps (all ranks together).")
+    lr: float = _field(0.0, "Peak learning rate; 0 = the preset's (lmdata.train.defaults, from bench/README.md's sweep).")
+    min_lr: float = _field(-1.0, "Learning rate at the end of the cosine decay; -1 = lr / 10.")
+    warmup: int = _field(-1, "Linear warm-up steps; -1 = the preset's.")
+    weight_decay: float = _field(0.1, "AdamW decoupled weight decay (matrices only; norm gains are not decayed).")
+    beta1: float = _field(0.9, "AdamW beta1.")
+    beta2: float = _field(0.95, "AdamW beta2.")
+    grad_clip: float = _field(1.0, "Clip the global gradient L2 norm to this; 0 = no clipping.")
+    seed: int = _field(0, "Seed of the model init and the data order.")
+    device: str = _field("auto", f"One of {', '.join(DEVICES)}; auto = cuda, then mps, then cpu.")
+    precision: str = _field("auto", f"One of {', '.join(PRECISIONS)}; auto = bf16 autocast on CUDA, fp32 elsewhere "
                         "(weights stay fp32).")
-    gpu: str = _f("", "Accelerator whose peak FLOP/s the MFU is measured against (lmdata.bench.flops.ACCELERATORS); "
+    gpu: str = _field("", "Accelerator whose peak FLOP/s the MFU is measured against (lmdata.model.flops.ACCELERATORS); "
                   "empty = guessed from the CUDA device name, none on CPU.")
-    fast: bool = _f(False, "Fast path: torch's fused scaled_dot_product_attention kernel.")
-    compile: bool = _f(False, "Fast path: torch.compile the model (slow first step; needs a C compiler on CPU).")
-    eval_every: int = _f(100, "Validate every N steps (and at the end); 0 = only at the end.")
-    eval_batches: int = _f(10, "Batches per validation.")
-    ckpt_every: int = _f(100, "Checkpoint every N steps (and at the end); 0 = only at the end.")
-    keep: int = _f(3, "Keep the newest K checkpoints; 0 = keep all.")
-    log_every: int = _f(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
-    out: str = _f("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.", path=True)
-    resume: bool = _f(False, "Continue from the newest checkpoint in --out.")
-    workers: int = _f(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
+    fast: bool = _field(False, "Fast path: torch's fused scaled_dot_product_attention kernel.")
+    compile: bool = _field(False, "Fast path: torch.compile the model (slow first step; needs a C compiler on CPU).")
+    eval_every: int = _field(100, "Validate every N steps (and at the end); 0 = only at the end.")
+    eval_batches: int = _field(10, "Batches per validation.")
+    ckpt_every: int = _field(100, "Checkpoint every N steps (and at the end); 0 = only at the end.")
+    keep: int = _field(3, "Keep the newest K checkpoints; 0 = keep all.")
+    log_every: int = _field(10, "Log loss, lr, grad norm, tokens/s and data-wait every N steps.")
+    out: str = _field("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.", path=True)
+    resume: bool = _field(False, "Continue from the newest checkpoint in --out.")
+    workers: int = _field(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
                       flag="loader-workers")
-    prefetch: int = _f(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
-    batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
-    doc_mask: bool = _f(False, "Attention stays inside documents; RoPE positions restart per document.")
-    progress: bool = _f(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
+    prefetch: int = _field(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
+    batches_per_read: int = _field(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
+    doc_mask: bool = _field(False, "Attention stays inside documents; RoPE positions restart per document.")
+    progress: bool = _field(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
 
     def check(self) -> None:
         """Values that parse but cannot work: name the flag and what is allowed."""
@@ -182,32 +183,32 @@ class TrainConfig:
 class BenchConfig:
     """``[bench]`` and the ``lmdata bench`` flags (``run_bench`` takes it)."""
 
-    store: str = _f("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.", path=True)
-    out: str = _f("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).",
+    store: str = _field("", "Store directory (from `lmdata ingest`); in a pipeline: [ingest].out.", path=True)
+    out: str = _field("", "Folder for bench.json, table.txt, stall.png, waits.png (pipeline default: <store>-bench).",
                   path=True)
-    split: str = _f("train", "Split to read.")
-    formats: list[str] = _f([], "Formats to compare (a comma-separated list on the command line); empty = every "
+    split: str = _field("train", "Split to read.")
+    formats: list[str] = _field([], "Formats to compare (a comma-separated list on the command line); empty = every "
                             "format of the store.", flag="format")
-    workers: list[int] = _f([0, 1, 2], "Loader worker counts to try (comma-separated on the command line); "
+    workers: list[int] = _field([0, 1, 2], "Loader worker counts to try (comma-separated on the command line); "
                             "TOML key: workers.", flag="loader-workers")
-    batch_size: int = _f(32, "Sequences per step.")
-    seq_len: int = _f(256, "Tokens per sequence.")
-    steps: int = _f(100, "Steps per run (capped at one epoch of the split).")
-    compute: str = _f("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
+    batch_size: int = _field(32, "Sequences per step.")
+    seq_len: int = _field(256, "Tokens per sequence.")
+    steps: int = _field(100, "Steps per run (capped at one epoch of the split).")
+    compute: str = _field("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
                       "steps.", choices=COMPUTE)
-    step_ms: float | None = _f(None, "Simulated step time in ms; default: derived from model and gpu.")
-    model: str = _f("small", f"Model preset ({', '.join(PRESETS)}) whose token rate the loader must keep up with "
+    step_ms: float | None = _field(None, "Simulated step time in ms; default: derived from model and gpu.")
+    model: str = _field("small", f"Model preset ({', '.join(PRESETS)}) whose token rate the loader must keep up with "
                     "(and --compute model).")
-    gpu: str = _f("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
+    gpu: str = _field("h100", "Accelerator whose token rate the loader must keep up with (see `lmdata plan --help`); "
                   "empty = none.")
-    mfu: float = _f(0.4, "Model FLOP utilization assumed on gpu.")
-    cache: list[str] = _f(["warm"], "Page cache before each run: files read once (warm), evicted (cold), or both.",
+    mfu: float = _field(0.4, "Model FLOP utilization assumed on gpu.")
+    cache: list[str] = _field(["warm"], "Page cache before each run: files read once (warm), evicted (cold), or both.",
                           choices=("warm", "cold", "both"))
-    prefetch: int = _f(2, "Reads each worker does ahead (a read is batches_per_read batches).")
-    batches_per_read: int = _f(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); "
+    prefetch: int = _field(2, "Reads each worker does ahead (a read is batches_per_read batches).")
+    batches_per_read: int = _field(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); "
                                "1 = evenly spread waits.")
-    seed: int = _f(0, "Seed of the batch order.")
-    device: str = _f("auto", "auto, cpu or cuda[:N].")
+    seed: int = _field(0, "Seed of the batch order.")
+    device: str = _field("auto", "auto, cpu or cuda[:N].")
 
     def __post_init__(self) -> None:
         if isinstance(self.cache, str):
@@ -236,7 +237,7 @@ class BenchConfig:
         if self.batches_per_read < 1:
             raise LmdataError(f"--batches-per-read {self.batches_per_read}: must be >= 1 (batches read with one call)")
         if self.compute == "model" or self.gpu:
-            from lmdata.bench import flops
+            from lmdata.model import flops
 
             flops.preset(self.model)  # an unknown --model fails here, not inside a cell
 
@@ -246,11 +247,11 @@ class BenchConfig:
 class SampleConfig:
     """``[sample]``: what ``lmdata sample`` generates from the final checkpoint."""
 
-    prompt: str = _f("Once upon a time", "Text to continue.")
-    max_tokens: int = _f(120, "Most new tokens (stops earlier at end-of-text).")
-    temperature: float = _f(0.8, "Softmax temperature; 0 = greedy.")
-    top_p: float = _f(0.95, "Nucleus sampling mass.")
-    seed: int = _f(0, "Sampling seed.")
+    prompt: str = _field("Once upon a time", "Text to continue.")
+    max_tokens: int = _field(120, "Most new tokens (stops earlier at end-of-text).")
+    temperature: float = _field(0.8, "Softmax temperature; 0 = greedy.")
+    top_p: float = _field(0.95, "Nucleus sampling mass.")
+    seed: int = _field(0, "Sampling seed.")
 
 
 # ---------------------------------------------------------------------------- the pipeline

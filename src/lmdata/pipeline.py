@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.config import (
     BenchConfig,
     PipelineConfig,
@@ -36,7 +36,7 @@ from lmdata.config import (
     load_sections,
 )
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri
+from lmdata.io.location import Location, location
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
 
@@ -45,7 +45,7 @@ BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
 class RunResult:
     """Where a run's artifacts are, and which steps it reused instead of redoing."""
 
-    store: Path | str  # str: an s3:// URI
+    store: Location  # local or s3://
     checkpoint: Path
     metrics: Path
     loss_png: Path
@@ -106,13 +106,13 @@ def ensure_store(pipe: PipelineConfig, tokenizer_dir: Path, *, overwrite: bool =
     from lmdata.store.layout import MANIFEST_NAME
 
     cfg = pipe.ingest
-    if is_uri(cfg.out):  # s3://: the same decisions from the prefix's objects
-        from lmdata.store.publish import remote_state
+    if location(cfg.out, flag="[ingest] out").remote:  # s3://: the same decisions from the prefix's objects
+        from lmdata.ingest.publish import remote_state
 
         out, (done, resume) = cfg.out, remote_state(cfg.out)
         resume = resume and not overwrite
     else:
-        out = Path(cfg.out)
+        out = location(cfg.out).local_path
         done = (out / MANIFEST_NAME).is_file() and store_layout(out) is not None
         resume = (out / PLAN_NAME).is_file() and not overwrite
     if done and not overwrite:
@@ -181,7 +181,7 @@ def write_sample(ckpt: Path, cfg: SampleConfig, out: Path, device: str, log: Cal
 
     text = cfg.prompt + sample(ckpt, cfg.prompt, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                                top_p=cfg.top_p, seed=cfg.seed, device=device)
-    _atomic.write_text(out, text + "\n")
+    atomic.write_text(out, text + "\n")
     log(f"sample ({ckpt.name}, temperature {cfg.temperature}):\n{text}\n")
     return out
 
@@ -278,7 +278,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
         bench_path, was_reused = ensure_bench(bench_cfg, log=log)
         reused += ["bench"] if was_reused else []
     out = Path(train_cfg.out)
-    store = pipe.ingest.out if is_uri(pipe.ingest.out) else Path(pipe.ingest.out)
+    store = location(pipe.ingest.out)
     return RunResult(store=store, checkpoint=ckpt, metrics=out / "metrics.jsonl",
                      loss_png=out / "loss.png", sample=sample_path, bench=bench_path, reused=reused,
                      seconds=time.perf_counter() - start)

@@ -27,8 +27,8 @@ start, an Arrow or Parquet file -- is refused whatever ``errors`` says.
 A path or glob may be an object on object storage, ``s3://bucket/prefix/*.jsonl.gz``
 (``*``/``?``/``[...]`` within a key segment, ``**`` across them; one LIST per glob), read
 as a stream through pyarrow's S3 filesystem with the standard AWS environment
-(``lmdata.store.uri``); ``expand`` returns ``Location`` objects for those, ``Path`` for the
-rest, and every reader here takes either.
+(``lmdata.io``); ``expand`` returns a ``Location`` for every file, local or remote, and the
+readers here read through it.
 
 Invalid UTF-8 is an ``LmdataError`` naming the file and byte offset (of the decompressed
 stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is counted in
@@ -51,10 +51,8 @@ from typing import Any, NamedTuple
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri, location
-from lmdata.streams import (  # noqa: F401  (file_size, input_file, strip_compression: part of sources' API)
-    expand_remote, file_size, input_file, is_remote, open_binary, open_raw, strip_compression,
-)
+from lmdata.io.location import Location, glob as remote_glob, location
+from lmdata.io.streams import open_binary, open_seekable, strip_compression
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
@@ -100,31 +98,40 @@ class SourceStats:
 # ---------------------------------------------------------------------------- files
 
 
-def expand(patterns: tuple[str, ...] | list[str]) -> list[Any]:
-    """Paths and globs -> sorted files (``Path``, or ``Location`` for ``s3://``); a missing path
-    or a glob matching nothing is an error."""
-    files: list[Any] = []
+def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
+    """Paths, URIs and globs -> the files they name, each glob's sorted; a missing path or a glob
+    matching nothing is an error naming it. ``file://PATH`` is the local ``PATH``."""
+    files: list[Location] = []
     for pattern in patterns:
-        if is_uri(pattern) and not location(pattern, flag="input").remote:
-            pattern = str(location(pattern).path)  # file://PATH is the local PATH
-        if is_uri(pattern):
-            files.extend(expand_remote(pattern))
-        elif glob.has_magic(pattern):
-            matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        loc = location(pattern, flag="input")
+        if loc.remote:
+            files.extend(_expand_remote(loc.uri))
+        elif glob.has_magic(loc.path):
+            matches = sorted(p for p in glob.glob(loc.path, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise LmdataError(f"input glob {pattern!r} matches no files; check the pattern and working directory")
-            files.extend(Path(m) for m in matches)
+            files.extend(location(m) for m in matches)
         else:
-            path = Path(pattern)
+            path = loc.local_path
             if not path.exists():
                 raise LmdataError(f"input {pattern}: no such file")
             if path.is_dir() and (path / "state.json").is_file():
-                files.extend(saved_dataset_files(path))
+                files.extend(location(p) for p in saved_dataset_files(path))
                 continue
             if path.is_dir():
                 raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern}/*.txt'")
-            files.append(path)
+            files.append(loc)
     return files
+
+
+def _expand_remote(pattern: str) -> list[Location]:
+    """The objects an ``s3://`` path or glob names (one LIST); none is an error naming it."""
+    matches = remote_glob(pattern, flag="input")
+    if not matches:
+        if glob.has_magic(pattern):
+            raise LmdataError(f"input glob {pattern!r} matches no objects; check the pattern and the bucket")
+        raise LmdataError(f"input {pattern}: no such object")
+    return sorted(matches, key=lambda m: m.path)
 
 
 def saved_dataset_files(path: Path) -> list[Path]:
@@ -139,16 +146,16 @@ def saved_dataset_files(path: Path) -> list[Path]:
     return [path / n for n in names]
 
 
-def describe(path: Any) -> dict[str, object]:
+def describe(path: Location) -> dict[str, object]:
     """The manifest's record of a source file: path (or URI) as given, size, sha256."""
     digest = hashlib.sha256()
-    with open_raw(path) as fh:
+    with path.open_stream() as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
-    return {"path": str(path), "bytes": file_size(path), "sha256": digest.hexdigest()}
+    return {"path": str(path), "bytes": path.size(), "sha256": digest.hexdigest()}
 
 
-def kind_of(path: Path, kind: str) -> str:
+def kind_of(path: Location, kind: str) -> str:
     if kind != "auto":
         return kind
     name, _ = strip_compression(path)
@@ -207,7 +214,7 @@ def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats
             pos += exc.end
 
 
-def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def _read_lines(path: Location) -> Iterator[tuple[int, bytes]]:
     """(byte offset, line) with line breaks kept; read errors of compressed files named."""
     offset = 0
     with open_binary(path) as fh:
@@ -220,7 +227,7 @@ def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {offset} ({exc})") from None
 
 
-def check_text(path: Path, head: bytes) -> None:
+def check_text(path: Location, head: bytes) -> None:
     """Refuse a binary file given as text (whatever ``errors`` says): an Arrow/Parquet file, NUL bytes,
     or mostly invalid UTF-8 in its first ``SNIFF_BYTES``."""
     what = None
@@ -239,7 +246,7 @@ def check_text(path: Path, head: bytes) -> None:
         raise LmdataError(f"input {path}: {what}; --errors replace does not apply to binary files")
 
 
-def _text_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     sep = spec.separator.encode("utf-8")
     lines: list[bytes] = []
     start = consumed = 0
@@ -254,21 +261,21 @@ def _text_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterato
     yield from _emit(path, b"".join(lines), spec, stats, start, consumed)
 
 
-def _emit(path: Path, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int) -> Iterator[Document]:
+def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int) -> Iterator[Document]:
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
     if data:
         yield Document(decode(data, spec.errors, str(path), offset, stats), consumed)
 
 
-def _line_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     for offset, line in _read_lines(path):
         data = line.rstrip(b"\r\n")
         if data:
             yield Document(decode(data, spec.errors, str(path), offset, stats), len(line))
 
 
-def _jsonl_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     for lineno, (offset, line) in enumerate(_read_lines(path), start=1):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -287,12 +294,12 @@ def _jsonl_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterat
             yield Document(no_surrogates(value, spec.errors, f"{where}: field {spec.text_field!r}", stats), len(line))
 
 
-def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _parquet_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     _, comp = strip_compression(path)
-    with tempfile.TemporaryFile() if comp else open_raw(path, seekable=True) as fh:
+    with tempfile.TemporaryFile() if comp else open_seekable(path) as fh:
         try:
             if comp:  # Parquet needs seeks (footer first): decompress to a temporary file, not to memory
                 with open_binary(path) as src:
@@ -309,11 +316,11 @@ def _parquet_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iter
             raise LmdataError(f"input {path}: not a readable Parquet file ({exc})") from None
 
 
-def _arrow_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _arrow_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     import pyarrow as pa
 
     try:
-        with pa.memory_map(str(path)) as source:
+        with pa.memory_map(os.fspath(path)) as source:
             try:  # the file format (Feather v2) first, then the stream format (what `datasets` writes)
                 f = pa.ipc.open_file(source)
                 schema, batches = f.schema, (f.get_batch(i) for i in range(f.num_record_batches))
@@ -329,7 +336,7 @@ def _arrow_documents(path: Path, spec: SourceSpec, stats: SourceStats) -> Iterat
         raise LmdataError(f"input {path}: not a readable Arrow IPC file ({exc})") from None
 
 
-def _column_documents(path: Path, batches: Iterator[Any], spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _column_documents(path: Location, batches: Iterator[Any], spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
     """Documents of one-column record batches (string or binary: binary is decoded as UTF-8)."""
     import pyarrow as pa
 
@@ -353,7 +360,7 @@ _READERS = {"text": _text_documents, "lines": _line_documents, "jsonl": _jsonl_d
             "parquet": _parquet_documents, "arrow": _arrow_documents}
 
 
-def iter_documents(spec: SourceSpec, stats: SourceStats | None = None, files: list[Path] | None = None) -> Iterator[Document]:
+def iter_documents(spec: SourceSpec, stats: SourceStats | None = None, files: list[Location] | None = None) -> Iterator[Document]:
     """Every document of every file of ``spec``, in order (files sorted within each glob)."""
     stats = stats if stats is not None else SourceStats()
     for path in files if files is not None else expand(spec.paths):

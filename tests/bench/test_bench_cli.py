@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lmdata.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "data" / "sample.txt"
 
 
 def lmdata(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -20,20 +18,6 @@ def lmdata(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and out.returncode != 0:
         raise AssertionError(f"lmdata {' '.join(args)} failed:\n{out.stderr[-2000:]}")
     return out
-
-
-@pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
-    """data/sample.txt -> tokenizer (vocab 512) -> store in every built-in format, via the CLI."""
-    if "ingest" not in COMMANDS:
-        pytest.skip("`lmdata ingest` is not registered yet (issue: ingest); the bench needs a real store")
-    from lmdata.store.registry import available_formats
-
-    base = tmp_path_factory.mktemp("bench")
-    lmdata("tokenizer", "train", str(SAMPLE), "--vocab-size", "512", "--out", str(base / "tok"), "--no-progress")
-    lmdata("ingest", "--input", str(SAMPLE), "--tokenizer", str(base / "tok"), "--out", str(base / "store"),
-           "--format", ",".join(available_formats()))
-    return base / "store"
 
 
 def test_bench_every_format_writes_table_json_and_plots(sample_store, tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lmdata.bench.delay_proxy import DelayProxy
-from lmdata.store.uri import location
+from lmdata.io.location import location
 
 
 def test_proxy_relays_s3_requests(s3, monkeypatch):

@@ -19,7 +19,7 @@ from formats import FORMATS as ALL_FORMATS  # noqa: E402
 from toyformat import ToyReader, ToyWriter, build_store  # noqa: E402
 
 from lmdata.data import TokenDataset, make_loader  # noqa: E402
-from lmdata.data.dataset import doc_positions  # noqa: E402
+from lmdata.store.dataset import doc_positions  # noqa: E402
 from lmdata.data.loader import EpochSampler  # noqa: E402
 from lmdata.store import open_store  # noqa: E402
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from toyformat import EOT, FailingReader, ForkUnsafeReader, rank_main, write_tokens
 
 from lmdata.data import TokenDataset, make_loader
-from lmdata.data.loader import EpochSampler, Reads, collate_windows
+from lmdata.data.loader import CompactBatches, EpochSampler, collate_windows
 from lmdata.data.permutation import Permutation
 from lmdata.errors import LmdataError
 
@@ -159,7 +159,7 @@ class Uint16Reader:
 def test_workers_hand_over_the_store_dtype(reader, doc_info):
     ds = TokenDataset(Uint16Reader(reader), L, doc_info=doc_info, eot_id=EOT)
     assert ds.token_dtype == np.uint16 and TokenDataset(reader, L).token_dtype == np.int64
-    handed = Reads(ds).__getitems__([3, 0, 7])
+    handed = CompactBatches(ds).__getitems__([3, 0, 7])
     windows, info = handed if doc_info else (handed, None)
     assert windows.dtype == np.uint16 and (info is None or info.dtype == np.int32)
     want = ds.__getitems__([3, 0, 7])

@@ -1,4 +1,4 @@
-"""A full disk (issue 19, case 3): ingest and checkpoint into a small tmpfs.
+"""A full disk: ingest and checkpoint into a small tmpfs.
 
 One line naming the path and the bytes, exit 1, no traceback; the ingest's partial output is
 kept resumable (no manifest, so never a store), and ``--resume`` finishes it once there is
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 
 import pytest
-from samples import SAMPLE
+from samples import SAMPLE, run_cli
 
 from lmdata.cli import main
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exit_:
-        main(list(argv))
-    return exit_.value.code, capsys.readouterr().err
+    code, _, err = run_cli(list(argv), capsys)
+    return code, err
 
 
 @pytest.mark.parametrize("fmt, size", [("memmap", "600k"), ("parquet", "200k"), ("lance", "600k")])

@@ -23,6 +23,7 @@ from lmdata.sources import SourceSpec
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
 from formats import FORMATS
+from samples import fingerprint
 SHARD_TOKENS = 30_000  # the sample (vocab 512) spans ~15 shards
 HOLDOUT = ("train", "validation", 6)
 
@@ -30,20 +31,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Dat
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="Ray is not installed (pip install 'lmdata[ray]')")
-
-
-def fingerprint(store: Path) -> dict:
-    """The manifest without file names (Lance names data files by UUID): equal iff same bytes."""
-
-    def strip(obj):
-        if isinstance(obj, dict):
-            return {k: strip(v) for k, v in obj.items() if k != "path"}
-        return [strip(v) for v in obj] if isinstance(obj, list) else obj
-
-    manifest = json.loads((store / "manifest.json").read_text())
-    for split in manifest["splits"].values():
-        split["formats"] = strip(split["formats"])
-    return manifest
 
 
 def stream(store: Path, split: str, fmt: str) -> np.ndarray:
@@ -343,7 +330,7 @@ def test_pipeline_toml_chooses_the_engine():
 
 def test_ray_reads_s3_inputs_like_the_local_engine(ray_cluster, s3, tokenizer_dir, tmp_path):
     """Inputs on object storage: the Ray tasks open the objects themselves (issue 15)."""
-    from lmdata.store.uri import location
+    from lmdata.io.location import location
 
     location(s3.uri("in", "sample.txt")).write_bytes(SAMPLE.read_bytes())
     spec = {"train": SourceSpec((s3.uri("in", "*.txt"),))}

@@ -21,7 +21,7 @@ from lmdata.errors import LmdataError
 from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
 from lmdata.store import open_store, verify_store
-from lmdata.store.uri import location
+from lmdata.io.location import location
 
 N_BATCHES = 6
 
@@ -171,13 +171,13 @@ def test_inspect_sql_and_show_read_a_remote_store(remote_sample):
 
 def _objects(uri: str) -> dict[str, bytes]:
     root = location(uri)
-    return {x.path[len(root.path) + 1:]: x.read_bytes() for x in root.list(recursive=True)}
+    return {x.key: x.loc.read_bytes() for x in root.list(recursive=True)}
 
 
 def test_kill_9_during_a_remote_ingest_then_resume_gives_identical_objects(s3, tokenizer_dir, tmp_path, monkeypatch):
     from samples import fingerprint
 
-    from lmdata.store.publish import staging_dir
+    from lmdata.ingest.publish import staging_dir
 
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
     spec, opts = {"train": SourceSpec((str(SAMPLE),))}, dict(formats=["memmap", "parquet"], shard_tokens=5_000,
@@ -212,7 +212,7 @@ def test_kill_9_during_a_remote_ingest_then_resume_gives_identical_objects(s3, t
 
 _APPEND = """
 import sys, lance, pyarrow as pa
-from lmdata.store.uri import location
+from lmdata.io.location import location
 loc, start = location(sys.argv[1]), int(sys.argv[2])
 for k in range(4):
     rows = pa.table({"x": pa.array(range(start + 10 * k, start + 10 * k + 10), pa.int64())})
@@ -257,9 +257,9 @@ def test_inputs_from_s3_objects_and_globs(s3, sample_store, tokenizer_dir, tmp_p
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
     text = SAMPLE.read_bytes()
     half = text.index(b"<|endoftext|>", len(text) // 2) + len(b"<|endoftext|>\n")
-    location(s3.uri("in", "a.txt")).write_bytes(text[:half])
-    location(s3.uri("in", "sub", "b.txt.gz")).write_bytes(gzip.compress(text[half:]))
-    location(s3.uri("in", "notes.md")).write_bytes(b"not matched")
+    s3.put("in/a.txt", text[:half])  # boto3, as `aws s3 cp` uploads: the bytes as given
+    s3.put("in/sub/b.txt.gz", gzip.compress(text[half:]))
+    s3.put("in/notes.md", b"not matched")
     out = tmp_path / "from-s3"
     ingest({"train": SourceSpec((s3.uri("in", "**", "*.txt*"),))}, tokenizer_dir, out, formats=["memmap"],
            workers=1, progress=False, log=None)

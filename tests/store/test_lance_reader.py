@@ -12,7 +12,7 @@ import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
-from lmdata.store.formats import lance as lance_format, lance_fragments
+from lmdata.store.formats import lance as lance_format, lance_fragments, lance_uring
 
 
 def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):
@@ -109,7 +109,7 @@ def _windows(syn, reader, seed=4, n=24, length=900, reader_out=False):
 def test_io_modes_read_the_same_windows(tmp_path, store_builder, monkeypatch):
     """io_uring where it works (the default on Linux), plain files on request; a path Lance must unquote."""
     monkeypatch.delenv(lance_format.IO_ENV, raising=False)
-    monkeypatch.setattr(lance_format, "_uring", None)  # this process has not probed yet
+    monkeypatch.setattr(lance_uring, "_uring", None)  # this process has not probed yet
     simple = store_builder(tmp_path / "simple", ["lance"], n_tokens=20_000)
     if not _windows(simple, open_store(simple.path).reader("train", "lance"), reader_out=True)._ds.uri.startswith("file+uring"):
         pytest.skip("Lance's io_uring reader does not work on this machine")
@@ -213,7 +213,7 @@ def test_damaged_data_is_not_taken_for_a_missing_io_uring(make_store, monkeypatc
     """The probe take fails on plain files too: the reads name the shard, no io_uring warning."""
     import warnings
 
-    monkeypatch.setattr(lance_format, "_uring", None)
+    monkeypatch.setattr(lance_uring, "_uring", None)
     syn = make_store(["lance"], n_tokens=20_000)
     shard = open_store(syn.path).manifest.splits["train"].formats["lance"][0]
     victim = syn.path / "train" / "lance" / shard.files[0].path
@@ -225,7 +225,7 @@ def test_damaged_data_is_not_taken_for_a_missing_io_uring(make_store, monkeypatc
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(LmdataError, match=f"shard {shard.name}"):
             reader.windows(np.array([0]), 100)
-    assert lance_format._uring in (None, (os.getpid(), True))
+    assert lance_uring._uring in (None, (os.getpid(), True))
 
 
 def test_row_crcs_replace_the_whole_file_hash_and_catch_a_flip_in_any_row(make_store, monkeypatch):

@@ -9,8 +9,8 @@ import numpy as np
 
 from lmdata.bench.delay_proxy import DelayProxy
 from lmdata.store import open_store
-from lmdata.store.publish import publish
-from lmdata.store.uri import location
+from lmdata.ingest.publish import publish
+from lmdata.io.location import location
 
 BATCHES, BATCH, SEQ = 50, 4, 64
 SHARD_TOKENS = 16_000  # 32 KiB shard objects: moto reads a whole object per ranged GET

@@ -27,7 +27,7 @@ def test_store_api(make_store):
 
 
 def test_dataset_windows_are_the_contract(make_store):
-    pytest.importorskip("lmdata.data.dataset")
+    pytest.importorskip("lmdata.store.dataset")
     syn = make_store(["memmap", "parquet"])
     store = open_store(syn.path)
     for fmt in ("memmap", "parquet"):

@@ -2,20 +2,14 @@
 
 import pytest
 
-from lmdata.cli import main
+from samples import run_cli
+
 from lmdata.tokenizer import Tokenizer
 
 EOT = "<|endoftext|>"
 
 
-def run(argv, capsys):
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 @pytest.fixture

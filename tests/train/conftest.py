@@ -1,31 +1,9 @@
-"""A store ingested from the shipped data/sample.txt, shared by the training tests (session scope).
-
-BPE vocabulary 512 (small, so the tiny model's head is cheap), memmap only, the last 6
-documents held out as split `validation` -- built through the real `lmdata` commands.
-"""
+"""The training tests share the root conftest's ``sample_store`` (data/sample.txt, vocab 512,
+every format, the last 6 documents held out as `validation`) and run torch on one thread."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from lmdata.cli import main
-
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
-
-
-def build_sample_store(root: Path) -> Path:
-    tok, store = root / "tokenizer", root / "store"
-    main(["tokenizer", "train", str(SAMPLE), "--vocab-size", "512", "--out", str(tok), "--workers", "1", "--no-progress"])
-    main(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tok), "--out", str(store), "--format", "memmap",
-          "--holdout", "6", "--workers", "1", "--no-progress"])
-    return store
-
-
-@pytest.fixture(scope="session")
-def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_sample_store(tmp_path_factory.mktemp("sample"))
 
 
 @pytest.fixture(autouse=True, scope="session")

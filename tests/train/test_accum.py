@@ -57,7 +57,7 @@ def test_training_with_accumulation_counts_tokens_and_resumes_exactly(sample_sto
 
 
 def test_mfu_is_tokens_times_flops_over_peak(sample_store, tmp_path):
-    from lmdata.bench.flops import accelerator_flops, model_cost
+    from lmdata.model.flops import accelerator_flops, model_cost
 
     train(cfg(sample_store, tmp_path / "run", steps=5, log_every=5, gpu="h100", eval_every=0, ckpt_every=0))
     rec = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])

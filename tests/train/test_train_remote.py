@@ -66,6 +66,6 @@ def test_run_pipeline_with_its_store_on_s3(s3, tokenizer_dir, tmp_path, monkeypa
         max_tokens = 5
     """))
     result = run_pipeline(tmp_path / "p.toml", steps=2, skip_bench=True, progress=False, log=None)
-    assert result.store == uri and verify_store(uri).ok and result.checkpoint.is_file()
+    assert str(result.store) == uri and verify_store(uri).ok and result.checkpoint.is_file()
     again = run_pipeline(tmp_path / "p.toml", steps=2, skip_bench=True, progress=False, log=None)
     assert "store" in again.reused and "checkpoint" in again.reused

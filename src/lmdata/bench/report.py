@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lmdata import _atomic
+from lmdata.io import atomic
 
 COLUMNS = [
     # header, key, format
@@ -103,7 +103,7 @@ def table(result: dict[str, Any], markdown: bool = False) -> str:
 
 
 def write_json(result: dict[str, Any], path: Path) -> None:
-    _atomic.write_file(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
+    atomic.write_file(Path(path), lambda p: p.write_text(json.dumps(result, indent=1) + "\n"))
 
 
 def plot_title(what: str, result: dict[str, Any]) -> str:
@@ -154,7 +154,7 @@ def plot_stall(result: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel("stall fraction (%)")
     axes[0][0].legend(loc="upper center", ncol=len(formats), fontsize=8)
     _title(fig, "Stall fraction per format and loader workers", result)
-    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -186,7 +186,7 @@ def plot_waits(result: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel("fraction of steps")
     axes[0][-1].legend(fontsize=7)
     _title(fig, "Loader wait per step (CDF)", result)
-    _atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
+    atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -223,7 +223,7 @@ def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     paths = {"json": out / "bench.json", "table": out / "table.txt",
              "stall_png": out / "stall.png", "waits_png": out / "waits.png"}
     text = "\n".join(header_lines(result)) + "\n\n" + table(result) + "\n\n" + "\n".join(notes(result)) + "\n"
-    _atomic.write_file(paths["table"], lambda p: p.write_text(text))
+    atomic.write_file(paths["table"], lambda p: p.write_text(text))
     plot_stall(result, paths["stall_png"])
     plot_waits(result, paths["waits_png"])
     write_json(result, paths["json"])  # last: its presence means the run finished

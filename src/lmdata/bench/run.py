@@ -30,10 +30,11 @@ from typing import Any, Callable
 import numpy as np
 
 from lmdata._mp import ignore_sigint
-from lmdata.bench import cache, flops, stall
+from lmdata.bench import cache, stall
+from lmdata.model import flops
 from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri
+from lmdata.io.location import location
 from lmdata.train.device import resolve_device
 
 def _formats(store: Any, cfg: BenchConfig) -> list[str]:
@@ -163,7 +164,8 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
 
     rows = []
     # page-cache control is for local files; a remote store has none to warm or drop
-    files = [] if is_uri(str(cfg.store)) else cache.format_files(Path(cfg.store) / cfg.split / fmt)
+    where = location(cfg.store, flag="--store")
+    files = [] if where.remote else cache.format_files(where.local_path / cfg.split / fmt)
     for mode in cfg.cache:
         _prepare(mode, files)
         # every worker's first read (Lance: opening the dataset) before the rate is timed

@@ -14,7 +14,7 @@ import sys
 import click
 
 from lmdata import __version__
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.errors import LmdataError
 
 # command name -> "module:attribute" of the click command, and its one-line help.
@@ -125,6 +125,6 @@ def os_error_line(exc: OSError) -> str:
     path = exc.filename if exc.filename is not None else None
     what = exc.strerror or str(exc)
     fix = _FIXES.get(exc.errno, "check the path and the disk")
-    if _atomic.is_no_space(exc):
+    if atomic.is_no_space(exc):
         fix = _FIXES[errno.ENOSPC]
     return _one_line(f"{path}: {what}; {fix}" if path else f"{what}; {fix}")

@@ -10,7 +10,7 @@ import dataclasses
 
 import click
 
-from lmdata.bench.flops import ACCELERATORS
+from lmdata.model.flops import ACCELERATORS
 from lmdata.cli.options import config_options, echo_unless, given, progress_options
 from lmdata.config import BenchConfig, load_bench_config, load_pipeline
 from lmdata.errors import LmdataError
@@ -58,7 +58,7 @@ def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size:
     """Parameters, FLOPs/token, memory and the tokens/s a model on an accelerator consumes."""
     import json
 
-    from lmdata.bench import flops
+    from lmdata.model import flops
 
     base = flops.preset(model)
     p = flops.plan(model, gpu, batch_size, seq_len or base["context_length"], vocab_size or base["vocab_size"], mfu)

@@ -1,7 +1,8 @@
-"""Datasets and the loader: windows over a split, shuffling, sharding, workers, resume.
+"""The loader and mixtures: shuffling, sharding, workers, resume over a store's windows.
 
-Exports load lazily (``lmdata.data.make_loader`` imports torch; ``TokenDataset`` does not),
-so importing this package stays cheap.
+``TokenDataset`` (a split's windows, what ``Store.dataset`` returns) lives in
+``lmdata.store.dataset``, below this package, and is exported here too. Exports load lazily
+(``lmdata.data.make_loader`` imports torch; ``TokenDataset`` does not).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from lmdata._lazy import lazy_exports
 
 _EXPORTS = {
-    "TokenDataset": "lmdata.data.dataset",
+    "TokenDataset": "lmdata.store.dataset",
     "MixedDataset": "lmdata.data.mixed",
     "Permutation": "lmdata.data.permutation",
     "make_loader": "lmdata.data.loader",

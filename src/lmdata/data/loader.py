@@ -95,7 +95,7 @@ class EpochSampler:
         return -(-max(self.batches_per_epoch - self.start, 0) // self.group)
 
 
-class Reads:
+class CompactBatches:
     """What the DataLoader reads: a batch in the dataset's compact ``token_dtype``, widened later.
 
     A batch crosses from a worker to the main process as a pickled NumPy array in the
@@ -339,7 +339,7 @@ def make_loader(
         if not hasattr(dataset, "read"):
             raise LmdataError(f"sampling='random' needs a TokenDataset (random token offsets), not {type(dataset).__name__}")
         n_offsets = dataset.n_tokens - dataset.seq_len
-    source = Reads(dataset, random=sampling == "random")
+    source = CompactBatches(dataset, random=sampling == "random")
     sampler = EpochSampler(len(dataset), batch_size, seed=seed, rank=rank, world_size=world_size,
                            sampling=sampling, drop_last=drop_last, n_offsets=n_offsets, group=batches_per_read)
     if sampler.batches_per_epoch == 0:
@@ -358,7 +358,7 @@ def make_loader(
         if start_method == "forkserver":  # fork workers from a server that already imported torch
             import multiprocessing as mp
 
-            mp.get_context("forkserver").set_forkserver_preload(["torch", "lmdata.data.loader", "lmdata.data.dataset"])
+            mp.get_context("forkserver").set_forkserver_preload(["torch", "lmdata.data.loader", "lmdata.store.dataset"])
         workers = dict(prefetch_factor=prefetch, persistent_workers=persistent_workers,
                        multiprocessing_context=start_method, timeout=timeout)
         source = in_flight = InFlight(source, num_workers, batch_size * batches_per_read, start_method)

@@ -92,7 +92,7 @@ def defer_sigchld_errors() -> None:
 
     torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" wherever the main
     thread happens to be -- mostly in the training step, far from the loader, so the error
-    named no samples and left a traceback (issue 19). Wrapped, the error waits in
+    named no samples and left a traceback. Wrapped, the error waits in
     ``worker_deaths`` for the next ``next()``, which explains it (``TokenLoader._explain``).
     While a loader waits in ``next()`` the error is raised at once, as before: with a read
     ``timeout`` torch's own liveness check would wait that long.

@@ -32,15 +32,15 @@ from typing import Any
 import numpy as np
 
 from lmdata import __version__
-from lmdata._atomic import NoSpaceError
+from lmdata.io.atomic import NoSpaceError
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
 from lmdata.sources import SourceSpec, expand, iter_documents, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
-from lmdata.store.uri import is_uri
+from lmdata.store.registry import BUILTIN_FORMATS
+from lmdata.io.location import location
 
-DEFAULT_FORMATS = ("memmap", "parquet", "lance")  # the built-ins; plug-in formats only when asked for by name
 ENGINES = {"local": "lmdata.ingest.local:LocalEngine", "ray": "lmdata.ingest.ray:RayEngine"}
 
 
@@ -88,21 +88,23 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
            ray_address: str | None = None) -> IngestResult:
     """Tokenize ``splits`` into a store at ``out`` in every format of ``formats``; manifest last.
 
-    ``formats`` defaults to the built-ins (``DEFAULT_FORMATS``), never to plug-ins.
+    ``formats`` defaults to the built-ins (``BUILTIN_FORMATS``), never to plug-ins.
     ``engine="ray"`` runs the same job on Ray (``lmdata.ingest.ray``, at ``ray_address``);
     the store is the same. On bad input found mid-stream, a store this run started from
     nothing is removed again (see ``lmdata.ingest.output``).
     """
-    if is_uri(out):  # object storage: build in a local staging directory, upload, manifest last
-        from lmdata.store.publish import ingest_remote
+    out_loc = location(out, flag="--out")
+    if out_loc.remote:  # object storage: build in a local staging directory, upload, manifest last
+        from lmdata.ingest.publish import ingest_remote
 
-        return ingest_remote(ingest, str(out), resume=resume, overwrite=overwrite, log=log, splits=splits,
+        return ingest_remote(ingest, out_loc.uri, resume=resume, overwrite=overwrite, log=log, splits=splits,
                              tokenizer_dir=tokenizer_dir, formats=formats, shard_tokens=shard_tokens,
                              workers=workers, holdout=holdout, progress=progress, engine=engine,
                              ray_address=ray_address)
+    out = out_loc.local_path  # file://PATH is PATH
     engine_cls = engine_class(engine)
     engine_cls.check_installed()  # before any work: a missing Ray is an install hint, not a half store
-    formats = list(dict.fromkeys(DEFAULT_FORMATS if formats is None else formats))
+    formats = list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
     if not formats:
         raise LmdataError("--format names no format; pass e.g. --format memmap,parquet,lance")
     writer_classes = _writer_classes(formats)  # unknown format names fail before any work

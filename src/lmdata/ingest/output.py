@@ -38,8 +38,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmdata import _atomic
-from lmdata._atomic import fsync_dir
+from lmdata.io import atomic
+from lmdata.io.atomic import fsync_dir
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
@@ -260,7 +260,7 @@ def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], t
                 f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
             )
         return dest
-    _atomic.write_dir(dest, files)
+    atomic.write_dir(dest, files)
     return dest
 
 
@@ -295,7 +295,7 @@ def check_plan(out: Path, plan: dict[str, Any]) -> None:
                 "inputs and options, or start over with --overwrite"
             )
         return
-    _atomic.write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
+    atomic.write_bytes(path, json.dumps(plan, indent=1).encode() + b"\n")
 
 
 def _first_difference(a: Any, b: Any, where: str = "") -> str:

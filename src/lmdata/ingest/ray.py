@@ -41,9 +41,10 @@ from lmdata.errors import LmdataError
 from lmdata.ingest import encode
 from lmdata.ingest.output import ResumableError
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
-from lmdata.sources import SourceSpec, SourceStats, expand, input_file, iter_documents
+from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 from lmdata.store.protocol import FormatWriter
-from lmdata.store.uri import apply_aws_environment, aws_environment
+from lmdata.io.location import location
+from lmdata.io.s3 import apply_aws_environment, aws_environment
 
 # Write tasks are retried this often when their worker dies; Ray Data's read and encode
 # tasks keep Ray Data's own default (retried on worker death without limit). Exceptions
@@ -92,7 +93,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
     (row,) = table.to_pylist()
     keep_from, skip_to, stop = window
     stats, g = SourceStats(), row["first_doc"]
-    docs = iter_documents(spec, stats, files=[input_file(row["path"])])
+    docs = iter_documents(spec, stats, files=[location(row["path"])])
     texts: list[str] = []
     batch = raw = skipped_raw = skipped_bytes = 0
 
@@ -144,7 +145,7 @@ def _encode_rows(table: Any, shipped: list[Any], eot: int, dtype: str) -> Any:
 
 def _count_documents(spec: SourceSpec, path: str, aws: dict[str, str]) -> int:
     apply_aws_environment(aws)
-    return sum(1 for _ in iter_documents(spec, files=[input_file(path)]))
+    return sum(1 for _ in iter_documents(spec, files=[location(path)]))
 
 
 def _write_shard(writer: FormatWriter, label: str, index: int, tokens: np.ndarray, doc_starts: np.ndarray,
@@ -359,9 +360,7 @@ def check_committed(label: str, writer: FormatWriter, shards: list, last_docs: d
     """
     from lmdata.store.registry import get_format
 
-    format_dir = getattr(writer, "format_dir", None)
-    if format_dir is None:
-        return  # a plug-in writer that does not say where it writes: its counts were checked
+    format_dir = writer.format_dir
     reader = get_format(label).reader(format_dir, shards, np.dtype(dtype))
     reader.check()
     for doc_id, want in sorted(last_docs.items()):

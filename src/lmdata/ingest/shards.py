@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.sources import SplitSource, expand, file_size, kind_of, strip_compression
+from lmdata.io.streams import strip_compression
+from lmdata.sources import SplitSource, expand, kind_of
 from lmdata.store.protocol import FormatWriter, ShardInfo
 
 
@@ -134,4 +135,4 @@ def _known_size(source: SplitSource) -> int | None:
     if source.start or source.stop is not None or any(kind_of(f, source.spec.kind) in ("parquet", "arrow") or
                                                         strip_compression(f)[1] for f in files):
         return None
-    return sum(file_size(f) for f in files)
+    return sum(f.size() or 0 for f in files)

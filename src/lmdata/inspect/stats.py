@@ -51,11 +51,8 @@ def inspect(store: str | Path) -> dict[str, Any]:
 
 def _disk_bytes(path: Any) -> int:
     """Bytes of every file under ``path`` (Lance's commit log and sidecars included; remote: one LIST)."""
-    if getattr(path, "remote", False):
-        import pyarrow.fs as pafs
-
-        return sum(x.size or 0 for x in path.fs.get_file_info(pafs.FileSelector(path.fs_path, recursive=True,
-                                                                                 allow_not_found=True)))
+    if path.remote:
+        return sum(x.size for x in path.list(recursive=True))
     return sum(os.lstat(os.path.join(root, f)).st_size for root, _, names in os.walk(path) for f in names)
 
 

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Iterable
-
 import numpy as np
 
 from lmdata.errors import LmdataError
@@ -121,24 +119,6 @@ class BlockSums:
             )
 
 
-def coalesce(ranges: Iterable[tuple[int, int]], block_bytes: int, gap: int = 0) -> list[tuple[int, int]]:
-    """Merge byte ranges, widened to ``block_bytes`` boundaries, that overlap or lie within ``gap``.
-
-    One request per merged range: a batch's windows become a few large reads.
-
-    >>> coalesce([(10, 20), (4000, 4200), (13000, 13001)], 4096)
-    [(0, 8192), (12288, 16384)]
-    """
-    merged: list[list[int]] = []
-    for start, stop in sorted((s // block_bytes * block_bytes, -(-e // block_bytes) * block_bytes)
-                              for s, e in ranges if e > s):
-        if merged and start <= merged[-1][1] + gap:
-            merged[-1][1] = max(merged[-1][1], stop)
-        else:
-            merged.append([start, stop])
-    return [(a, b) for a, b in merged]
-
-
 class VerifiedSet:
     """Which blocks of one file a process has already checked (a local read never checks twice)."""
 
@@ -164,17 +144,3 @@ def row_checksums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     bounds = np.asarray(offsets, dtype=np.int64) * size
     return np.fromiter((zlib.crc32(raw[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())),
                        dtype=np.uint32, count=len(bounds) - 1)
-
-
-def check_rows(values: np.ndarray, offsets: np.ndarray, expected: np.ndarray, where: str,
-               first_row: int | Iterable[int] = 0) -> None:
-    """Refuse rows whose tokens do not match their recorded CRC, naming ``where`` and the row."""
-    bad = np.flatnonzero(row_checksums(values, offsets) != np.asarray(expected, dtype=np.uint32))
-    if len(bad):
-        rows = np.asarray(first_row).reshape(-1)
-        row = int(rows[bad[0]]) if rows.size > 1 else int(rows[0]) + int(bad[0])
-        raise LmdataError(
-            f"{where}: row {row} fails its CRC-32 checksum"
-            f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: the shard is corrupt; "
-            "run `lmdata verify` and re-ingest with --overwrite"
-        )

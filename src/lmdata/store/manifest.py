@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmdata import _atomic
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
@@ -271,74 +270,57 @@ class Manifest:
             raise LmdataError(f"{where}: malformed manifest ({exc!r}); re-run the ingest with --overwrite") from exc
 
 
-def write_manifest(store: Path, manifest: Manifest) -> None:
-    """Write ``<store>/manifest.json`` atomically (the last step of an ingest)."""
+def write_manifest(store: Any, manifest: Manifest) -> None:
+    """Write ``<store>/manifest.json`` atomically (the last step of an ingest): local tmp + fsync + rename, or one PUT."""
+    from lmdata.io.location import location
+
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=False).encode() + b"\n"
-    _atomic.write_bytes(Path(store) / MANIFEST_NAME, data)
+    (location(store) / MANIFEST_NAME).write_bytes(data)
 
 
 def read_manifest(store: Any) -> Manifest:
-    """Read and validate ``<store>/manifest.json``; a clear error if it is not a store.
+    """Read and validate ``<store>/manifest.json`` (local or ``s3://``: one GET); a clear error if it is not a store."""
+    from lmdata.io.location import Location, location
 
-    ``store``: a local path or a ``Location`` (``s3://``: one GET).
-    """
-    from lmdata.store.uri import Location
-
-    if isinstance(store, Location) and store.remote:
-        return _read_remote_manifest(store)
-    path = Path(store) / MANIFEST_NAME
-    if not Path(store).is_dir():
-        raise LmdataError(f"{store}: no such store directory; create one with `lmdata ingest`")
-    if not path.is_file():
-        raise LmdataError(
-            f"{store}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
-            "`lmdata ingest ... --resume`"
-        )
+    loc = location(store, flag="store")
+    manifest_loc = loc / MANIFEST_NAME
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LmdataError(f"{path}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
-    manifest = Manifest.from_json(obj, where=str(path))
-    for split, info in manifest.splits.items():
-        for fmt, shards in info.formats.items():
-            base = Path(store) / split / fmt
-            for shard in shards:
-                for f in shard.files:
-                    resolve_inside(Path(store), base, f.path)
-    return manifest
+        raw = manifest_loc.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        if not (Location(loc.scheme, loc.bucket) if loc.remote else loc).exists():
+            if loc.remote:
+                from lmdata.io.s3 import remote_error
 
-
-def _read_remote_manifest(store: Any) -> Manifest:
-    obj_loc = store / MANIFEST_NAME
-    try:
-        raw = obj_loc.read_bytes()
-    except FileNotFoundError:
-        if not type(store)(store.scheme, store.bucket).exists():
-            from lmdata.store.uri import remote_error
-
-            raise remote_error(OSError("NoSuchBucket"), store) from None
+                raise remote_error(OSError("NoSuchBucket"), loc.uri) from None
+            raise LmdataError(f"{loc}: no such store directory; create one with `lmdata ingest`") from None
         raise LmdataError(
-            f"{store.uri}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
+            f"{loc}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
             "`lmdata ingest ... --resume`"
         ) from None
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LmdataError(f"{obj_loc.uri}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
-    manifest = Manifest.from_json(obj, where=obj_loc.uri)
-    for info in manifest.splits.values():
-        for shards in info.formats.values():
+        raise LmdataError(f"{manifest_loc}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
+    manifest = Manifest.from_json(obj, where=str(manifest_loc))
+    for split, info in manifest.splits.items():
+        for fmt, shards in info.formats.items():
             for shard in shards:
-                for f in shard.files:  # no symlinks on object storage: the relative path is the check
-                    if os.path.isabs(f.path) or ".." in Path(f.path).parts:
-                        raise LmdataError(f"{obj_loc.uri}: path {f.path!r} escapes the store; the manifest is corrupt")
+                for f in shard.files:
+                    if loc.remote:  # no symlinks on object storage: the relative path is the check
+                        _refuse_escape(loc, f.path)
+                    else:
+                        resolve_inside(loc.local_path, loc.local_path / split / fmt, f.path)
     return manifest
+
+
+def _refuse_escape(store: Any, relpath: str) -> None:
+    if os.path.isabs(relpath) or ".." in Path(relpath).parts:
+        raise LmdataError(f"{store}/{MANIFEST_NAME}: path {relpath!r} escapes the store; the manifest is corrupt")
 
 
 def resolve_inside(store: Path, base: Path, relpath: str) -> Path:
     """``base / relpath``, refusing absolute paths, ``..`` and symlinks that leave ``store``."""
-    if os.path.isabs(relpath) or ".." in Path(relpath).parts:
-        raise LmdataError(f"{store}/{MANIFEST_NAME}: path {relpath!r} escapes the store; the manifest is corrupt")
+    _refuse_escape(store, relpath)
     full = (base / relpath)
     root = Path(store).resolve()
     if full.exists() or full.is_symlink():

@@ -107,6 +107,8 @@ class ShardInfo:
 
 
 class FormatWriter(Protocol):
+    format_dir: Any  # where it writes (the constructor's argument)
+
     def __init__(self, format_dir: Any, dtype: np.dtype) -> None: ...
     def completed(self) -> dict[int, ShardInfo]: ...
     def write_shard(

@@ -1,10 +1,10 @@
 """The readers' lock: a store that a process is reading cannot be overwritten under it.
 
-Issue 19, case 4: ``lmdata ingest --overwrite`` on a store a training run was reading left
+Without it, ``lmdata ingest --overwrite`` on a store a training run is reading would leave
 Lance readers failing on vanished fragments and memmap/Parquet readers serving a mix of the
 old store (shards already mapped) and the new one (shards first touched after), silently.
 
-The decision: a **readers' lock**, not versioned publish. ``<store>/.lock`` is already the
+The design: a **readers' lock**, not versioned publish. ``<store>/.lock`` is already the
 file an ingest holds ``flock(LOCK_EX)`` on for its whole run (``filelock``'s lock on POSIX); every process that reads the
 store holds ``flock(LOCK_SH)`` on the same file for as long as a reader of it is alive there.
 So an ingest into a store being read is refused (``ingest.output.lock`` names the readers'
@@ -89,12 +89,10 @@ def _open_lock(store: Path) -> int | None:
 
 
 def hold(store: str | Path, owner: Any) -> None:
-    """Hold the shared readers' lock of ``store`` in this process while ``owner`` is alive."""
+    """Hold the shared readers' lock of the local ``store`` in this process while ``owner`` is alive."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock, no readers' lock
-        return
-    if "://" in str(store):  # object storage: no flock
         return
     key, pid = os.path.realpath(store), os.getpid()
     entry = _held.get(key)

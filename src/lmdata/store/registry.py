@@ -31,6 +31,9 @@ _BUILTINS: dict[str, str] = {
     "lance": "lmdata.store.formats.lance:LanceWriter:LanceReader",
     "parquet": "lmdata.store.formats.parquet:ParquetWriter:ParquetReader",
 }
+# What an ingest writes when no format is named, in the manifest's order (never plug-ins).
+BUILTIN_FORMATS = ("memmap", "parquet", "lance")
+assert set(BUILTIN_FORMATS) == set(_BUILTINS)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@
     store.tokenizer().decode(store.document("train", 3))
 
 ``open_store`` is cheap: it parses the manifest and compares every shard file's size
-with it (a ``stat`` per file); the full checksum pass is ``verify_store``.
+with it (a ``stat`` per file locally, one LIST of the prefix on object storage); the full
+checksum pass is ``verify_store``. ``Store.path`` is a ``Location`` either way.
 """
 
 from __future__ import annotations
@@ -21,32 +22,32 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.cache import keyed_dir
+from lmdata.io.location import Location, location
 from lmdata.store import readlock
 from lmdata.store.checksum import check_sizes
 from lmdata.store.layout import TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.registry import get_format
 from lmdata.store.protocol import FormatReader
-from lmdata.store.uri import Location, location
 
 # The default reader when a split holds several formats: fastest random reads first.
-DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")
+DEFAULT_FORMAT_ORDER = ("memmap", "lance", "parquet")  # the registry's built-ins
 
 
 class Store:
     """A validated store: paths and the manifest; readers are made on demand."""
 
     def __init__(self, path: Any, manifest: Manifest, manifest_id: tuple[int, int, int] | None = None) -> None:
-        # a local Path, or a remote ``Location`` (``s3://``: joins with ``/`` like a Path)
-        self.path = path if isinstance(path, Location) else Path(path)
+        self.path = location(path, flag="store")
         self.manifest = manifest
         # the manifest file this store was opened from: a reader made after an overwrite refuses
         self.manifest_id = manifest_id if manifest_id is not None or self.remote else \
-            readlock.manifest_identity(self.path)
+            readlock.manifest_identity(self.path.local_path)
 
     @property
     def remote(self) -> bool:
-        return isinstance(self.path, Location)
+        return self.path.remote
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, splits={self.splits})"
@@ -79,7 +80,7 @@ class Store:
             raise LmdataError(f"{self.path}: split {split!r} holds no format; re-run the ingest")
         return present[0]
 
-    def format_dir(self, split: str, fmt: str) -> Path:
+    def format_dir(self, split: str, fmt: str) -> Location:
         return self.path / split / fmt
 
     def reader(self, split: str, format: str | None = None, *, verify: str | None = None, **kwargs: Any) -> FormatReader:
@@ -98,8 +99,8 @@ class Store:
             )
         reader = get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
         if not self.remote:  # object storage has no readers' lock (see readlock.py)
-            readlock.hold(self.path, reader)  # no ingest replaces the store while this reader lives
-            readlock.check_unchanged(self.path, self.manifest_id)
+            readlock.hold(self.path.local_path, reader)  # no ingest replaces the store while this reader lives
+            readlock.check_unchanged(self.path.local_path, self.manifest_id)
         return reader
 
     def dataset(
@@ -111,7 +112,7 @@ class Store:
         ``reader_options`` go to the format's reader (e.g. Parquet's ``cache_bytes``), as does
         ``verify`` (see ``reader``); the other keyword arguments go to ``TokenDataset``.
         """
-        from lmdata.data.dataset import TokenDataset
+        from lmdata.store.dataset import TokenDataset
 
         kwargs.setdefault("eot_id", self.eot_id)
         return TokenDataset(self.reader(split, format, verify=verify, **(reader_options or {})), seq_len, **kwargs)
@@ -127,30 +128,24 @@ class Store:
         """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
         from lmdata.tokenizer import Tokenizer
 
-        tok = Tokenizer.load(fetch_tokenizer(self.path) if self.remote else self.path / TOKENIZER_DIR)
-        found = _tokenizer_hash(tok)
-        if found is not None and found != self.manifest.tokenizer_hash:
+        tok = Tokenizer.load(self.tokenizer_dir())
+        found = tok.hash
+        if found != self.manifest.tokenizer_hash:
             raise LmdataError(
                 f"{self.path / 'tokenizer'}: tokenizer hash {found[:12]} does not match the manifest's "
                 f"{self.manifest.tokenizer_hash[:12]}; the store's tokenizer directory was changed (re-ingest)"
             )
         return tok
 
+    def tokenizer_dir(self) -> Path:
+        """A local directory holding the store's tokenizer files (a remote store's: fetched into the cache)."""
+        return fetch_tokenizer(self.path) if self.remote else self.path.local_path / TOKENIZER_DIR
+
     def _split(self, split: str) -> Any:
         info = self.manifest.splits.get(split)
         if info is None:
             raise LmdataError(f"{self.path}: no split {split!r}; splits: {', '.join(self.splits) or '(none)'}")
         return info
-
-
-def _tokenizer_hash(tok: Any) -> str | None:
-    for attr in ("hash", "content_hash"):
-        value = getattr(tok, attr, None)
-        if callable(value):
-            value = value()
-        if isinstance(value, str):
-            return value
-    return None
 
 
 def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
@@ -160,13 +155,12 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     job pins the tokenizer its model was built for).
     """
     loc = location(path, flag="store")
-    path = loc if loc.remote else Path(path)
     # before the read: a replaced manifest is then noticed (local stores; a remote one has no readers' lock)
-    manifest_id = None if loc.remote else readlock.manifest_identity(path)
-    manifest = read_manifest(path)
+    manifest_id = None if loc.remote else readlock.manifest_identity(loc.local_path)
+    manifest = read_manifest(loc)
     if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
         raise LmdataError(
-            f"{path}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "
+            f"{loc}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "
             f"{tokenizer_hash[:12]}; use the matching store or re-ingest with that tokenizer"
         )
     for split, info in manifest.splits.items():
@@ -174,19 +168,19 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
             n_tok, n_docs = sum(s.n_tokens for s in shards), sum(s.n_docs for s in shards)
             if (n_tok, n_docs) != (info.n_tokens, info.n_docs):
                 raise LmdataError(
-                    f"{path}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
+                    f"{loc}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
                     f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
                 )
             if not loc.remote:
-                check_sizes(path / split / fmt, shards)
+                check_sizes(loc.local_path / split / fmt, shards)
     if loc.remote:
         check_remote_sizes(loc, manifest)
-    return Store(path, manifest, manifest_id)
+    return Store(loc, manifest, manifest_id)
 
 
 def check_remote_sizes(loc: Location, manifest: Manifest) -> None:
     """Every shard object exists with the manifest's size: one LIST of the prefix, no request per file."""
-    found = _listed_sizes(loc)
+    found = {x.key: x.size for x in loc.list(recursive=True)}
     for split, info in manifest.splits.items():
         for fmt, shards in info.formats.items():
             for shard in shards:
@@ -201,35 +195,18 @@ def check_remote_sizes(loc: Location, manifest: Manifest) -> None:
                                           f"says {f.bytes}; the store is damaged (re-ingest with --overwrite)")
 
 
-def _listed_sizes(loc: Location) -> dict[str, int]:
-    import pyarrow.fs as pafs
-
-    from lmdata.store.uri import remote_error
-
-    try:
-        infos = loc.fs.get_file_info(pafs.FileSelector(loc.fs_path, recursive=True, allow_not_found=True))
-    except OSError as exc:
-        raise remote_error(exc, loc) from None
-    n = len(loc.fs_path.rstrip("/")) + 1
-    return {i.path[n:]: i.size for i in infos if i.type == pafs.FileType.File}
-
-
 def fetch_tokenizer(loc: Location) -> Path:
     """The store's tokenizer directory, downloaded once into the local cache (small: a few files)."""
-    import hashlib
-
-    from lmdata.store.publish import cache_root
-
-    target = cache_root() / "tokenizers" / hashlib.sha1(loc.uri.encode()).hexdigest()[:16]
-    src = loc / "tokenizer"
+    target = keyed_dir("tokenizers", loc.uri)
+    src = loc / TOKENIZER_DIR
     files = src.list(recursive=True)
     if not files:
         raise LmdataError(f"{src}: the store has no tokenizer; re-ingest with --overwrite")
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     for f in files:
-        dest = tmp / f.path[len(src.path) + 1:]
+        dest = tmp / f.key
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(f.read_bytes())
+        dest.write_bytes(f.loc.read_bytes())
     if target.exists():
         shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)

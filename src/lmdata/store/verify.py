@@ -27,10 +27,10 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
-from lmdata.store.checksum import mark_verified, shard_file_path
+from lmdata.store.checksum import mark_verified
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.uri import Location, location
+from lmdata.io.location import Location, location
 
 CHUNK_TOKENS = 1 << 22  # tokens compared per read (32 MiB as int64)
 
@@ -39,7 +39,7 @@ CHUNK_TOKENS = 1 << 22  # tokens compared per read (32 MiB as int64)
 class VerifyReport:
     """What ``verify_store`` checked and every problem it found (the first is the one to fix)."""
 
-    store: Path
+    store: Location
     problems: list[str] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
@@ -57,8 +57,7 @@ class VerifyReport:
 
 def verify_store(path: str | Path) -> VerifyReport:
     """Check every checksum, count and token of the store at ``path``."""
-    loc = location(path, flag="store")
-    path = loc if loc.remote else Path(path)  # a remote store: every object is downloaded once
+    path = location(path, flag="store")  # a remote store: every object is downloaded once
     manifest = read_manifest(path)  # an unreadable manifest is an error, not a report
     report = VerifyReport(path)
     for split, info in manifest.splits.items():
@@ -86,14 +85,13 @@ def _count_problems(where: str, shards: list[ShardInfo], n_docs: int, n_tokens: 
     return problems
 
 
-def _file_problems(report: VerifyReport, format_dir: Any, where: str, shards: list[ShardInfo]) -> list[str]:
+def _file_problems(report: VerifyReport, format_dir: Location, where: str, shards: list[ShardInfo]) -> list[str]:
     problems = []
-    remote = isinstance(format_dir, Location)
     for s in shards:
         crcs: dict[str, Any] = {}  # data file -> its block CRCs, computed in the same pass as its sha256
         for f in s.files:
-            full = format_dir / f.path if remote else shard_file_path(format_dir, s, f)
-            size = full.size() if remote else (full.stat().st_size if full.is_file() else None)
+            full = format_dir / f.path  # read_manifest refused paths that leave the store
+            size = full.size()
             if size is None:
                 problems.append(f"{where} shard {s.name}: {full} is missing")
                 continue
@@ -102,33 +100,28 @@ def _file_problems(report: VerifyReport, format_dir: Any, where: str, shards: li
             if size != f.bytes:
                 problems.append(f"{where} shard {s.name}: {full} has {size} bytes, the manifest says {f.bytes}")
                 continue
-            digest, crcs[f.path] = _digest(full, remote)
+            digest, crcs[f.path] = _digest(full)
             if digest != f.sha256:
                 problems.append(f"{where} shard {s.name}: {full} fails its sha256 checksum (the file is corrupt)")
-            elif not remote:
-                mark_verified(full, f)  # the readers of the stream pass below need not hash it again
+            elif not full.remote:
+                mark_verified(full.local_path, f)  # the readers of the stream pass below need not hash it again
         for f in s.files:  # a block-checksum sidecar must agree with the data it covers
             data = f.path[: -len(SIDECAR_SUFFIX)]
             if f.path.endswith(SIDECAR_SUFFIX) and f.path in crcs and data in crcs:
-                raw = (format_dir / f.path).read_bytes() if remote else shard_file_path(format_dir, s, f).read_bytes()
                 try:
-                    sums = BlockSums.decode(raw, f.path)
-                    found = crcs[data]
-                    if sums.block_bytes != BLOCK_BYTES:
-                        found = None
+                    sums = BlockSums.decode((format_dir / f.path).read_bytes(), f.path)
+                    found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
                     if found is None or not np.array_equal(found, sums.crcs):
-                        full = format_dir / data
-                        sums.check(0, full.read_bytes() if remote else Path(full).read_bytes(), f"{full}")
+                        sums.check(0, (format_dir / data).read_bytes(), str(format_dir / data))
                 except LmdataError as exc:
                     problems.append(f"{where} shard {s.name}: {exc}")
     return problems
 
 
-def _digest(full: Any, remote: bool) -> tuple[str, Any]:
+def _digest(full: Location) -> tuple[str, Any]:
     """sha256 of a file or object, and the CRC-32 of each ``BLOCK_BYTES`` block, in one streamed pass."""
     digest, crcs = hashlib.sha256(), []
-    fh = full.fs.open_input_stream(full.fs_path) if remote else open(full, "rb")
-    with fh:
+    with full.open_stream() as fh:
         while chunk := fh.read(256 * BLOCK_BYTES):
             digest.update(chunk)
             crcs.append(block_crcs(chunk, BLOCK_BYTES))
@@ -155,7 +148,7 @@ def _open_readers(store: Any, split: str, formats: list[str], problems: list[str
     return readers, fmt_of
 
 
-def _stream_problems(report: VerifyReport, path: Path, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
+def _stream_problems(report: VerifyReport, path: Location, manifest: Manifest, split: str, formats: list[str]) -> list[str]:
     """Per-shard eot counts, and chunk-by-chunk equality of every readable format's stream."""
     from lmdata.store.store import Store
 

@@ -12,21 +12,14 @@ input once before any counting, so a bad one is one line naming it:
 from __future__ import annotations
 
 import glob
-import gzip
-import zlib
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Union
+from typing import IO
 
 from lmdata.errors import LmdataError
-from lmdata.store.uri import is_uri, remote_error
-from lmdata.streams import file_size, is_remote, open_binary, strip_compression
+from lmdata.io.location import Location, is_uri, location
+from lmdata.io.streams import READ_ERRORS, open_binary, read_error, strip_compression
 
-if TYPE_CHECKING:
-    from lmdata.store.uri import Location
-
-Input = Union[Path, "Location"]  # a local file, or an object for s3://
-# What reading an input raises: the disk or network (OSError), a truncated or corrupt .gz/.zst
-READ_ERRORS = (OSError, EOFError, zlib.error)
+Input = Location  # a local file or an s3:// object
 
 
 def resolve_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
@@ -40,7 +33,7 @@ def resolve_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
 
             files.extend(expand([item]))
         else:
-            files.append(item if is_remote(item) else Path(item))
+            files.append(location(item))
     return files
 
 
@@ -50,7 +43,7 @@ def check_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
     if not files:
         raise LmdataError("no INPUT given; name at least one text file or s3:// object")
     for path in files:
-        if not is_remote(path) and path.is_dir():
+        if not path.remote and path.local_path.is_dir():
             raise LmdataError(f"{path}: is a directory; give a text file")
         with open_input(path) as f:
             empty = not read_block(f, path, 1)
@@ -61,12 +54,7 @@ def check_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
 
 def open_input(path: Input) -> IO[bytes]:
     """The input's (decompressed) bytes as a stream, or one line saying why it cannot be opened."""
-    try:
-        return open_binary(path)
-    except LmdataError as exc:  # open_binary names the file; ours also says what to do
-        if isinstance(exc.__cause__, OSError):
-            raise read_error(path, exc.__cause__) from None
-        raise
+    return open_binary(path)
 
 
 def read_block(f: IO[bytes], path: Input, size: int) -> bytes:
@@ -77,28 +65,11 @@ def read_block(f: IO[bytes], path: Input, size: int) -> bytes:
         raise read_error(path, exc) from None
 
 
-def read_error(path: Input, exc: BaseException) -> LmdataError:
-    """Why ``path`` cannot be read, in one line naming it (remote: ``remote_error``'s likely fix)."""
-    if isinstance(exc, FileNotFoundError) and not is_remote(path):
-        return LmdataError(f"{path}: no such file")
-    if isinstance(exc, IsADirectoryError):
-        return LmdataError(f"{path}: is a directory; give a text file")
-    if is_remote(path) and not _bad_compressed_data(exc):
-        return remote_error(exc, path)
-    reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-    return LmdataError(f"{path}: cannot read ({reason})")
-
-
-def _bad_compressed_data(exc: BaseException) -> bool:
-    """A truncated or corrupt .gz/.zst stream (the bytes arrived; they do not decompress)."""
-    return isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)) or "zstd" in str(exc)
-
-
 def is_compressed(path: Input) -> bool:
     return strip_compression(path)[1] is not None
 
 
 def stored_bytes(paths: list[Input]) -> tuple[int, int | None]:
     """(bytes stored, the text bytes to read or None): the text's size is known up front only uncompressed."""
-    stored = sum(file_size(p) or 0 for p in paths)
+    stored = sum(p.size() or 0 for p in paths)
     return stored, None if any(is_compressed(p) for p in paths) else stored

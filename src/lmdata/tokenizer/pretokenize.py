@@ -19,10 +19,9 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from lmdata.errors import LmdataError
-from lmdata.streams import is_remote
+from lmdata.io.location import location
 from lmdata.tokenizer.inputs import Input, is_compressed, open_input, read_block
 from lmdata.tokenizer.patterns import GPT2, GPT2_PATTERN, Pattern
 
@@ -134,7 +133,7 @@ def iter_text_blocks(
     tokenization is unaffected; ``stats.bytes`` counts the text's bytes, not the stored ones."""
     if errors not in ("strict", "replace"):
         raise LmdataError(f"--errors must be 'strict' or 'replace', not {errors!r}")
-    path = path if is_remote(path) else Path(path)
+    path = location(path)
     handler = "strict" if errors == "strict" else _counting_handler(stats)
     decoder = codecs.getincrementaldecoder("utf-8")(errors=handler)
     carry, offset = "", 0

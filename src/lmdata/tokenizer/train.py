@@ -40,7 +40,7 @@ from lmdata.tokenizer.patterns import GPT2, Pattern
 from lmdata.tokenizer.pretokenize import ReadStats, count_pretokens, iter_text_blocks, special_splitter
 
 if TYPE_CHECKING:
-    from lmdata.store.uri import Location
+    from lmdata.io.location import Location
 
 DEFAULT_SPECIAL_TOKENS = (EOT,)
 # Blocks the C counter reads: 4 MB ones fragment the heap across threads (0.48 GB input, 2

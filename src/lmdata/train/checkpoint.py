@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lmdata._atomic import space_for
+from lmdata.io.atomic import space_for
 from lmdata.errors import LmdataError
 
 VERSION = 1

@@ -70,7 +70,7 @@ def allreduce_mean(values: list[float], dist: Dist) -> list[float]:
 
 def guess_gpu(device: torch.device) -> str:
     """The ACCELERATORS key of this CUDA device by its name ("NVIDIA H100 80GB HBM3" -> h100); "" if unknown."""
-    from lmdata.bench.flops import ACCELERATORS
+    from lmdata.model.flops import ACCELERATORS
 
     if device.type != "cuda":
         return ""

@@ -14,7 +14,7 @@ uninterrupted run bit for bit (tests/train/test_loop.py), with ``--grad-accum`` 
 A step with ``--grad-accum N`` runs N micro-batches, each loss scaled by 1/N before its
 backward, so the gradient is that of the mean loss over all N micro-batches: one batch N
 times as large (tests/train/test_accum.py). MFU = tokens/s x FLOPs/token (the count of
-``lmdata plan``, lmdata.bench.flops.model_cost) / the accelerator's peak (``--gpu``).
+``lmdata plan``, lmdata.model.flops.model_cost) / the accelerator's peak (``--gpu``).
 """
 
 from __future__ import annotations
@@ -125,12 +125,13 @@ def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Opti
 
 def _store_name(store: str) -> str:
     """The store as the run's meta records it: an absolute path, or the ``s3://`` URI as given."""
-    from lmdata.store.uri import is_uri
+    from lmdata.io.location import location
 
-    return str(store) if is_uri(str(store)) else str(Path(store).resolve())
+    loc = location(store, flag="--store")
+    return loc.uri if loc.remote else str(loc.local_path.resolve())
 
 
-class Run:
+class TrainingRun:
     """The state of one training run: store, datasets, model, optimizer, loader, output files."""
 
     def __init__(self, cfg: TrainConfig, dist: Dist, log: Callable[[str], None]) -> None:
@@ -218,13 +219,13 @@ class Run:
         }
 
     def _flops_per_token(self) -> float:
-        from lmdata.bench.flops import model_cost
+        from lmdata.model.flops import model_cost
 
         return model_cost(self.mcfg, self.seq_len).flops_per_token
 
     def mfu(self, tokens_per_s: float) -> float | None:
         """Model FLOP/s utilisation against ``--gpu``'s peak (all ranks' tokens, all ranks' peak)."""
-        from lmdata.bench.flops import accelerator_flops
+        from lmdata.model.flops import accelerator_flops
 
         if not self.gpu:
             return None
@@ -300,11 +301,7 @@ class Run:
         """A copy of the store's tokenizer/ beside the checkpoints: `lmdata sample` works if the store moves."""
         import shutil
 
-        source, target = self.store.path / "tokenizer", self.ckpt_dir / "tokenizer"
-        if self.store.remote:  # s3://: the copy open_store's tokenizer() fetched into the local cache
-            from lmdata.store.store import fetch_tokenizer
-
-            source = fetch_tokenizer(self.store.path)
+        source, target = self.store.tokenizer_dir(), self.ckpt_dir / "tokenizer"  # s3://: the cached copy
         if target.is_dir():
             return
         if not source.is_dir():
@@ -343,7 +340,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     dist = init_distributed(cfg.device)
     log = log or print
     say = log if dist.main else (lambda msg: None)
-    run = Run(cfg, dist, say)
+    run = TrainingRun(cfg, dist, say)
     cfg = run.cfg  # the preset's defaults filled in
     start = run.resume()
     if dist.main:

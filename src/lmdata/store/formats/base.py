@@ -2,8 +2,7 @@
 
 Readers: ``HandleCache`` holds the open handles of at most ``MAX_OPEN_SHARDS`` shards per
 process (memmaps, ParquetFiles), least recently used dropped first, so a store of many
-more shards than ``ulimit -n`` reads like any other (issue 19: 1,390 memmap shards under the
-common limit of 1,024 failed after 24 batches with "Too many open files").
+more shards than ``ulimit -n`` reads like any other.
 
 Writers: crash-safe shard files -- temporary names, fsync, rename, and completion records.
 
@@ -32,7 +31,6 @@ import hashlib
 import io
 import itertools
 import json
-import os
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -40,8 +38,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from lmdata import _atomic
-from lmdata._atomic import TMP_MARK, fsync_dir
+from lmdata.io import atomic
+from lmdata.io.atomic import TMP_MARK, fsync_dir
+from lmdata.io.location import location
+from lmdata.io.process_local import ProcessLocal
 from lmdata.errors import LmdataError
 from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, shard_file_path, verify_shard
 from lmdata.store.layout import RECORD_DIR
@@ -55,8 +55,7 @@ from lmdata.store.windows import check_windows, shard_bounds
 # parse (Parquet); its verification is memoized per process (``checksum.verify_shard``).
 MAX_OPEN_SHARDS = 64
 
-_open: OrderedDict[tuple[int, Any], Any] = OrderedDict()  # (cache id, shard) -> handle, oldest first
-_open_pid = -1
+_open: ProcessLocal[OrderedDict[tuple[int, Any], Any]] = ProcessLocal(OrderedDict)  # (cache id, shard) -> handle
 _ids = itertools.count()
 
 
@@ -77,27 +76,26 @@ class HandleCache:
         self._id = next(_ids)
 
     def get(self, key: Any, open_shard: Callable[[Any], Any]) -> Any:
-        global _open_pid
-        if _open_pid != os.getpid():  # forked: the parent's handles are not ours to use
-            _open.clear()
-            _open_pid = os.getpid()
-        handle = _open.get((self._id, key))
+        handles = _open.get()
+        handle = handles.get((self._id, key))
         if handle is not None:
-            _open.move_to_end((self._id, key))
+            handles.move_to_end((self._id, key))
             return handle
         handle = open_shard(key)
-        _open[(self._id, key)] = handle
-        while len(_open) > MAX_OPEN_SHARDS:
-            _open.popitem(last=False)
+        handles[(self._id, key)] = handle
+        while len(handles) > MAX_OPEN_SHARDS:
+            handles.popitem(last=False)
         return handle
 
     def __len__(self) -> int:
-        return sum(1 for cache, _ in _open if cache == self._id) if _open_pid == os.getpid() else 0
+        handles = _open.peek() or {}
+        return sum(1 for cache, _ in handles if cache == self._id)
 
     def __del__(self) -> None:
-        if _open_pid == os.getpid():
-            for k in [k for k in _open if k[0] == self._id]:
-                _open.pop(k, None)
+        handles = _open.peek()
+        if handles:
+            for k in [k for k in handles if k[0] == self._id]:
+                handles.pop(k, None)
 
 
 def sync_dirs(*dirs: Path) -> None:
@@ -127,7 +125,7 @@ def write_record_file(path: Path, shard: ShardInfo, *, sync_dirs: Iterable[Path]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(shard.to_json(), sort_keys=True).encode()
-    _atomic.write_file(path, lambda p: p.write_bytes(data), sync_dir=False, needed=len(data))
+    atomic.write_file(path, lambda p: p.write_bytes(data), sync_dir=False, needed=len(data))
 
 
 def forget(format_dir: Path, index: int) -> ShardInfo | None:
@@ -252,42 +250,26 @@ class ShardReader:
     """What every reader shares, so a format fills in only how it reads its shards.
 
     The protocol (``protocol.py``) is "how many tokens; the windows at these offsets";
-    this base owns the rest: the stream's shard and document bounds, the per-process
-    reset (state named in ``PER_PROCESS`` is rebuilt in each process, never pickled to a
-    worker or inherited across a fork), the size check, the document-bounds error and the
-    offset-annotated read errors. A format implements ``_reset`` (its per-process state),
-    ``_windows(starts, length)``, ``_document(shard, k)`` and ``doc_starts(shard)``.
+    this base owns the rest: the stream's shard and document bounds, the size check, the
+    document-bounds error and the offset-annotated read errors. A format implements
+    ``_windows(starts, length)``, ``_document(shard, k)`` and ``doc_starts(shard)``; its
+    open files and caches are ``per_process`` attributes (``lmdata.io.process_local``), so
+    they are built in each process and never pickled to a worker or inherited by a fork.
 
-    ``format_dir`` may be a ``Location`` on object storage (``store/uri.py``; ``remote``
-    true): then the size check is the one LIST ``open_store`` did, and small per-shard
-    files are fetched whole and checked against their sha256 (``_small_file``).
+    ``format_dir`` is a ``Location``: local, or on object storage (``remote``): then the
+    size check is the one LIST ``open_store`` did, and small per-shard files are fetched
+    whole and checked against their sha256 (``_small_file``).
     """
 
-    PER_PROCESS: tuple[str, ...] = ()
-
-    def __init__(self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
-        self.remote = bool(getattr(format_dir, "remote", False))  # a Location on object storage
-        self.format_dir = format_dir if self.remote else Path(format_dir)
+    def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
+        self.format_dir = location(format_dir)
+        self.remote = self.format_dir.remote
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
         self.verify = check_verify_mode(verify)
         self._shard_bounds = shard_bounds(self.shards)
         self.n_tokens = int(self._shard_bounds[-1])
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
-        self._pid = -1
-
-    def _reset(self) -> None:
-        """Create this process's state (open files, caches); called on first use in each process."""
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():
-            self._reset()
-            self._pid = os.getpid()
-
-    def __getstate__(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k not in self.PER_PROCESS}
-        state["_pid"] = -1  # a worker rebuilds its own files and caches
-        return state
 
     def check(self) -> None:
         """Every shard file has the size the manifest says (cheap: no data read)."""
@@ -297,8 +279,8 @@ class ShardReader:
     def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, Any]:
         """(name for errors, something ``np.load``/readers take) of a small shard file, verified
         as ``verify`` says: remote it is one GET whose sha256 is checked against the manifest."""
+        path = self.format_dir / info.path
         if self.remote:
-            path = self.format_dir / info.path
             raw = path.read_bytes()
             if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
                 raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
@@ -310,7 +292,6 @@ class ShardReader:
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
-        self._here()
         starts = check_windows(starts, length, self.n_tokens)
         try:
             return self._windows(starts, length)
@@ -321,7 +302,6 @@ class ShardReader:
         """One document's tokens (its end-of-text included)."""
         if not 0 <= doc_id < self._doc_bounds[-1]:
             raise LmdataError(f"document {doc_id} does not exist; the split has {self._doc_bounds[-1]} documents")
-        self._here()
         i = int(np.searchsorted(self._doc_bounds, doc_id, side="right") - 1)
         return self._document(i, doc_id - int(self._doc_bounds[i]))
 

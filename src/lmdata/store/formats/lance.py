@@ -52,17 +52,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
+from lmdata.io.process_local import per_process
 from lmdata.store.formats import base, lance_fragments
+from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
     file_info,
@@ -117,7 +117,7 @@ class LanceWriter(base.RecordedShardWriter):
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
         stale = base.forget(self.format_dir, index)
-        with _atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
+        with atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
             frag = LanceFragment.create(
                 str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
                 data_storage_version=STORAGE_VERSION,
@@ -125,12 +125,12 @@ class LanceWriter(base.RecordedShardWriter):
         meta = frag.to_json()
         data_files = [f"data/{f['path']}" for f in meta["files"]]
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
-            _atomic.fsync_path(self.format_dir / rel)
+            atomic.fsync_path(self.format_dir / rel)
         row_starts, doc_of_row = pieces(doc_starts)
         crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
         rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs])
         rows_name = f"rows-{index:05d}.npy"
-        replaced = _atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
+        replaced = atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
@@ -166,23 +166,23 @@ class LanceWriter(base.RecordedShardWriter):
             if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
-                with _atomic.space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
+                with atomic.space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
                     fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
         # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
         base.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / base.RECORD_DIR,
                         self.format_dir / lance_fragments.GROUP_DIR)
-        with _atomic.space_for(self.format_dir):
+        with atomic.space_for(self.format_dir):
             lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
         for sub in ("_versions", "_transactions"):
             d = self.format_dir / sub
             if d.is_dir():
                 for p in d.iterdir():
                     if p.is_file():
-                        _atomic.fsync_path(p)
-                _atomic.fsync_dir(d)
-        _atomic.fsync_dir(self.format_dir)
+                        atomic.fsync_path(p)
+                atomic.fsync_dir(d)
+        atomic.fsync_dir(self.format_dir)
         lance_fragments.remove_unused(self.format_dir, fragments)
         return fragments
 
@@ -207,7 +207,6 @@ class LanceReader(base.ShardReader):
     # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
     fork_safe = False
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2), "extra": {"rows": int}}  # data file ... row index last
-    PER_PROCESS = ("_ds", "_fragments", "_column", "_row_bounds")
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
@@ -220,11 +219,10 @@ class LanceReader(base.ShardReader):
         self.column = column
         self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards])
 
-    def _reset(self) -> None:
-        self._ds: Any = None
-        self._fragments: list[Any] = []
-        self._column = "token_bytes"  # "tokens" in a store written before token_bytes
-        self._row_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fragment -> ``_index``
+    _ds = per_process(lambda self: None)  # the open dataset (``_open``)
+    _fragments = per_process(lambda self: [])
+    _column = per_process(lambda self: "token_bytes")  # "tokens" in a store written before token_bytes
+    _row_bounds = per_process(lambda self: {})  # fragment -> ``_index``
 
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
@@ -286,7 +284,6 @@ class LanceReader(base.ShardReader):
             )
 
     def _open(self) -> Any:
-        self._here()
         if self._ds is None:
             import lance
 
@@ -421,7 +418,6 @@ class LanceReader(base.ShardReader):
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Fragment ``i``'s document starts (within it), then its length: from the row index alone."""
-        self._here()
         shard, rows = self.shards[i], self._rows(i, sidecar_only=True)
         starts = row_doc_starts(rows[1, :-1], rows[0, :-1], shard.n_tokens)
         if len(starts) != shard.n_docs + 1:
@@ -438,82 +434,6 @@ class LanceReader(base.ShardReader):
             return self._fragments[i].to_batches(columns=list(ROW_COLUMNS), batch_size=4096)
 
         return VerifiedRows(self, scan)
-
-
-IO_ENV = "LMDATA_LANCE_IO"
-IO_MODES = ("auto", "uring", "file")
-# (pid, works): the process whose Lance started io_uring threads, and whether they work there.
-# A fork inherits it, and so learns that its parent's ring threads did not come along.
-_uring: tuple[int, bool] | None = None
-
-
-def check_io_mode(io: str) -> str:
-    if io not in IO_MODES:
-        raise LmdataError(f"Lance io {io!r} (argument io= or ${IO_ENV}) is not one of {', '.join(IO_MODES)}")
-    return io
-
-
-def uring_uri(path: str | Path) -> str:
-    """``path`` as Lance's io_uring URI: absolute, percent-quoted (Lance unquotes it)."""
-    from urllib.parse import quote
-
-    return "file+uring://" + quote(os.path.abspath(path))
-
-
-def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
-    """The dataset through Lance's io_uring reader (``file+uring://``), or None to read ``plain`` files.
-
-    A take through io_uring costs about a third less wall time and half the CPU of the
-    default local reader here (bench/README.md, "Lance layout"). ``auto`` uses it on Linux
-    when a probe take works (a kernel or container may forbid io_uring: Lance then fails
-    every read with an OSError, it does not hang), and probes once per process; ``uring``
-    insists, ``file`` never tries. A probe that fails on plain files too is the data's
-    fault, not io_uring's: the dataset is returned and the read names the shard.
-    """
-    import lance
-
-    global _uring
-    if io == "file" or (io == "auto" and not sys.platform.startswith("linux")):
-        return None
-    pid = os.getpid()
-    if _uring is not None and _uring[0] != pid:
-        # forked from a process whose io_uring threads did not come along: a read would wait forever
-        if io == "uring":
-            raise LmdataError(f"{format_dir}: Lance's io_uring reader cannot run in a process forked after it "
-                              "started; use spawn or forkserver, or io='file'")
-        return None
-    if _uring is not None and not _uring[1]:  # probed and failed in this process: warned then
-        if io == "uring":
-            raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here; set {IO_ENV}=file or io='file'")
-        return None
-    _uring = (pid, True)  # before the ring threads start: a fork from here on must not use them
-    probe = [0] if plain.count_rows() else []
-    try:
-        ds = lance.dataset(uring_uri(format_dir))
-        fragments = ds.get_fragments()
-    except Exception as exc:
-        return _no_uring(format_dir, io, exc, pid)
-    try:
-        if probe:
-            fragments[0].take(probe, columns=[column])
-        return ds
-    except Exception as exc:
-        try:
-            plain.get_fragments()[0].take(probe, columns=[column])
-        except Exception:
-            return ds  # damaged data, not io_uring: the reads name the shard
-        return _no_uring(format_dir, io, exc, pid)
-
-
-def _no_uring(format_dir: Path, io: str, exc: Exception, pid: int) -> None:
-    """Remember that io_uring fails in this process; ``uring`` raises, ``auto`` warns (once)."""
-    global _uring
-    _uring = (pid, False)
-    if io == "uring":
-        raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); "
-                          f"set {IO_ENV}=file or io='file'") from exc
-    warnings.warn(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); reading plain files "
-                  f"(set {IO_ENV}=file to skip this probe)", RuntimeWarning, stacklevel=2)
 
 
 def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:

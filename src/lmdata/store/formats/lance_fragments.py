@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
@@ -164,11 +164,11 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
         raise LmdataError(f"{format_dir}: fragment {name} does not hold its shards' rows in order (the staging "
                           "fragments are damaged); rerun the ingest with --overwrite")
     data_file = f"data/{meta['files'][0]['path']}"
-    _atomic.fsync_path(format_dir / data_file)
+    atomic.fsync_path(format_dir / data_file)
     path = record_path(format_dir, name)
     base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
-    replaced = _atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows.astype(np.int64)), sync_dir=False)
+    replaced = atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows.astype(np.int64)), sync_dir=False)
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],

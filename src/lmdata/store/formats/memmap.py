@@ -7,7 +7,7 @@ On disk, per split (``<store>/<split>/memmap/``)::
     docs-00000.npy     int64 [n_docs + 1]: each document's start within the shard, then
                        the shard's length (NumPy .npy, so it is self-describing)
     tokens-00000.bin.crc  CRC-32 of each 4 KiB block of the tokens (store format 2; layout
-                       in ``blocks.py``), checked on the blocks a read touches (``memmap_blocks``)
+                       in ``store/blocks.py``), checked on the blocks a read touches (``memmap_blocks.py``)
     _shards/00000.json completion record of the shard (see ``base.py``)
 
 The reader maps each shard lazily (once per process: a memmap is never pickled, and a
@@ -25,14 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     shard_file_path, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
-from lmdata.store.memmap_blocks import BlockReads
+from lmdata.io.process_local import per_process
+from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments
 
@@ -54,10 +55,10 @@ class MemmapWriter(base.RecordedShardWriter):
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         base.forget(self.format_dir, index)
         replaced = [
-            _atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False, needed=tokens.nbytes),
-            _atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False,
+            atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False, needed=tokens.nbytes),
+            atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False,
                                needed=doc_starts.nbytes),
-            _atomic.write_file(self.format_dir / (tok_name + SIDECAR_SUFFIX),
+            atomic.write_file(self.format_dir / (tok_name + SIDECAR_SUFFIX),
                                lambda p: p.write_bytes(BlockSums.of(tokens).encode()), sync_dir=False),
         ]
         shard = ShardInfo(
@@ -77,7 +78,6 @@ class MemmapReader(base.ShardReader):
     """Windows and documents from the raw shards; holds paths only until first use."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2)}  # tokens-NNNNN.bin, docs-NNNNN.npy
-    PER_PROCESS = ("_maps",)
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY
@@ -86,8 +86,7 @@ class MemmapReader(base.ShardReader):
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
 
-    def _reset(self) -> None:
-        self._maps = base.HandleCache()  # open memmaps, bounded per process (a memmap holds a file descriptor)
+    _maps = per_process(lambda self: base.HandleCache())  # open memmaps, bounded (each holds a descriptor)
 
     def _tokens(self, i: int) -> np.ndarray:
         return self._maps.get(i, self._map)
@@ -143,7 +142,6 @@ class MemmapReader(base.ShardReader):
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length."""
-        self._here()
         shard = self.shards[i]
         path, source = self._small_file(shard, shard.files[1])
         try:

@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import _atomic
+from lmdata.io import atomic
 from lmdata.errors import LmdataError
+from lmdata.io.process_local import per_process
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     read_error, shard_file_path, verify_shard
@@ -44,7 +45,7 @@ from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import plan
 
 # A row holds at most this many tokens: documents longer than that are split, so a
-# window never forces decoding a whole long document (a trial reported in issue 4 on
+# window never forces decoding a whole long document (a trial on
 # this box: Lance `take` of ~1,024-token rows ~26M tokens/s, of whole documents 5.5M).
 PIECE_TOKENS = 1024
 
@@ -133,7 +134,7 @@ ROW_COLUMNS = ("doc_id", "token_offset", "tokens")
 
 class VerifiedRows:
     """A split's rows (doc_id, token_offset, tokens) for DuckDB and other tools, served as
-    strictly as the loader serves windows (issue 19): each shard is checked against the
+    strictly as the loader serves windows: each shard is checked against the
     manifest (``verify``: sha256 or size) before its first row, and its row and token counts
     after its last; a damaged shard is an ``LmdataError`` naming it, never fewer rows.
 
@@ -205,7 +206,7 @@ class ParquetWriter(base.RecordedShardWriter):
             )
 
         base.forget(self.format_dir, index)
-        replaced = _atomic.write_file(self.format_dir / name, write, sync_dir=False,
+        replaced = atomic.write_file(self.format_dir / name, write, sync_dir=False,
                                        needed=tokens.nbytes)  # zstd: at most about this
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
@@ -220,7 +221,6 @@ class ParquetReader(base.ShardReader):
     """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
-    PER_PROCESS = ("_files", "_index", "_cache", "_cached")
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -230,11 +230,10 @@ class ParquetReader(base.ShardReader):
         self.cache_bytes = cache_bytes
         self._bounds_list = self._shard_bounds.tolist()
 
-    def _reset(self) -> None:
-        self._files = base.HandleCache()  # open ParquetFiles, bounded per process with every reader's
-        self._index: dict[int, tuple[array, array]] = {}  # shard -> (row-group token bounds, first docs)
-        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()  # (shard, group) -> tokens
-        self._cached = 0
+    _files = per_process(lambda self: base.HandleCache())  # open ParquetFiles, bounded with every reader's
+    _index = per_process(lambda self: {})  # shard -> (row-group token bounds, first docs)
+    _cache = per_process(lambda self: OrderedDict())  # (shard, group) -> decoded tokens, oldest first
+    _cached = per_process(lambda self: 0)  # bytes in _cache
 
     def _file(self, i: int) -> Any:
         """Shard ``i``'s open ParquetFile (size-checked first); indexes its row groups on first open."""
@@ -312,7 +311,6 @@ class ParquetReader(base.ShardReader):
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length: its rows' doc_id and
         token_offset columns (no tokens decoded)."""
-        self._here()
         shard, pf = self.shards[i], self._file(i)
         path = self.format_dir / shard.files[0].path
         try:
@@ -329,7 +327,6 @@ class ParquetReader(base.ShardReader):
     def arrow_rows(self) -> VerifiedRows:
         """The split's rows for ``lmdata sql``, each shard verified before it is served (``VerifiedRows``)."""
         def scan(i: int) -> Any:
-            self._here()
             return self._file(i).iter_batches(batch_size=4096, columns=list(ROW_COLUMNS), use_threads=False)
 
         return VerifiedRows(self, scan)

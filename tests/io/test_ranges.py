@@ -7,8 +7,9 @@ import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import BlockSums
-from lmdata.store.ranges import ByteCache, FileRef, RangeFiles
-from lmdata.store.uri import location
+from lmdata.io.cache import ByteCache
+from lmdata.io.ranges import FileRef, RangeFiles
+from lmdata.io.location import location
 
 
 def _files(s3, n_files=2, size=50_000):
@@ -19,7 +20,7 @@ def _files(s3, n_files=2, size=50_000):
         loc = location(s3.uri("r", f"f{i}.bin"))
         loc.write_bytes(data)
         blobs.append(data)
-        refs.append(FileRef(loc, size, BlockSums.of(data, 4096), f"shard {i:05d}"))
+        refs.append(FileRef(loc, size, BlockSums.of(data, 4096).check, f"shard {i:05d}", align=4096))
     return blobs, refs
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
+from lmdata.io.location import location
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 
 DOCS = ["first doc\nwith two lines", "second <|endoftext|> inline is text", "third\n\n"]
@@ -102,7 +103,7 @@ def test_globs_sorted_and_errors(tmp_path):
 def test_file_uris_are_local_paths_and_globs(tmp_path):
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text("x")
-    assert expand([f"file://{tmp_path}/a.txt"]) == [tmp_path / "a.txt"]
+    assert expand([f"file://{tmp_path}/a.txt"]) == [location(tmp_path / "a.txt")]
     assert [p.name for p in expand([f"file://{tmp_path}/*.txt"])] == ["a.txt", "b.txt"]
     with pytest.raises(LmdataError, match="no such file"):
         expand([f"file://{tmp_path}/nope.txt"])

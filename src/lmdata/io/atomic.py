@@ -9,7 +9,7 @@ name ``.NAME.tmp-PID`` (``TMP_MARK``) is what ``cleanup_partial`` of a writer re
 
 A full disk is one ``NoSpaceError`` naming the path, the bytes the write needed and the bytes
 free (``space_for``, below), whatever the library's wording; the temporary is removed, so
-nothing valid-looking is left (issue 19).
+nothing valid-looking is left.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ TMP_MARK = ".tmp-"
 
 
 # ---------------------------------------------------------------------------- a full disk
-# Issue 19, case 3: an ingest into a small filesystem ended in ``OSError: 1044914 requested
-# and 1021952 written`` (numpy's ``tofile``, errno unset) or Lance's ``No space left on
-# device``; a checkpoint in torch's ``unexpected pos`` RuntimeError. ``space_for`` recognises
-# all of them -- ENOSPC/EDQUOT, the libraries' messages, and any write error while the
-# filesystem has fewer bytes free than the write needs. The caller decides what happens to
+# A full disk reaches us in many words: ``OSError: 1044914 requested and 1021952 written``
+# (numpy's ``tofile``, errno unset), Lance's ``No space left on device``, torch's ``unexpected
+# pos`` RuntimeError. ``space_for`` recognises all of them -- ENOSPC/EDQUOT, the libraries'
+# messages, and any write error while the filesystem has fewer bytes free than the write needs. The caller decides what happens to
 # its partial output (an ingest keeps it resumable, a checkpoint removes its temporary file).
 
 _MESSAGES = re.compile(r"No space left on device|Disk quota exceeded|\d+ requested and \d+ written|unexpected pos"

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.cache import ByteCache
+from lmdata.io.location import Location
+from lmdata.io.process_local import per_process
+from lmdata.io.ranges import FileRef, RangeFiles
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums, VerifiedSet
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.ranges import ByteCache, FileRef, RangeFiles
-from lmdata.store.uri import Location
 
 
 def sidecar_info(shard: ShardInfo) -> Any:
@@ -38,55 +39,32 @@ def sidecar_info(shard: ShardInfo) -> Any:
     return next((f for f in shard.files[2:] if f.path.endswith(SIDECAR_SUFFIX)), None)
 
 
-def cache_from_env() -> ByteCache | None:
-    """``LMDATA_REMOTE_CACHE_BYTES`` > 0 turns the local cache on (under ``LMDATA_CACHE_DIR``)."""
-    limit = int(os.environ.get("LMDATA_REMOTE_CACHE_BYTES") or 0)
-    if limit <= 0:
-        return None
-    from lmdata.store.publish import cache_root
-
-    return ByteCache(cache_root() / "ranges", limit)
-
-
 class BlockReads:
     """What the memmap reader delegates for sidecar-checked and remote reads (holds paths only)."""
 
-    def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype,
+    def __init__(self, format_dir: Location, shards: list[ShardInfo], dtype: np.dtype,
                  cache: ByteCache | None = None) -> None:
         self.format_dir = format_dir
-        self.remote = isinstance(format_dir, Location) and format_dir.remote
+        self.remote = format_dir.remote
         self.shards = shards
         self.itemsize = np.dtype(dtype).itemsize
         self.dtype = np.dtype(dtype)
         self.has_sums = [sidecar_info(s) is not None for s in shards]
-        self.files: RangeFiles | None = None
-        self.cache = cache if cache is not None else (cache_from_env() if self.remote else None)
-        self._pid = -1
+        self.cache = cache if cache is not None else (ByteCache.from_env() if self.remote else None)
+        self.files = RangeFiles([FileRef(format_dir / s.files[0].path, s.files[0].bytes, name=f"shard {s.name}")
+                                 for s in shards], cache=self.cache) if self.remote else None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_pid=-1, _sums={}, _done={})
-        return state
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():
-            self._pid, self._sums, self._done = os.getpid(), {}, {}
-            if self.remote and self.files is None:
-                self.files = RangeFiles([FileRef(self.format_dir / s.files[0].path, s.files[0].bytes, None,
-                                                 f"shard {s.name}") for s in self.shards], cache=self.cache)
+    _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
+    _done = per_process(lambda self: {})  # shard -> VerifiedSet of the blocks this process checked
 
     def _read(self, info: Any) -> bytes:
-        if self.remote:
-            return (self.format_dir / info.path).read_bytes()
-        with open(os.path.join(self.format_dir, info.path), "rb") as fh:
-            return fh.read()
+        return (self.format_dir / info.path).read_bytes()
 
     def where(self, i: int) -> str:
         return f"{self.format_dir / self.shards[i].files[0].path}: shard {self.shards[i].name}"
 
     def sums(self, i: int) -> BlockSums | None:
         """Shard ``i``'s block checksums (loaded and sha256-checked on first use), or None."""
-        self._here()
         if not self.has_sums[i]:
             return None
         sums = self._sums.get(i)
@@ -101,7 +79,7 @@ class BlockReads:
                 raise LmdataError(f"{self.format_dir / info.path}: covers {sums.data_bytes} bytes, the shard has "
                                   f"{self.shards[i].files[0].bytes}; re-ingest with --overwrite")
             if self.files is not None:
-                self.files.files[i].sums = sums
+                self.files.files[i].check, self.files.files[i].align = sums.check, sums.block_bytes
         return sums
 
     def check_local(self, i: int, tokens: np.ndarray, lo: int, hi: int) -> None:
@@ -123,7 +101,6 @@ class BlockReads:
 
     def remote_windows(self, starts: np.ndarray, length: int, seg: Any) -> np.ndarray:
         """[len(starts), length] windows read by coalesced, verified byte ranges."""
-        self._here()
         first, last = seg.locate(starts), seg.locate(starts + length - 1)
         pieces = []  # (window, out offset, shard, token lo, token hi)
         for j, (i, i_last, s0) in enumerate(zip(first.tolist(), last.tolist(), starts.tolist())):
@@ -141,7 +118,6 @@ class BlockReads:
         return out
 
     def remote_tokens(self, i: int, lo: int, hi: int) -> np.ndarray:
-        self._here()
         self.sums(i)
         assert self.files is not None
         (data,) = self.files.read([(i, lo * self.itemsize, hi * self.itemsize)])

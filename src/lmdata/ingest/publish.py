@@ -4,8 +4,8 @@
 
 Object storage has no rename, so a store cannot be made durable file by file the way a
 local one is (tmp + fsync + rename). Instead the ingest runs unchanged into a staging
-directory on local disk (``staging_dir``: ``$LMDATA_CACHE_DIR/staging/<hash of the URI>``,
-default ``~/.cache/lmdata``), with its own locks and completion records, and ``publish``
+directory on local disk (``staging_dir``: ``<cache root>/staging/<hash of the URI>``, the
+root being ``$LMDATA_CACHE_DIR``, default ``~/.cache/lmdata``: ``lmdata.io.cache``), with its own locks and completion records, and ``publish``
 uploads it in the order that keeps the remote store crash-safe:
 
     0. the ingest plan (``ingest-plan.json``): the prefix is an interrupted ingest of ours
@@ -29,9 +29,7 @@ upload the staging directory is removed.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -39,19 +37,17 @@ from typing import Any, Callable
 from lmdata._ownership import refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
-from lmdata.store.uri import Location, location
+from lmdata.io.cache import keyed_dir
+from lmdata.io.location import Location, location
+from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, RECORD_DIR, TOKENIZER_DIR
 
-MANIFEST = "manifest.json"
 _SKIP_PREFIXES = (".",)  # temporaries (.NAME.tmp-PID), the lock file
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LMDATA_CACHE_DIR") or Path.home() / ".cache" / "lmdata")
+_COMMIT_PARTS = (RECORD_DIR, "_fragments", "_versions", "_transactions")  # records, Lance's commit log
 
 
 def staging_dir(loc: Location) -> Path:
     """Where the store at ``loc`` is built before it is uploaded (stable per URI, for --resume)."""
-    return cache_root() / "staging" / hashlib.sha1(loc.uri.encode()).hexdigest()[:16]
+    return keyed_dir("staging", loc.uri)
 
 
 def _rank(rel: str) -> int:
@@ -59,13 +55,13 @@ def _rank(rel: str) -> int:
     then resumable and never mistaken for a user's objects), data, then records and versions,
     then the tokenizer, manifest last."""
     parts = rel.split("/")
-    if rel == "ingest-plan.json":
+    if rel == PLAN_NAME:
         return -1
-    if rel == MANIFEST:
+    if rel == MANIFEST_NAME:
         return 3
-    if parts[0] == "tokenizer" or len(parts) == 1:
+    if parts[0] == TOKENIZER_DIR or len(parts) == 1:
         return 2
-    if "_shards" in parts or "_fragments" in parts or "_versions" in parts or "_transactions" in parts:
+    if any(p in parts for p in _COMMIT_PARTS):
         return 1
     return 0
 
@@ -82,17 +78,15 @@ def local_files(root: Path) -> list[str]:
 
 def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None) -> int:
     """Upload the store staged at ``root`` to ``loc`` (manifest last); returns the objects sent."""
-    if not (Path(root) / MANIFEST).is_file():
+    if not (Path(root) / MANIFEST_NAME).is_file():
         raise AssertionError(f"{root} holds no finished store to publish")
-    remote = {x.path[len(loc.path) + 1:]: x for x in loc.list(recursive=True)}
-    sizes = {rel: x for rel, x in remote.items()}
+    sizes = {x.key: x.size for x in loc.list(recursive=True)}  # one LIST; no HEAD per object
     sent = 0
     for rel in local_files(root):
         path = Path(root) / rel
-        target = loc / rel
-        if rel in sizes and _rank(rel) == 0 and target.size() == path.stat().st_size:
+        if _rank(rel) == 0 and sizes.get(rel) == path.stat().st_size:
             continue  # a shard file already uploaded by an interrupted run: same name, same size
-        target.upload(path)
+        (loc / rel).upload(path)
         sent += 1
     if log:
         log(f"uploaded {sent} objects to {loc.uri}")
@@ -102,7 +96,7 @@ def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None)
 def remote_manifest(loc: Location) -> dict[str, Any] | None:
     """The parsed manifest at ``loc`` if there is one that is lmdata's, else None."""
     try:
-        obj = json.loads((loc / MANIFEST).read_bytes())
+        obj = json.loads((loc / MANIFEST_NAME).read_bytes())
     except FileNotFoundError:
         return None
     except ValueError:
@@ -138,8 +132,8 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
     if existing and resume and overwrite:
         raise LmdataError("--resume and --overwrite exclude each other; pick one")
     if existing:
-        keys = [x.path[len(loc.path) + 1:] for x in existing]
-        layout = output.layout_from(remote_manifest(loc), _remote_json(loc / output.PLAN_NAME))
+        keys = [x.key for x in existing]
+        layout = output.layout_from(remote_manifest(loc), _remote_json(loc / PLAN_NAME))
         if layout is None:
             raise LmdataError(
                 f"--out {loc.uri}: the prefix holds {len(keys)} objects but no lmdata store (no manifest.json or "
@@ -148,12 +142,12 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
         refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
         if overwrite:
             for x in existing:  # only the objects our layout names (checked above); never the whole prefix
-                x.delete()
+                x.loc.delete()
     staging = staging_dir(loc)
     if not resume and staging.exists():
         shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI
     staging.parent.mkdir(parents=True, exist_ok=True)
-    if resume and (staging / MANIFEST).is_file():
+    if resume and (staging / MANIFEST_NAME).is_file():
         result = None  # the ingest finished before the crash; only the upload is left
     else:
         result = run(out=staging, resume=resume and staging.exists(), overwrite=False, log=log, **kwargs)
@@ -168,4 +162,4 @@ def remote_state(out: str) -> tuple[bool, bool]:
     loc = location(out, flag="[ingest] out")
     if remote_manifest(loc) is not None:
         return True, False
-    return False, output.layout_from(None, _remote_json(loc / output.PLAN_NAME)) is not None
+    return False, output.layout_from(None, _remote_json(loc / PLAN_NAME)) is not None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from toyformat import EOT, FailingReader, NpyReader, write_tokens
 
-from lmdata.data.dataset import TokenDataset, doc_ids, doc_positions
+from lmdata.store.dataset import TokenDataset, doc_ids, doc_positions
 from lmdata.errors import LmdataError
 
 

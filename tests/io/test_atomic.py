@@ -4,7 +4,7 @@ import errno
 
 import pytest
 
-from lmdata._atomic import NoSpaceError, space_for
+from lmdata.io.atomic import NoSpaceError, space_for
 
 
 def test_enospc_and_the_libraries_messages_are_no_space(tmp_path):

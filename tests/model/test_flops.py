@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lmdata.bench import flops
+from lmdata.model import flops
 from lmdata.errors import LmdataError
 from lmdata.model import PRESETS, TransformerLM
 from lmdata.train.loss import cross_entropy

@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 from lmdata.errors import LmdataError
-from lmdata.store.uri import Location, glob, lance_storage_options, location, s3_filesystem
+from lmdata.io.location import Location, glob, location
+from lmdata.io.s3 import lance_storage_options, s3_filesystem
 
 
 def test_local_paths_and_file_uris_are_local(tmp_path):
@@ -64,7 +65,7 @@ def test_objects_round_trip_list_and_glob(s3):
     assert (root / "nope").size() is None and not (root / "nope").exists()
     with pytest.raises(FileNotFoundError):
         (root / "nope").read_bytes()
-    assert [x.name for x in root.list(recursive=True)] == ["a.txt", "b.txt", "c.json"]
+    assert [(x.key, x.size) for x in root.list(recursive=True)] == [("a.txt", 5), ("sub/b.txt", 4), ("sub/c.json", 2)]
     assert [x.name for x in glob(s3.uri("data", "*.txt"))] == ["a.txt"]
     assert [x.name for x in glob(s3.uri("data", "**", "*.txt"))] == ["a.txt", "b.txt"]
     assert glob(s3.uri("data", "sub", "b.txt")) == [root / "sub" / "b.txt"]
@@ -91,3 +92,39 @@ def test_wrong_credentials_are_one_line_error(s3, s3_auth_server, monkeypatch):
         with pytest.raises(LmdataError, match="access denied") as err:
             op(location(s3.uri("store", "manifest.json")))
         assert "\n" not in str(err.value) and "manifest.json" in str(err.value)
+
+
+def test_a_local_location_answers_like_a_remote_one(tmp_path):
+    root = location(f"file://{tmp_path}/data")
+    assert root == location(tmp_path / "data") and not root.remote
+    (root / "sub" / "b.txt").write_bytes(b"beta")
+    (root / "a.txt").write_bytes(b"alpha")
+    assert (root / "a.txt").read_bytes() == b"alpha" and (root / "a.txt").size() == 5
+    assert (root / "nope").size() is None and not (root / "nope").exists() and root.exists()
+    assert [(x.key, x.size) for x in root.list(recursive=True)] == [("a.txt", 5), ("sub/b.txt", 4)]
+    with (root / "a.txt").open_stream() as fh:
+        assert fh.read() == b"alpha"
+    assert (root / "sub" / "b.txt").open_input().read_at(2, 1) == b"et"
+    (root / "a.txt").delete()
+    (root / "a.txt").delete()  # absent: nothing to do
+    assert not (root / "a.txt").exists()
+
+
+@pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "file:/tmp/x"])
+def test_a_uri_with_a_slash_missing_is_refused_not_made_a_directory(typo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LmdataError, match="slash missing") as err:
+        location(typo, flag="--out")
+    assert "--out" in str(err.value) and not any(tmp_path.iterdir())
+
+
+def test_compressed_names_are_stored_and_read_as_given(s3):
+    """pyarrow compresses and decompresses by extension unless told not to: lmdata never lets it."""
+    import gzip
+
+    data = gzip.compress(b"hello\n")
+    loc = location(s3.uri("t.txt.gz"))
+    loc.write_bytes(data)
+    assert loc.size() == len(data) and loc.read_bytes() == data
+    with loc.open_stream() as fh:
+        assert fh.read() == data

@@ -52,7 +52,7 @@ def accelerator_flops(name: str) -> float:
 
 def load_presets() -> dict[str, dict[str, Any]]:
     """The model presets (``lmdata.model.PRESETS``): name -> constructor keyword arguments."""
-    from lmdata.model import PRESETS
+    from lmdata.model.presets import PRESETS
 
     return PRESETS
 

@@ -1,0 +1,99 @@
+"""lmdata's local cache: its root (``LMDATA_CACHE_DIR``) and the byte cache of remote files.
+
+    cache_root()                       # $LMDATA_CACHE_DIR, default ~/.cache/lmdata
+      staging/<hash of URI>/           #   an s3:// ingest built before upload (ingest.publish)
+      tokenizers/<hash of URI>/        #   a remote store's tokenizer (store.store)
+      ranges/                          #   ByteCache chunks of remote shard files
+
+``ByteCache`` (optional, off by default): block-aligned chunks of ``CHUNK_BYTES`` bytes on
+local disk, written tmp + rename so workers and ranks on one machine share it safely
+(a reader sees a whole chunk or none), bounded in bytes by evicting the least recently
+used chunks. A chunk read back is checked again by whoever reads it (``ranges``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+CHUNK_BYTES = 1 << 20
+CACHE_DIR_ENV = "LMDATA_CACHE_DIR"
+CACHE_BYTES_ENV = "LMDATA_REMOTE_CACHE_BYTES"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "lmdata")
+
+
+def keyed_dir(kind: str, uri: str) -> Path:
+    """``<cache root>/<kind>/<hash of uri>``: a stable local directory for one remote thing."""
+    return cache_root() / kind / hashlib.sha1(uri.encode()).hexdigest()[:16]
+
+
+class ByteCache:
+    """Chunks of remote files on local disk, bounded by ``max_bytes``, shared by processes."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = int(max_bytes)
+        self._added = 0
+        self.hits = self.misses = 0
+
+    @classmethod
+    def from_env(cls) -> "ByteCache | None":
+        """``LMDATA_REMOTE_CACHE_BYTES`` > 0 turns the cache on (under ``cache_root()/ranges``)."""
+        limit = int(os.environ.get(CACHE_BYTES_ENV) or 0)
+        return cls(cache_root() / "ranges", limit) if limit > 0 else None
+
+    def _path(self, uri: str, chunk: int) -> Path:
+        key = hashlib.sha1(uri.encode()).hexdigest()[:20]
+        return self.directory / key[:2] / f"{key}-{chunk:08d}"
+
+    def get(self, uri: str, chunk: int) -> bytes | None:
+        path = self._path(uri, chunk)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            os.utime(path)  # recently used
+        except OSError:
+            pass
+        return data
+
+    def put(self, uri: str, chunk: int, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        path = self._path(uri, chunk)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # another process may write the same chunk: same bytes, either wins
+        self._added += len(data)
+        if self._added > self.max_bytes // 8:
+            self._added = 0
+            self.evict()
+
+    def evict(self) -> None:
+        """Delete least recently used chunks until the cache holds at most ``max_bytes``."""
+        entries = []
+        for path in self.directory.glob("*/*"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if not path.name.startswith("."):
+                entries.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def size(self) -> int:
+        return sum(p.stat().st_size for p in self.directory.glob("*/*") if not p.name.startswith("."))

@@ -1,0 +1,146 @@
+"""The S3 filesystem from the standard AWS environment, Lance's options from the same, and
+one line per failure.
+
+Endpoint and credentials come from the standard AWS environment, nothing lmdata-specific:
+``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``http://host:port`` allowed: the scheme is
+passed to pyarrow explicitly), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION``. With a custom endpoint,
+``AWS_REQUEST_CHECKSUM_CALCULATION`` defaults to ``WHEN_REQUIRED`` (S3-compatible servers
+reject the SDK's newer default checksums). Timeouts and retries are the libraries': a short
+connect timeout (``CONNECT_TIMEOUT_S``) and ``RETRIES`` attempts, so an unreachable endpoint
+fails in seconds; ``remote_error`` turns a library failure into one line naming the object.
+
+A process builds its filesystem once per environment (``s3_filesystem``, process-local:
+a loader worker or a Ray task builds its own).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from lmdata.errors import LmdataError
+from lmdata.io.process_local import ProcessLocal
+
+CONNECT_TIMEOUT_S = 3.0
+RETRIES = 3
+ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+       "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
+SDK_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
+
+_filesystems: ProcessLocal[dict[tuple, Any]] = ProcessLocal(dict)  # environment -> S3FileSystem
+
+
+def aws_environment() -> dict[str, str]:
+    """This process's AWS settings, for a worker started before they were set (Ray tasks, loader workers)."""
+    return {k: os.environ[k] for k in ENV + SDK_ENV if k in os.environ}
+
+
+def apply_aws_environment(env: dict[str, str]) -> None:
+    """Adopt the AWS settings of the process that sent ``env`` (see ``aws_environment``)."""
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
+def aws_settings() -> dict[str, str | None]:
+    """What the standard AWS environment says: endpoint (scheme split off), keys, region."""
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+    scheme = None
+    if endpoint:
+        m = re.match(r"^(https?)://(.+?)/*$", endpoint)
+        if m is None:
+            raise LmdataError(
+                f"AWS_ENDPOINT_URL={endpoint!r}: write the endpoint as http://host:port or https://host"
+            )
+        scheme, endpoint = m.group(1), m.group(2)
+    return {
+        "endpoint": endpoint, "scheme": scheme,
+        "access_key": env.get("AWS_ACCESS_KEY_ID") or None,
+        "secret_key": env.get("AWS_SECRET_ACCESS_KEY") or None,
+        "session_token": env.get("AWS_SESSION_TOKEN") or None,
+        "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+    }
+
+
+def s3_filesystem() -> Any:
+    """This process's ``pyarrow.fs.S3FileSystem`` for the current AWS environment (built once)."""
+    key = tuple(os.environ.get(k) for k in ENV)
+    built = _filesystems.get()
+    fs = built.get(key)
+    if fs is None:
+        import pyarrow.fs as pafs
+
+        s = aws_settings()
+        if s["endpoint"]:
+            os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+            os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "WHEN_REQUIRED")
+        kwargs: dict[str, Any] = {
+            "region": s["region"] or "us-east-1",
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "request_timeout": 30.0,
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
+        }
+        if s["endpoint"]:
+            kwargs.update(endpoint_override=s["endpoint"], scheme=s["scheme"])
+        if s["access_key"] and s["secret_key"]:
+            kwargs.update(access_key=s["access_key"], secret_key=s["secret_key"], session_token=s["session_token"])
+        fs = built[key] = pafs.S3FileSystem(**kwargs)
+    return fs
+
+
+def lance_storage_options() -> dict[str, str]:
+    """Lance ``storage_options`` from the same environment (so Lance and pyarrow agree)."""
+    s = aws_settings()
+    opts = {
+        "aws_region": s["region"] or "us-east-1",
+        "connect_timeout": f"{CONNECT_TIMEOUT_S:g}s",
+        "client_max_retries": str(RETRIES),
+        "client_retry_timeout": "20",
+    }
+    if s["endpoint"]:
+        opts["aws_endpoint"] = f"{s['scheme']}://{s['endpoint']}"
+        if s["scheme"] == "http":
+            opts["allow_http"] = "true"
+    for ours, theirs in (("access_key", "aws_access_key_id"), ("secret_key", "aws_secret_access_key"),
+                         ("session_token", "aws_session_token")):
+        if s[ours]:
+            opts[theirs] = s[ours]
+    return opts
+
+
+# -- errors -------------------------------------------------------------------------------------
+def is_missing(exc: BaseException) -> bool:
+    """Whether a library's failure means "no such object" (not a missing bucket, not the network)."""
+    text = str(exc)
+    return isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "Path does not exist" in text or (
+        "HTTP response code: 404" in text and "NoSuchBucket" not in text and "bucket does not exist" not in text)
+
+
+_DENIED = ("access_denied", "accessdenied", "invalidaccesskeyid", "invalid_access_key_id", "signaturedoesnotmatch",
+           "signature_does_not_match", "403", "forbidden", "credentials", "invalidtoken")
+_UNREACHABLE = ("couldn't connect", "curlcode: 7", "connection refused", "timed out", "timeout",
+                "could not resolve", "curlcode: 6", "curlcode: 28", "network", "dns error",
+                "tcp connect", "error trying to connect", "connection")
+
+
+def remote_error(exc: BaseException, uri: str) -> LmdataError:
+    """A library's failure on the object ``uri`` as one line naming it and the likely fix."""
+    if isinstance(exc, LmdataError):
+        return exc
+    text = " ".join(str(exc).split())
+    low = text.lower()
+    if any(s in low for s in ("nosuchbucket", "bucket does not exist", "the specified bucket")):
+        why = "the bucket does not exist (create it, or check the URI)"
+    elif any(s in low for s in _DENIED):
+        why = "access denied (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's permissions)"
+    elif any(s in low for s in _UNREACHABLE):
+        endpoint = aws_settings()["endpoint"] or "the AWS default endpoint"
+        why = f"cannot reach {endpoint} (check AWS_ENDPOINT_URL and the network)"
+    elif is_missing(exc):
+        why = "no such object"
+    else:
+        why = f"{type(exc).__name__}: {text[:300]}"
+    return LmdataError(f"{uri}: {why}")
