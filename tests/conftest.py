@@ -30,6 +30,14 @@ from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
 
 
+@pytest.fixture(autouse=True)
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """lmdata's local cache (decoded Parquet shards, remote tokenizers, staging) in a directory of each
+    test's own, never the user's ~/.cache: a test that damages a shard meets no copy decoded by another
+    test from the sound file (copies are content-addressed). Subprocesses inherit it."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path_factory.mktemp("lmdata-cache")))
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 512-id BPE trained on the shipped sample (< 1 s)."""

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
-from lmdata.store.blocks import BlockSums, VerifiedSet, row_checksums
+from lmdata.store.blocks import BlockSums, row_checksums
 
 
 def test_sidecar_round_trip_and_damage():
@@ -44,15 +44,6 @@ def test_every_bit_flip_is_caught_in_the_block_it_hits():
     sums.check(0, bytes(data), "ok")
 
 
-def test_verified_set_reports_only_unchecked_blocks():
-    done = VerifiedSet(10)
-    assert done.missing(2, 5) == (2, 5)
-    done.mark(2, 5)
-    assert done.missing(2, 5) is None and done.missing(0, 8) == (0, 8)
-    done.mark(0, 2)
-    assert done.missing(0, 8) == (5, 8)
-
-
 def test_row_checksums_catch_a_changed_token():
     values = np.arange(100, dtype=np.uint32)
     offsets = np.array([0, 10, 10, 55, 100])
@@ -60,3 +51,4 @@ def test_row_checksums_catch_a_changed_token():
     assert np.array_equal(row_checksums(values.astype(">u4"), offsets), crcs)  # little-endian bytes always
     values[60] ^= 4
     assert np.flatnonzero(row_checksums(values, offsets) != crcs).tolist() == [3]
+    assert row_checksums(values, offsets, np.array([3, 0])).tolist() == [row_checksums(values, offsets)[3], crcs[0]]

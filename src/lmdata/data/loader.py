@@ -178,7 +178,9 @@ class TokenLoader:
         if self._batch and self._batch >= self.sampler.batches_per_epoch:  # left right after an epoch's last batch
             self._epoch, self._batch = self._epoch + 1, 0
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
-        it = iter(self._dl)
+        with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
+            warnings.filterwarnings("ignore", message="lance is not fork-safe")
+            it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()
         while True:
@@ -288,8 +290,8 @@ def _start_method(dataset: Any, start_method: str | None) -> str | None:
     """``start_method``, except that fork becomes forkserver for a dataset that is not fork-safe.
 
     A reader whose library cannot run in a forked child once used in the parent (Lance's
-    runtime segfaults there) says ``fork_safe = False``; asking for fork then would crash
-    workers at random, so the loader forks from a clean server process instead.
+    runtime segfaults there) says ``fork_safe = False`` while that is so; asking for fork then
+    would crash workers at random, so the loader forks from a clean server process instead.
     """
     import multiprocessing as mp
 

@@ -54,12 +54,32 @@ def file_info(format_dir: Path, relpath: str) -> FileInfo:
 
 
 def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:
-    """The absolute path of one shard file, refusing paths that leave the format directory."""
+    """The path of one shard file, refusing paths that leave the store (absolute, ``..``, symlinks).
+
+    A plain file name that is no symlink, in a format directory already found inside the store,
+    needs no ``realpath`` (~0.2 ms each: a reader opens thousands of shards).
+    """
     from lmdata.store.manifest import resolve_inside
 
     format_dir = Path(format_dir)
+    full = format_dir / info.path
+    if "/" not in info.path and info.path not in ("", ".", "..") and _inside_store(format_dir) \
+            and not os.path.islink(full):
+        return full
     # format_dir = <store>/<split>/<format>: the store is two levels up.
     return resolve_inside(format_dir.parent.parent, format_dir, info.path)
+
+
+_dirs_inside: dict[str, bool] = {}  # format directory -> it resolves inside its store
+
+
+def _inside_store(format_dir: Path) -> bool:
+    key = str(format_dir)
+    inside = _dirs_inside.get(key)
+    if inside is None:
+        root, real = format_dir.parent.parent.resolve(), format_dir.resolve()
+        inside = _dirs_inside[key] = root in real.parents
+    return inside
 
 
 def check_sizes(format_dir: Path, shards: list[ShardInfo]) -> None:

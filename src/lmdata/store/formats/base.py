@@ -1,8 +1,8 @@
-"""What formats share: crash-safe shard files (writers) and a bounded cache of open shards (readers).
+"""What formats share: crash-safe shard files (writers) and the readers' base (``ShardReader``).
 
-Readers: ``HandleCache`` holds the open handles of at most ``MAX_OPEN_SHARDS`` shards per
-process (memmaps, ParquetFiles), least recently used dropped first, so a store of many
-more shards than ``ulimit -n`` reads like any other.
+Readers hold no file descriptor between reads (memmap and decoded Parquet shards are mapped
+without one: ``mapped_windows``), so a store of many more shards than ``ulimit -n`` reads
+like any other.
 
 Writers: crash-safe shard files -- temporary names, fsync, rename, and completion records.
 
@@ -29,74 +29,21 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 import re
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from lmdata.io import atomic
 from lmdata.io.atomic import TMP_MARK, fsync_dir
 from lmdata.io.location import location
-from lmdata.io.process_local import ProcessLocal
 from lmdata.errors import LmdataError
 from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, shard_file_path, verify_shard
 from lmdata.store.layout import RECORD_DIR
 from lmdata.store.protocol import FileInfo, ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
-
-# Open shards all readers of a process keep together. Each costs a file descriptor (a memmap
-# holds a dup of its file's; a ParquetFile its file); ``verify`` holds a reader per format at
-# once, so the bound is per process, not per reader: 64 leaves most of a 1,024 limit to the
-# rest of the program. Reopening a dropped shard costs an open + mmap (memmap) or a footer
-# parse (Parquet); its verification is memoized per process (``checksum.verify_shard``).
-MAX_OPEN_SHARDS = 64
-
-_open: ProcessLocal[OrderedDict[tuple[int, Any], Any]] = ProcessLocal(OrderedDict)  # (cache id, shard) -> handle
-_ids = itertools.count()
-
-
-class HandleCache:
-    """A reader's open shard handles, in one per-process LRU shared by every reader:
-    ``get(i, open_shard)`` opens shard ``i`` at most once while it is among the process's
-    ``MAX_OPEN_SHARDS`` most recently used; a dropped handle closes when its last reference
-    goes (a window copied out of a memmap keeps none). Pickles empty, and a forked child
-    starts empty (handles are never shared across processes)."""
-
-    def __init__(self) -> None:
-        self._id = next(_ids)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._id = next(_ids)
-
-    def get(self, key: Any, open_shard: Callable[[Any], Any]) -> Any:
-        handles = _open.get()
-        handle = handles.get((self._id, key))
-        if handle is not None:
-            handles.move_to_end((self._id, key))
-            return handle
-        handle = open_shard(key)
-        handles[(self._id, key)] = handle
-        while len(handles) > MAX_OPEN_SHARDS:
-            handles.popitem(last=False)
-        return handle
-
-    def __len__(self) -> int:
-        handles = _open.peek() or {}
-        return sum(1 for cache, _ in handles if cache == self._id)
-
-    def __del__(self) -> None:
-        handles = _open.peek()
-        if handles:
-            for k in [k for k in handles if k[0] == self._id]:
-                handles.pop(k, None)
-
 
 def sync_dirs(*dirs: Path) -> None:
     """fsync each existing directory once (a writer's ``finish``, before the manifest)."""

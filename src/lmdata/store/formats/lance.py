@@ -203,9 +203,12 @@ class LanceWriter(base.RecordedShardWriter):
 class LanceReader(base.ShardReader):
     """The rows covering a batch's windows, with one ``take`` per batch; opens the dataset per process."""
 
-    # Lance's runtime, once started in a process, crashes forked children (pylance warns
-    # "lance is not fork-safe"); the loader then forks from a clean forkserver instead.
-    fork_safe = False
+    @property
+    def fork_safe(self) -> bool:
+        """Whether a worker may be forked from this process: Lance's runtime, once started here
+        (its threads are running), crashes or hangs forked children, and the loader then forks
+        from a clean forkserver instead (~2 s more to the first batch, torch imported again)."""
+        return not lance_runtime_started()
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2), "extra": {"rows": int}}  # data file ... row index last
 
     def __init__(
@@ -223,6 +226,7 @@ class LanceReader(base.ShardReader):
     _fragments = per_process(lambda self: [])
     _column = per_process(lambda self: "token_bytes")  # "tokens" in a store written before token_bytes
     _row_bounds = per_process(lambda self: {})  # fragment -> ``_index``
+    _checked = per_process(lambda self: np.zeros(int(self._row_base[-1]), dtype=bool))  # row -> CRC checked here
 
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
@@ -261,27 +265,32 @@ class LanceReader(base.ShardReader):
         return shard_file_path(self.format_dir, shard, shard.files[0])
 
     def _check_rows(self, rows: np.ndarray, values: np.ndarray, offsets: np.ndarray) -> None:
-        """Refuse the take unless every row's tokens match the CRC-32 its row index records."""
+        """Refuse the take unless every row's tokens match the CRC-32 its row index records; a row
+        checked once in this process is not checked again (``_checked``)."""
         if self.verify == "size":
             return
-        frag = np.searchsorted(self._row_base, rows, side="right") - 1
-        expected = np.zeros(len(rows), dtype=np.uint32)
-        checked = np.ones(len(rows), dtype=bool)
+        todo = np.flatnonzero(~self._checked[rows])
+        if not len(todo):
+            return
+        frag = np.searchsorted(self._row_base, rows[todo], side="right") - 1
+        expected = np.zeros(len(todo), dtype=np.uint32)
+        has_crc = np.ones(len(todo), dtype=bool)
         for f, at in _by_fragment(frag):
             crcs = self._index(f)[2]
             if crcs is None:
-                checked[at] = False  # an older store: its data file was hashed whole on first touch
+                has_crc[at] = False  # an older store: its data file was hashed whole on first touch
             else:
-                expected[at] = crcs[rows[at] - self._row_base[f]]
-        bad = np.flatnonzero((row_checksums(values, offsets) != expected) & checked)
+                expected[at] = crcs[rows[todo][at] - self._row_base[f]]
+        bad = np.flatnonzero((row_checksums(values, offsets, todo) != expected) & has_crc)
         if len(bad):
             k = int(bad[0])
-            shard = self.shards[int(frag[k])]
+            row, shard = int(rows[todo[k]]), self.shards[int(frag[k])]
             raise LmdataError(
-                f"{self._data_path(shard)}: shard {shard.name} row {int(rows[k] - self._row_base[frag[k]])} fails "
+                f"{self._data_path(shard)}: shard {shard.name} row {row - int(self._row_base[frag[k]])} fails "
                 f"its CRC-32 checksum{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: the shard is "
                 "corrupt; run `lmdata verify` and re-ingest with --overwrite"
             )
+        self._checked[rows[todo]] = True
 
     def _open(self) -> Any:
         if self._ds is None:
@@ -434,6 +443,22 @@ class LanceReader(base.ShardReader):
             return self._fragments[i].to_batches(columns=list(ROW_COLUMNS), batch_size=4096)
 
         return VerifiedRows(self, scan)
+
+
+def lance_runtime_started() -> bool:
+    """Whether Lance's runtime threads run in this process (Linux: by their names; elsewhere: assume so)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as fh:
+                if fh.read().startswith("lance"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:

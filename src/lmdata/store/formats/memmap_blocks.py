@@ -6,9 +6,9 @@ manifest. The sidecar is loaded the first time a process touches the shard and c
 against its sha256 in the manifest (it is ~1/1000 of the data), so the chain manifest ->
 sidecar -> block is sound.
 
-- Local: the memmap serves the window and ``check_local`` verifies the blocks under it the
-  first time this process reads them (``VerifiedSet``), ~3 ms per 256-window batch cold,
-  nothing once seen; start-up does not grow with the store.
+- Local: the mapping serves the window and ``mapped_windows`` checks the blocks under it
+  the first time this process reads them (with ``sums`` from here), nothing once seen;
+  start-up does not grow with the store.
 - Remote: ``remote_windows`` turns a batch into byte ranges per shard, which ``RangeFiles``
   coalesces, fetches many at a time and verifies block by block (optionally through the
   local ``ByteCache``); windows are cut from the answers.
@@ -30,7 +30,7 @@ from lmdata.io.cache import ByteCache
 from lmdata.io.location import Location
 from lmdata.io.process_local import per_process
 from lmdata.io.ranges import FileRef, RangeFiles
-from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums, VerifiedSet
+from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.store.protocol import ShardInfo
 
 
@@ -55,7 +55,6 @@ class BlockReads:
                                  for s in shards], cache=self.cache) if self.remote else None
 
     _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
-    _done = per_process(lambda self: {})  # shard -> VerifiedSet of the blocks this process checked
 
     def _read(self, info: Any) -> bytes:
         return (self.format_dir / info.path).read_bytes()
@@ -81,23 +80,6 @@ class BlockReads:
             if self.files is not None:
                 self.files.files[i].check, self.files.files[i].align = sums.check, sums.block_bytes
         return sums
-
-    def check_local(self, i: int, tokens: np.ndarray, lo: int, hi: int) -> None:
-        """Verify the blocks under tokens ``[lo, hi)`` of local shard ``i`` not yet checked by this process."""
-        sums = self.sums(i)
-        if sums is None:
-            return
-        done = self._done.get(i)
-        if done is None:
-            done = self._done[i] = VerifiedSet(sums.n_blocks)
-        bb = sums.block_bytes
-        todo = done.missing(lo * self.itemsize // bb, -(-hi * self.itemsize // bb))
-        if todo is None:
-            return
-        a, b = todo[0] * bb, min(todo[1] * bb, sums.data_bytes)
-        raw = tokens.view(np.uint8)[a:b]
-        sums.check(a, raw, self.where(i))
-        done.mark(*todo)
 
     def remote_windows(self, starts: np.ndarray, length: int, seg: Any) -> np.ndarray:
         """[len(starts), length] windows read by coalesced, verified byte ranges."""

@@ -1,4 +1,4 @@
-"""The Parquet format: documents cut into bounded rows, small row groups for random reads.
+"""The Parquet format: documents cut into bounded rows; read through a decoded copy per machine.
 
 On disk, per split (``<store>/<split>/parquet/``)::
 
@@ -9,40 +9,40 @@ On disk, per split (``<store>/<split>/parquet/``)::
                           row groups of ROW_GROUP_ROWS rows; statistics on doc_id/token_offset
     _shards/00000.json    completion record (see ``base.py``)
 
-``ShardInfo.extra`` is ``{"rows": 1381, "row_groups": 87}``. A reader indexes a shard's
-row groups from its footer's doc_id/token_offset statistics when it first opens the
-shard (the footer is parsed to read the file anyway), so the manifest stays small.
+``ShardInfo.extra`` is ``{"rows": 1381, "row_groups": 87}``.
 
-Reader: one ``read_row_group`` per touched row group not in a small per-process LRU of
-decoded groups, flattened to NumPy (zero-copy from Arrow); each window is copied from
-its pieces (``windows.plan``). Integrity: a shard is checked against the manifest the
-first time a process opens it (``verify``: sha256 or size, see ``checksum.verify_shard``),
-and pages carry CRC32 checksums (written, and verified on every read), so even with
-``verify="size"`` a flipped bit in a data page is an error; any decode error is an
-``LmdataError`` naming the shard file. ``doc_starts`` reads a shard's doc_id/token_offset
-columns (no tokens); ``arrow_rows`` (for ``lmdata sql``) is a pyarrow dataset of the shards.
+Reader: the first process on a machine to read a shard decodes it whole, its bytes checked
+against the manifest's sha256 and every page against its CRC-32, into a raw token copy in
+the local cache (``parquet_cache``); windows are then cut from that copy exactly as from a
+memmap shard (``mapped_windows``: mapped without a descriptor, blocks checked once per
+process). A window therefore never decodes a row group, and workers share the copy through
+the page cache. Any decode error is an ``LmdataError`` naming the shard file.
+``doc_starts`` reads a shard's doc_id/token_offset columns (no tokens); ``arrow_rows``
+(for ``lmdata sql``) scans the shards' rows, each shard verified first.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
-from array import array
-from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmdata.io import atomic
 from lmdata.errors import LmdataError
+from lmdata.io import atomic
+from lmdata.io.mapped import map_file
 from lmdata.io.process_local import per_process
+from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
+from lmdata.store.formats.mapped_windows import MappedWindows
+from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     read_error, shard_file_path, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import plan
 
 # A row holds at most this many tokens: documents longer than that are split, so a
 # window never forces decoding a whole long document (a trial on
@@ -59,13 +59,7 @@ PIECE_TOKENS = 1024
 # and its files are a third smaller.
 ROW_GROUP_ROWS = 16
 
-DEFAULT_CACHE_BYTES = 256 << 20  # decoded row groups kept per process
-
-
-# Every page carries a CRC-32 (written always, checked on every read): the per-block check
-# the issue asks of every format, so "first-use" needs no whole-file sha256 of a Parquet shard
-# (one pass over the bytes per process); ``lmdata verify`` still hashes every file.
-PAGE_VERIFY = {"first-use": "size"}
+DEFAULT_CACHE_BYTES = 1 << 30  # decoded shards kept in a process's memory when the machine's cache is off
 
 
 def _names(index: int) -> str:
@@ -217,8 +211,8 @@ class ParquetWriter(base.RecordedShardWriter):
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
-class ParquetReader(base.ShardReader):
-    """Windows from the row groups a batch touches, with a per-process LRU of decoded groups."""
+class ParquetReader(MappedWindows, base.ShardReader):
+    """Windows from each shard decoded once per machine (``parquet_cache``), mapped like memmap shards."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
 
@@ -227,96 +221,138 @@ class ParquetReader(base.ShardReader):
         verify: str = DEFAULT_VERIFY,
     ) -> None:
         super().__init__(format_dir, shards, dtype, verify=verify)
-        self.cache_bytes = cache_bytes
-        self._bounds_list = self._shard_bounds.tolist()
+        self.cache_bytes = cache_bytes  # decoded shards kept in memory when the machine's cache is off
+        self.decoded = DecodedShards.from_env()
 
-    _files = per_process(lambda self: base.HandleCache())  # open ParquetFiles, bounded with every reader's
-    _index = per_process(lambda self: {})  # shard -> (row-group token bounds, first docs)
-    _cache = per_process(lambda self: OrderedDict())  # (shard, group) -> decoded tokens, oldest first
-    _cached = per_process(lambda self: 0)  # bytes in _cache
+    _in_memory = per_process(lambda self: 0)  # bytes of decoded shards held in this process's memory
+    _sums = per_process(lambda self: {})  # shard -> BlockSums of its decoded copy
+    _key = per_process(lambda self: {})  # shard -> the key of the copy this process mapped
 
-    def _file(self, i: int) -> Any:
-        """Shard ``i``'s open ParquetFile (size-checked first); indexes its row groups on first open."""
-        return self._files.get(i, self._open_file)
+    def _copy_key(self, i: int) -> str:
+        """The decoded copy's key: the manifest's sha256 and the identity of the file now at the shard's path."""
+        shard, path = self.shards[i], self._path(i)
+        if self.remote:
+            return copy_key(shard.files[0].sha256, f"{path.uri}:{shard.files[0].bytes}")
+        st = os.stat(path)
+        return copy_key(shard.files[0].sha256, f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
+                                               f"{st.st_mtime_ns}")
 
-    def _open_file(self, i: int) -> Any:
+    def _path(self, i: int) -> Any:
+        shard = self.shards[i]
+        if self.remote:
+            return self.format_dir / shard.files[0].path
+        return shard_file_path(self.format_dir, shard, shard.files[0])
+
+    def _open_tokens(self, i: int) -> np.ndarray:
+        """Shard ``i``'s tokens: its decoded copy mapped, decoding it first when the machine has none.
+
+        The shard file itself is size-checked first (remote: ``open_store``'s LIST did), so a damaged
+        store is refused even while a copy decoded from the sound file serves its tokens."""
+        shard = self.shards[i]
+        if not self.remote:
+            verify_shard(self.format_dir, shard, "size")
+        if self.decoded is not None:
+            nbytes = shard.n_tokens * self.dtype.itemsize
+            key = self._key[i] = self._copy_key(i)
+            path = self.decoded.get(key, self.dtype, nbytes)
+            if path is None:
+                path = self.decoded.put(key, self.dtype, self._decode(i))
+            if path is not None:
+                return map_file(path, nbytes).view(self.dtype)
+        tokens = self._decode(i)
+        self._in_memory += tokens.nbytes
+        if self._in_memory > self.cache_bytes:  # over the budget: forget every decoded shard but this one
+            self._maps, self._n_maps, self._in_memory = [None] * len(self.shards), 0, tokens.nbytes
+        return tokens
+
+    def _block_sums(self, i: int) -> BlockSums | None:
+        """The CRCs written with the decoded copy (None for a shard decoded into memory: checked as it was read)."""
+        if self.decoded is None:
+            return None
+        sums = self._sums.get(i)
+        if sums is None:
+            shard, key = self.shards[i], self._key.get(i)
+            path = None if key is None else self.decoded.get(key, self.dtype, shard.n_tokens * self.dtype.itemsize)
+            if path is None:  # decoded into memory (the cache could not be written)
+                return None
+            sums = self._sums[i] = self.decoded.sums(path)
+        return sums
+
+    def _where(self, i: int) -> str:
+        shard, key = self.shards[i], self._key.get(i)
+        copy = self.decoded.path(key, self.dtype) if self.decoded and key else "memory"
+        return f"{self._path(i)}: shard {shard.name} (decoded copy {copy})"
+
+    def _decode(self, i: int) -> np.ndarray:
+        """Shard ``i``'s tokens, from its bytes checked against the manifest (sha256 unless verify="size")."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        shard = self.shards[i]
-        if self.remote:  # row groups by ranged GETs; every page's CRC-32 is checked as it is read
-            path = self.format_dir / shard.files[0].path
-            source = path.open_input()
-        else:  # a short or corrupt file is an error, never fewer tokens
-            verify_shard(self.format_dir, shard, PAGE_VERIFY.get(self.verify, self.verify))
-            source = path = shard_file_path(self.format_dir, shard, shard.files[0])
+        shard, path = self.shards[i], self._path(i)
+        info = shard.files[0]
+        raw = path.read_bytes()
+        if len(raw) != info.bytes:
+            raise LmdataError(f"{path}: shard {shard.name} has {len(raw)} bytes, the manifest says {info.bytes}; "
+                              "the store is damaged (run `lmdata verify`; re-ingest with --overwrite)")
+        if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
+            raise LmdataError(f"{path}: shard {shard.name} fails its sha256 checksum (the file is not the one "
+                              "ingested); run `lmdata verify` and re-ingest with --overwrite")
         try:
-            pf = pq.ParquetFile(source, page_checksum_verification=True)
-        except Exception as exc:  # pyarrow raises several types for a damaged footer
-            raise LmdataError(f"{path}: shard {shard.name} is not a readable Parquet file ({exc})") from exc
-        if i not in self._index:
-            self._index[i] = _row_group_index(pf.metadata, shard, path)
-        return pf
-
-    def _bounds(self, i: int) -> array:
-        if i not in self._index:
-            self._file(i)
-        return self._index[i][0]
-
-    def _group(self, i: int, g: int) -> np.ndarray:
-        """Decoded tokens of row group ``g`` of shard ``i`` (LRU-cached)."""
-        arr = self._cache.get((i, g))
-        if arr is not None:
-            self._cache.move_to_end((i, g))
-            return arr
-        pf = self._file(i)
-        # use_threads=False: a 32 KiB group is too small for Arrow's thread pool, whose hand-off
-        # cost more than the decode here (~2x per read on this box), and loader workers are
-        # processes already.
-        try:
-            arr = flat_tokens(pf.read_row_group(g, columns=["tokens"], use_threads=False).column(0), self.dtype)
+            pf = pq.ParquetFile(pa.BufferReader(raw), page_checksum_verification=True)
+            tokens = flat_tokens(pf.read(columns=["tokens"], use_threads=False).column(0), self.dtype)
         except Exception as exc:  # pyarrow's bare OSError ("ZSTD decompression failed", a CRC mismatch)
-            raise read_error(self.format_dir / self.shards[i].files[0].path, self.shards[i], exc) from exc
-        bounds = self._index[i][0]
-        if len(arr) != bounds[g + 1] - bounds[g]:
-            raise LmdataError(
-                f"{self.format_dir / self.shards[i].files[0].path}: shard {self.shards[i].name} row group {g} "
-                f"holds {len(arr)} tokens, its statistics say {bounds[g + 1] - bounds[g]}; run `lmdata verify`"
-            )
-        self._cache[(i, g)] = arr
-        self._cached += arr.nbytes
-        while self._cached > self.cache_bytes and len(self._cache) > 1:
-            self._cached -= self._cache.popitem(last=False)[1].nbytes
-        return arr
+            raise read_error(path, shard, exc) from exc
+        if len(tokens) != shard.n_tokens:
+            raise LmdataError(f"{path}: shard {shard.name} holds {len(tokens)} tokens, the manifest says "
+                              f"{shard.n_tokens}; run `lmdata verify`")
+        return np.ascontiguousarray(tokens, dtype=self.dtype)
+
+    def _check_blocks(self, i: int, a: int, b: int) -> None:
+        try:
+            super()._check_blocks(i, a, b)
+        except LmdataError:
+            if self.decoded is None:
+                raise
+            key = self._key.get(i)
+            if key is not None:  # our decoded copy is damaged, not the store: decode it again, once
+                self.decoded.drop(self.decoded.path(key, self.dtype))
+            self._sums.pop(i, None)
+            self._forget_checks(i)
+            super()._check_blocks(i, a, b)
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        out = np.empty((len(starts), length), dtype=self.dtype)
-        for p in plan(starts, length, self._bounds_list, self._bounds):
-            out[p.window, p.out : p.out + p.n] = self._group(p.shard, p.seg)[p.lo : p.lo + p.n]
-        return out
+        return self._mapped_windows(starts, length)
 
-    def _document(self, i: int, doc_id_in_shard: int) -> np.ndarray:
-        """The row groups that may hold the document, filtered on doc_id."""
-        doc_id = doc_id_in_shard + int(self._doc_bounds[i])
-        pf = self._file(i)
-        rg_docs = self._index[i][1]
-        lo = max(0, bisect_left(rg_docs, doc_id) - 1)
-        hi = bisect_right(rg_docs, doc_id)
+    def _document(self, i: int, k: int) -> np.ndarray:
+        starts = self.doc_starts(i)
+        return np.array(self._mapped_span(i, int(starts[k]), int(starts[k + 1])))
+
+    def _file(self, i: int) -> Any:
+        """Shard ``i``'s ParquetFile, opened for one read (no descriptor kept between reads)."""
+        import pyarrow.parquet as pq
+
+        shard, path = self.shards[i], self._path(i)
         try:
-            table = pf.read_row_groups(list(range(lo, hi)), columns=["doc_id", "tokens"], use_threads=False)
-        except Exception as exc:
-            raise read_error(self.format_dir / self.shards[i].files[0].path, self.shards[i], exc) from exc
-        mask = table.column("doc_id").to_numpy() == doc_id
-        return flat_tokens(table.filter(mask).column("tokens"), self.dtype).copy()
+            return pq.ParquetFile(path.open_input() if self.remote else str(path), page_checksum_verification=True)
+        except LmdataError:
+            raise
+        except Exception as exc:  # pyarrow raises several types for a damaged footer
+            raise LmdataError(f"{path}: shard {shard.name} is not a readable Parquet file ({exc})") from exc
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length: its rows' doc_id and
         token_offset columns (no tokens decoded)."""
-        shard, pf = self.shards[i], self._file(i)
-        path = self.format_dir / shard.files[0].path
+        shard = self.shards[i]
+        path = self._path(i)
+        if not self.remote:
+            verify_shard(self.format_dir, shard, "size")
+        pf = self._file(i)
         try:
             table = pf.read(columns=["doc_id", "token_offset"], use_threads=False)
         except Exception as exc:
             raise read_error(path, shard, exc) from exc
+        finally:
+            pf.close()
         offsets = table.column("token_offset").to_numpy() - shard.first_token
         starts = row_doc_starts(table.column("doc_id").to_numpy(), offsets, shard.n_tokens)
         if len(starts) != shard.n_docs + 1:
@@ -327,27 +363,12 @@ class ParquetReader(base.ShardReader):
     def arrow_rows(self) -> VerifiedRows:
         """The split's rows for ``lmdata sql``, each shard verified before it is served (``VerifiedRows``)."""
         def scan(i: int) -> Any:
-            return self._file(i).iter_batches(batch_size=4096, columns=list(ROW_COLUMNS), use_threads=False)
+            pf = self._file(i)
+            try:
+                yield from pf.iter_batches(batch_size=4096, columns=list(ROW_COLUMNS), use_threads=False)
+            finally:
+                pf.close()
 
         return VerifiedRows(self, scan)
 
 
-def _row_group_index(meta: Any, shard: ShardInfo, path: Path) -> tuple[array, array]:
-    """From a footer's statistics: each row group's first global token (then the shard's
-    end) and first document. The footer is parsed to read the file anyway, so the index
-    costs no I/O and the manifest stays small."""
-    cols = {meta.row_group(0).column(c).path_in_schema: c for c in range(meta.num_columns)} if meta.num_row_groups else {}
-    tokens, docs = array("q"), array("q")
-    try:
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            tokens.append(int(rg.column(cols["token_offset"]).statistics.min))
-            docs.append(int(rg.column(cols["doc_id"]).statistics.min))
-    except (KeyError, AttributeError, TypeError) as exc:
-        raise LmdataError(f"{path}: shard {shard.name} lacks doc_id/token_offset statistics ({exc!r}); re-ingest") from exc
-    tokens.append(shard.first_token + shard.n_tokens)
-    if meta.num_row_groups != shard.extra.get("row_groups", meta.num_row_groups) or (
-        len(tokens) > 1 and (tokens[0] != shard.first_token or any(b <= a for a, b in zip(tokens, tokens[1:])))
-    ):
-        raise LmdataError(f"{path}: shard {shard.name} row groups do not match the manifest; run `lmdata verify`")
-    return tokens, docs

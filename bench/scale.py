@@ -1,0 +1,253 @@
+"""The loader at the sizes users have: how each cost grows with the store.
+
+    .venv/bin/python bench/scale.py                                   # 10 M, 100 M, 1 G tokens
+    .venv/bin/python bench/scale.py --sizes 10M,100M --readme bench/README.md
+    .venv/bin/python bench/scale.py --shards                          # 6 vs 111 vs 1,150 shards
+
+Stores are ``--corpus`` (../shared/corpus/english-prose.txt, ~5.7 M tokens at vocab 8,192)
+tiled N times and ingested into memmap, Parquet and Lance in one pass, cached under
+``--work``: tiling repeats the text, so the token stream repeats too (a window's content is
+real prose; what grows is the store: bytes, shards, blocks to check). Per store: ingest
+wall time, MB/s of text and peak RSS (a fresh process); then per format and worker count,
+each in a fresh process: open (``open_store`` + ``dataset``), first batch (from the
+process's start, imports included: what a training script waits), steady tokens/s
+(shuffled B=32 x 1024 windows, ``--warmup`` batches excluded, then ``--batches`` timed) and
+the PSS of the loader's processes at the end. ``--shards`` compares, on the same corpus,
+a 6-shard store (x1) with 111- and 1,150-shard stores (x20, default and
+``--shard-tokens 100000``), and the default verification with ``verify="size"``: steady on
+the small store, and the first 50 batches of the large one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section
+
+FORMATS = ("memmap", "parquet", "lance")
+WORKERS = (0, 2)
+B, L = 32, 1024
+TOKENS_PER_TILE = 5.7e6  # english-prose.txt at vocab 8,192 (measured: 5,75x,xxx)
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1e3, "M": 1e6, "G": 1e9}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def tiled_corpus(work: Path, corpus: Path, tiles: int) -> Path:
+    if tiles == 1:
+        return corpus
+    out = work / f"{corpus.stem}-x{tiles}.txt"
+    if not out.is_file() or out.stat().st_size != tiles * corpus.stat().st_size:
+        data = corpus.read_bytes()
+        tmp = out.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            for _ in range(tiles):
+                fh.write(data)
+        os.replace(tmp, out)
+    return out
+
+
+# ---------------------------------------------------------------------------- ingest
+
+_INGEST = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from lmdata.ingest import ingest
+from lmdata.sources import SourceSpec
+args = json.loads(sys.argv[1])
+ingest({"train": SourceSpec((args["text"],))}, args["tokenizer"], args["out"], shard_tokens=args["shard_tokens"],
+       overwrite=True, progress=False, log=None)
+print(json.dumps({"seconds": time.perf_counter() - t0,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def ensure_store(work: Path, corpus: Path, tokenizer: Path, tiles: int, shard_tokens: int) -> tuple[Path, dict]:
+    """The store of ``tiles`` copies of ``corpus`` (ingested once; its ingest figures kept beside it)."""
+    out = work / f"x{tiles}-s{shard_tokens}"
+    facts = out.with_suffix(".ingest.json")
+    if (out / "manifest.json").is_file() and facts.is_file():
+        return out, json.loads(facts.read_text())
+    text = tiled_corpus(work, corpus, tiles)
+    args = {"text": str(text), "tokenizer": str(tokenizer), "out": str(out), "shard_tokens": shard_tokens}
+    done = subprocess.run([sys.executable, "-c", _INGEST, json.dumps(args)], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["text_mb"] = text.stat().st_size / 1e6
+    result["mb_per_s"] = result["text_mb"] / result["seconds"]
+    facts.write_text(json.dumps(result))
+    return out, result
+
+
+# ---------------------------------------------------------------------------- one loader cell
+
+_CELL = """
+import json, os, sys, time
+t0 = time.perf_counter()
+args = json.loads(sys.argv[1])
+from lmdata.store import open_store
+from lmdata.data import make_loader
+store = open_store(args["store"])
+ds = store.dataset("train", args["L"], format=args["format"], verify=args["verify"])
+t_open = time.perf_counter() - t0
+loader = make_loader(ds, args["B"], num_workers=args["workers"], seed=args["seed"])
+it = iter(loader)
+next(it)
+t_first = time.perf_counter() - t0
+for _ in range(args["warmup"]):
+    next(it)
+t1 = time.perf_counter()
+for _ in range(args["batches"]):
+    next(it)
+dt = time.perf_counter() - t1
+
+def pss(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            return sum(int(l.split()[1]) for l in fh if l.startswith("Pss:")) / 1024
+    except OSError:
+        return 0.0
+
+kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+        open(f"/proc/{p}/stat").read().split(") ")[-1].split()[1] == str(os.getpid())]
+print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": args["batches"] * args["B"] * args["L"] / dt,
+                  "pss_mb": pss(os.getpid()) + sum(pss(k) for k in kids)}))
+"""
+
+
+def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", warmup: int = 20,
+             batches: int = 200, seed: int = 0) -> dict[str, Any]:
+    args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
+            "batches": batches, "B": B, "L": L, "seed": seed}
+    done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{fmt} w{workers} on {store}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def n_shards(store: Path, fmt: str = "memmap") -> int:
+    manifest = json.loads((store / "manifest.json").read_text())
+    return len(manifest["splits"]["train"]["formats"][fmt])
+
+
+def n_tokens(store: Path) -> int:
+    return json.loads((store / "manifest.json").read_text())["splits"]["train"]["n_tokens"]
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
+    rows = []
+    for size in args.sizes:
+        tiles = max(1, round(size / TOKENS_PER_TILE))
+        store, ingest = ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)
+        for fmt in args.formats:
+            for workers in args.workers:
+                cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)
+                rows.append({"tokens": n_tokens(store), "shards": n_shards(store), "format": fmt, "workers": workers,
+                             **cell, "ingest_mb_per_s": ingest["mb_per_s"], "ingest_rss_mb": ingest["peak_rss_mb"]})
+                print(json.dumps(rows[-1]), flush=True)
+    lines = ["| tokens | shards | ingest MB/s | ingest peak RSS | format | workers | open | first batch | "
+             "steady M tok/s | vs smallest | PSS MB |", "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    base = {(r["format"], r["workers"]): r["tokens_per_s"] for r in rows if r["tokens"] == rows[0]["tokens"]}
+    for r in rows:
+        lines.append(f"| {r['tokens'] / 1e6:,.0f} M | {r['shards']:,} | {r['ingest_mb_per_s']:.1f} | "
+                     f"{r['ingest_rss_mb']:,.0f} MB | {r['format']} | {r['workers']} | {r['open_s']:.2f} s | "
+                     f"{r['first_batch_s']:.2f} s | {r['tokens_per_s'] / 1e6:.1f} | "
+                     f"{r['tokens_per_s'] / base[(r['format'], r['workers'])]:.2f}x | {r['pss_mb']:,.0f} |")
+    return "\n".join(lines), rows
+
+
+def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
+    small, _ = ensure_store(args.work, args.corpus, tokenizer, 1, 1 << 20)
+    big, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 1 << 20)
+    many, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 100_000)
+    rows = []
+    for fmt in args.formats:
+        for workers in args.workers:
+            row = {"format": fmt, "workers": workers}
+            for name, store in (("small", small), ("big", big), ("many", many)):
+                row[name] = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)["tokens_per_s"]
+            row["size_small"] = run_cell(small, fmt, workers, verify="size", warmup=args.warmup,
+                                         batches=args.batches)["tokens_per_s"]
+            row["first50"] = run_cell(big, fmt, workers, warmup=0, batches=50, seed=1)["tokens_per_s"]
+            row["first50_size"] = run_cell(big, fmt, workers, verify="size", warmup=0, batches=50, seed=1)["tokens_per_s"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    head = (f"| format | workers | {n_shards(small)} shards, {n_tokens(small) / 1e6:.1f} M | "
+            f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
+            "default / size, steady (small) | default / size, first 50 batches (big) |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | "
+                     f"{r['big'] / 1e6:.1f} ({r['big'] / r['small']:.2f}x) | {r['many'] / 1e6:.1f} ({r['many'] / r['small']:.2f}x) | "
+                     f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x |")
+    return "\n".join(lines), rows
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for fmt in dict.fromkeys(r["format"] for r in rows):
+        for workers in dict.fromkeys(r["workers"] for r in rows):
+            pts = [(r["tokens"], r["tokens_per_s"] / 1e6) for r in rows if r["format"] == fmt and r["workers"] == workers]
+            ax.plot(*zip(*pts), marker="o", label=f"{fmt}, {workers} workers")
+    ax.set_xscale("log")
+    ax.set_xlabel("store size (tokens)")
+    ax.set_ylabel("steady loader rate (M tokens/s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    ax.set_title("lmdata loader vs store size (shuffled 32 x 1024)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    ap.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")], default="10M,100M,1G")
+    ap.add_argument("--formats", type=lambda s: s.split(","), default=",".join(FORMATS))
+    ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--shards", action="store_true", help="the 6 / 111 / 1,150-shard table instead of the scale curve")
+    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale' or '## Store size' section")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    tokenizer = ensure_tokenizer(args.tokenizer)
+    load = os.getloadavg()[0]
+    argv = " ".join(sys.argv[1:])
+    if args.shards:
+        table, rows = shards_table(args, tokenizer)
+        title, name = "Store size", "shards"
+    else:
+        table, rows = scale_table(args, tokenizer)
+        title, name = "Scale", "scale"
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(rows, args.out / "scale.png")
+    (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    body = (f"## {title}\n\n`python bench/scale.py {argv}` ({os.cpu_count()} cores, load average {load:.1f} at "
+            f"start, {time.strftime('%Y-%m-%d')}; stores tiled from {args.corpus.name}):\n\n{table}\n")
+    print(body)
+    if args.readme:
+        replace_section(args.readme, body, title)
+
+
+if __name__ == "__main__":
+    main()

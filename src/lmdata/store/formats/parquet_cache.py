@@ -1,0 +1,123 @@
+"""Parquet shards decoded once per machine into raw token files, then read like memmap shards.
+
+A window read straight from Parquet decodes the row groups under it -- 16 K tokens for the
+1,025 it needs -- and a process that keeps decoded groups in memory holds the store again
+per worker. Instead the first process on a machine to read a shard decodes it whole, once:
+
+1. it reads the shard file's bytes (local or one GET) and checks them against the
+   manifest's sha256: a check that does not travel with the file, as page CRCs do (a
+   shard replaced by another valid Parquet file of the same size is refused here);
+2. decodes the ``tokens`` column (every page's CRC-32 checked as it is decoded);
+3. writes ``<cache>/parquet/<ab>/<key>.bin`` (the raw tokens) and its block CRCs
+   ``.bin.crc`` (``store/blocks.py``), each tmp + rename, the sidecar first.
+
+Every process then maps the copy (``mapped_windows``: no descriptor, blocks checked on
+first read, shared by workers through the page cache). The key is the shard's sha256 in
+the manifest and the identity of the file it was decoded from (path, inode, size, mtime;
+an object's URI and size), so a re-ingested store never meets a stale copy, and a shard
+file rewritten after its copy was made is decoded -- and checked -- again. The cache is bounded by ``LMDATA_PARQUET_CACHE_BYTES``
+(default 64 GiB; least recently mapped copies go first); ``0`` turns it off, and then each
+process keeps decoded shards in memory instead (up to the reader's ``cache_bytes``).
+Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be written
+(a read-only home, a full disk) is the in-memory path, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from lmdata.io.atomic import temp_path
+from lmdata.io.cache import cache_root
+from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
+
+CACHE_BYTES_ENV = "LMDATA_PARQUET_CACHE_BYTES"
+DEFAULT_CACHE_BYTES = 64 << 30
+
+
+def copy_key(sha256: str, source: str) -> str:
+    """The cache key of a shard whose manifest sha256 is ``sha256``, decoded from ``source`` (its identity)."""
+    return f"{sha256}-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
+
+
+class DecodedShards:
+    """The machine's decoded copies of Parquet shards (see the module docstring)."""
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root, self.max_bytes = Path(root), int(max_bytes)
+        self._added = 0
+
+    @classmethod
+    def from_env(cls) -> "DecodedShards | None":
+        limit = os.environ.get(CACHE_BYTES_ENV)
+        limit_bytes = DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
+        return cls(cache_root() / "parquet", limit_bytes) if limit_bytes > 0 else None
+
+    def path(self, key: str, dtype: np.dtype) -> Path:
+        return self.root / key[:2] / f"{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
+
+    def get(self, key: str, dtype: np.dtype, n_bytes: int) -> Path | None:
+        """The copy of the shard with this key, if it is here whole (its use recorded for eviction)."""
+        path = self.path(key, dtype)
+        try:
+            if path.stat().st_size != n_bytes or not os.path.exists(str(path) + SIDECAR_SUFFIX):
+                return None
+            os.utime(path)
+        except OSError:
+            return None
+        return path
+
+    def put(self, key: str, dtype: np.dtype, tokens: np.ndarray) -> Path | None:
+        """Write the copy (sidecar first, then the tokens: a copy with tokens always has its CRCs);
+        None when the cache cannot be written (the caller keeps the tokens in memory)."""
+        path = self.path(key, dtype)
+        tokens = np.ascontiguousarray(tokens, dtype=np.dtype(dtype).newbyteorder("<"))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for target, write in ((Path(str(path) + SIDECAR_SUFFIX), BlockSums.of(tokens).encode()), (path, tokens)):
+                tmp = temp_path(target)
+                try:
+                    with open(tmp, "wb") as fh:
+                        fh.write(write if isinstance(write, bytes) else memoryview(write).cast("B"))
+                    os.replace(tmp, target)  # another process may write the same copy: same bytes, either wins
+                finally:
+                    tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            warnings.warn(f"{self.root}: cannot keep decoded Parquet shards here ({exc}); decoding into memory "
+                          f"instead (set LMDATA_CACHE_DIR, or {CACHE_BYTES_ENV}=0 to silence this)", RuntimeWarning,
+                          stacklevel=3)
+            return None
+        self._added += tokens.nbytes
+        if self._added > self.max_bytes // 16:
+            self._added = 0
+            self.evict()
+        return path
+
+    def sums(self, path: Path) -> BlockSums:
+        sidecar = Path(str(path) + SIDECAR_SUFFIX)
+        return BlockSums.decode(sidecar.read_bytes(), str(sidecar))
+
+    def drop(self, path: Path) -> None:
+        """Remove a copy found damaged (it is decoded again from the shard)."""
+        for p in (path, Path(str(path) + SIDECAR_SUFFIX)):
+            p.unlink(missing_ok=True)
+
+    def evict(self) -> None:
+        """Delete the least recently mapped copies until the cache holds at most ``max_bytes``."""
+        entries = []
+        for path in self.root.glob("*/*.bin"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            entries.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            self.drop(path)
+            total -= size

@@ -1,0 +1,91 @@
+"""Parquet shards decoded once per machine: what the loader reads, and what it refuses."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.store import open_store
+from lmdata.store.formats.parquet import ROW_GROUP_ROWS
+
+
+def _windows(store, n=64, length=65, seed=0):
+    reader = open_store(store).reader("train", "parquet")
+    starts = np.random.default_rng(seed).integers(0, reader.n_tokens - length, size=n)
+    return reader, starts, reader.windows(starts, length)
+
+
+def test_windows_come_from_one_decoded_copy_per_shard_shared_by_readers(sample_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    memmap = open_store(sample_store).reader("train", "memmap")
+    reader, starts, got = _windows(sample_store)
+    np.testing.assert_array_equal(got, memmap.windows(starts, 65))
+    copies = sorted((tmp_path / "cache" / "parquet").glob("*/*.bin"))
+    touched = set(np.searchsorted(reader._shard_bounds, starts, side="right") - 1)
+    assert len(copies) == len(touched) and all((c.parent / (c.name + ".crc")).is_file() for c in copies)
+    mtimes = [c.stat().st_mtime_ns for c in copies]
+    _, _, again = _windows(sample_store)  # another reader (another process would be the same): no new decode
+    np.testing.assert_array_equal(again, got)
+    assert all(c.stat().st_mtime_ns >= m for c, m in zip(copies, mtimes))
+    assert len(list((tmp_path / "cache").rglob("*.bin"))) == len(copies)
+
+
+def test_with_the_cache_off_shards_are_decoded_into_memory(sample_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")
+    memmap = open_store(sample_store).reader("train", "memmap")
+    reader, starts, got = _windows(sample_store)
+    np.testing.assert_array_equal(got, memmap.windows(starts, 65))
+    assert not (tmp_path / "cache").exists() and reader.decoded is None
+
+
+def test_a_damaged_decoded_copy_is_decoded_again(sample_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    _, starts, got = _windows(sample_store)
+    for copy in (tmp_path / "cache" / "parquet").glob("*/*.bin"):
+        data = bytearray(copy.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        copy.write_bytes(bytes(data))
+    _, _, again = _windows(sample_store)
+    np.testing.assert_array_equal(again, got)
+
+
+def _swap_two_tokens(path, size):
+    """The shard rewritten as another valid Parquet file of the same size and layout: two tokens
+    swapped, page CRCs recomputed by the writer (what a page check cannot see). Tries pairs until
+    the zstd output has the original size."""
+    table = pq.read_table(path)
+    tokens = table.column("tokens").combine_chunks()
+    values = tokens.values.to_numpy()
+    for i in np.flatnonzero(values[1:] != values[:-1])[:300].tolist():
+        swapped = values.copy()
+        swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
+        lists = pa.ListArray.from_arrays(tokens.offsets, pa.array(swapped, type=tokens.type.value_type))
+        other = table.set_column(table.schema.get_field_index("tokens"), "tokens", lists)
+        sink = pa.BufferOutputStream()
+        pq.write_table(other, sink, row_group_size=ROW_GROUP_ROWS, compression="zstd", use_dictionary=False,
+                       write_statistics=["doc_id", "token_offset"], write_page_checksum=True)
+        data = sink.getvalue().to_pybytes()
+        if len(data) == size:
+            path.write_bytes(data)
+            return
+    pytest.skip("no swap of two tokens kept the file's size (the size check refuses every other)")
+
+
+def test_a_same_size_valid_parquet_file_with_other_tokens_is_refused(sample_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    shard = open_store(store).manifest.splits["train"].formats["parquet"][0]
+    path = store / "train" / "parquet" / shard.files[0].path
+    _swap_two_tokens(path, path.stat().st_size)
+    reader = open_store(store).reader("train", "parquet")
+    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its sha256"):
+        reader.windows(np.array([0]), 65)
+    with pytest.raises(LmdataError, match="sha256"):
+        open_store(store).document("train", 0, format="parquet")
