@@ -99,13 +99,14 @@ store = open_store(args["store"])
 ds = store.dataset("train", args["L"], format=args["format"], verify=args["verify"])
 t_open = time.perf_counter() - t0
 loader = make_loader(ds, args["B"], num_workers=args["workers"], seed=args["seed"])
+batches = min(args["batches"], len(loader) - args["warmup"] - 1)  # one epoch: a small store has few batches
 it = iter(loader)
 next(it)
 t_first = time.perf_counter() - t0
 for _ in range(args["warmup"]):
     next(it)
 t1 = time.perf_counter()
-for _ in range(args["batches"]):
+for _ in range(batches):
     next(it)
 dt = time.perf_counter() - t1
 
@@ -118,7 +119,7 @@ def pss(pid):
 
 kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and
         open(f"/proc/{p}/stat").read().split(") ")[-1].split()[1] == str(os.getpid())]
-print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": args["batches"] * args["B"] * args["L"] / dt,
+print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
                   "pss_mb": pss(os.getpid()) + sum(pss(k) for k in kids)}))
 """
 
@@ -135,7 +136,7 @@ def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", 
 
 def n_shards(store: Path, fmt: str = "memmap") -> int:
     manifest = json.loads((store / "manifest.json").read_text())
-    return len(manifest["splits"]["train"]["formats"][fmt])
+    return len(manifest["splits"]["train"]["formats"][fmt]["shards"])
 
 
 def n_tokens(store: Path) -> int:

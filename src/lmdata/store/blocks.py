@@ -116,7 +116,17 @@ class BlockSums:
 
     def check(self, offset: int, data: bytes | memoryview | np.ndarray, where: str) -> None:
         """Refuse ``data`` (read at the aligned ``offset``) unless every block matches, naming ``where``."""
-        bad = self.bad_blocks(offset, data)
+        self._refuse(self.bad_blocks(offset, data), where)
+
+    def check_blocks(self, data: np.ndarray, blocks: np.ndarray, where: str) -> None:
+        """Refuse unless each of ``blocks`` (indices) of the whole file ``data`` matches, naming ``where``."""
+        view, bb = memoryview(data).cast("B"), self.block_bytes
+        if len(view) != self.data_bytes:
+            self._refuse([min(len(view), self.data_bytes) // bb], where)
+        found = np.fromiter((_crc32(view[b * bb:b * bb + bb]) for b in blocks.tolist()), np.uint32, len(blocks))
+        self._refuse(blocks[found != self.crcs[blocks]].tolist(), where)
+
+    def _refuse(self, bad: list[int], where: str) -> None:
         if bad:
             at = bad[0] * self.block_bytes
             raise LmdataError(

@@ -88,38 +88,39 @@ class MappedWindows:
         return self._tokens(i)[lo:hi]
 
     def _check_pieces(self, shard: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Check the blocks under tokens ``[lo, hi)`` of each ``shard`` not yet checked in this process."""
+        """Check the blocks under tokens ``[lo, hi)`` of each ``shard`` not yet checked in this process.
+
+        The batch's unchecked blocks are found in a few NumPy calls and then checked shard by
+        shard with one CRC call per block: on a 1 G-token store a first-touch window costs a
+        4 KiB CRC, not a Python call chain per window (0.12 ms each before, ~7x the read)."""
         if not len(shard):
             return
-        size = self.dtype.itemsize
-        base = self._block_base[shard]
+        size, block_base = self.dtype.itemsize, self._block_base
+        base = block_base[shard]
         b0 = base + lo * size // BLOCK_BYTES
         count = (hi * size - 1) // BLOCK_BYTES + 1 + base - b0
+        blocks = concat_ranges(b0, count)
         done = self._done
-        seen = done[concat_ranges(b0, count)]
-        if seen.all():
+        todo = blocks[~done[blocks]]
+        if not len(todo):
             return
-        whole = np.logical_and.reduceat(seen, np.cumsum(count) - count)
-        for k in np.flatnonzero(~whole).tolist():
-            self._check_blocks(int(shard[k]), int(b0[k] - base[k]), int(b0[k] - base[k] + count[k]))
+        todo = np.unique(todo)
+        owner = np.searchsorted(block_base, todo, side="right") - 1
+        cuts = np.flatnonzero(np.diff(owner)) + 1
+        for run, i in zip(np.split(todo, cuts), owner[np.concatenate([[0], cuts])].tolist()):
+            self._check_blocks(i, run - int(block_base[i]))
 
-    def _check_blocks(self, i: int, a: int, b: int) -> None:
-        """Check blocks ``[a, b)`` of shard ``i`` against its recorded CRCs; mark them checked."""
-        base, done = int(self._block_base[i]), self._done
+    def _check_blocks(self, i: int, blocks: np.ndarray) -> None:
+        """Check shard ``i``'s blocks ``blocks`` (sorted local indices) against its CRCs; mark them checked."""
         sums = self._block_sums(i)
         if sums is not None:
+            raw = self._tokens(i).view(np.uint8)
             if sums.block_bytes != BLOCK_BYTES:  # another block size: check every read, remember nothing
-                nbytes = self.shards[i].n_tokens * self.dtype.itemsize
-                lo, hi = sums.aligned(a * BLOCK_BYTES, min(b * BLOCK_BYTES, nbytes))
-                sums.check(lo, self._tokens(i).view(np.uint8)[lo:hi], self._where(i))
+                lo, hi = sums.aligned(int(blocks[0]) * BLOCK_BYTES, min((int(blocks[-1]) + 1) * BLOCK_BYTES, len(raw)))
+                sums.check(lo, raw[lo:hi], self._where(i))
                 return
-            todo = np.flatnonzero(~done[base + a:base + b])
-            if not len(todo):  # checked by an earlier window of the same batch
-                return
-            a, b = a + int(todo[0]), a + int(todo[-1]) + 1
-            raw = self._tokens(i).view(np.uint8)[a * BLOCK_BYTES:b * BLOCK_BYTES]
-            sums.check(a * BLOCK_BYTES, raw, self._where(i))
-        done[base + a:base + b] = True
+            sums.check_blocks(raw, blocks, self._where(i))
+        self._done[blocks + int(self._block_base[i])] = True
 
     def _forget_checks(self, i: int) -> None:
         """Shard ``i``'s blocks are to be checked again (its file was replaced)."""

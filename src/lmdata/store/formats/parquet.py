@@ -307,9 +307,9 @@ class ParquetReader(MappedWindows, base.ShardReader):
                               f"{shard.n_tokens}; run `lmdata verify`")
         return np.ascontiguousarray(tokens, dtype=self.dtype)
 
-    def _check_blocks(self, i: int, a: int, b: int) -> None:
+    def _check_blocks(self, i: int, blocks: np.ndarray) -> None:
         try:
-            super()._check_blocks(i, a, b)
+            super()._check_blocks(i, blocks)
         except LmdataError:
             if self.decoded is None:
                 raise
@@ -318,7 +318,7 @@ class ParquetReader(MappedWindows, base.ShardReader):
                 self.decoded.drop(self.decoded.path(key, self.dtype))
             self._sums.pop(i, None)
             self._forget_checks(i)
-            super()._check_blocks(i, a, b)
+            super()._check_blocks(i, blocks)
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         return self._mapped_windows(starts, length)
