@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 import random
 
 import numpy as np
@@ -62,3 +64,22 @@ def test_refusals_name_the_file(tmp_path):
         load_checkpoint(evil)
     with pytest.raises(LmdataError, match="no such file"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+@pytest.mark.parametrize("how", ["torch.save", "raw pickle"])
+def test_a_crafted_checkpoint_is_refused_as_unsafe_not_truncated(tmp_path, how):
+    crafted = tmp_path / "ckpt-00000001.pt"
+    payload = {"version": 1, "model": {}, "x": _RunsCode()}
+    if how == "torch.save":
+        torch.save(payload, crafted)
+    else:
+        crafted.write_bytes(pickle.dumps(payload, protocol=2))
+    with pytest.raises(LmdataError) as err:
+        load_checkpoint(crafted)
+    msg = str(err.value)
+    assert "ckpt-00000001.pt" in msg and "unsafe" in msg and "system" in msg and "truncated" not in msg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,3 +99,82 @@ def test_export_without_a_loadable_tokenizer_is_one_line(trained, sample_store, 
         main(["export", str(run), "--to", "hf", "--out", str(tmp_path / "hf")])
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "hf").exists()
+
+
+def test_reexport_replaces_only_the_export_files(trained, tmp_path):
+    out = tmp_path / "hf"
+    export(trained, out)
+    (out / "README.md").write_text("my notes")
+    (out / "adapter").mkdir()
+    (out / "adapter" / "adapter_model.safetensors").write_bytes(b"lora")
+    (out / "vocab.json").write_text("{}")  # what an export of an earlier lmdata wrote: stale now
+    (out / "lmdata-export.json").write_text('{"to": "hf"}')  # ... and its marker, which listed no files
+    export(trained, out)
+    assert (out / "README.md").read_text() == "my notes"
+    assert (out / "adapter" / "adapter_model.safetensors").read_bytes() == b"lora"
+    assert not (out / "vocab.json").exists()
+    assert (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_export_files_are_readable_by_others(trained, tmp_path):
+    out = export(trained, tmp_path / "hf")
+    for p in [out, *out.iterdir()]:
+        assert p.stat().st_mode & 0o004, p  # world-readable under the usual umask, like any file a tool writes
+
+
+def test_export_refuses_a_tokenizer_copy_that_is_not_the_checkpoints(trained, tmp_path, capsys):
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    ckpt = run / "checkpoints" / "ckpt-00000006.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    payload["meta"]["store"] = str(tmp_path / "gone")  # the store moved: the copy is all there is
+    torch.save(payload, ckpt)
+    vocab, merges = train_bpe(str(Path(__file__).parents[2] / "data" / "sample.txt"), 300, ["<|endoftext|>"])
+    shutil.rmtree(run / "checkpoints" / "tokenizer")
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(run / "checkpoints" / "tokenizer")  # another tokenizer
+    with pytest.raises(SystemExit, match="1"):
+        main(["export", str(run), "--to", "hf", "--out", str(tmp_path / "hf")])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not the one checkpoint" in err
+    assert not (tmp_path / "hf").exists()
+    from lmdata.train.sample import sample
+
+    with pytest.raises(LmdataError, match="is not the one checkpoint"):
+        sample(run, "Once", max_tokens=2)
+
+
+def test_llama3_style_imported_tokenizer_exports_and_auto_tokenizer_gives_our_ids(tmp_path):
+    """A tokenizer.json as `tokenizers` writes Llama 3's shape -> import -> ingest -> train -> export."""
+    from hf_shapes import build
+    from lmdata.ingest import ingest
+    from lmdata.sources import SourceSpec
+    from lmdata.tokenizer import Tokenizer
+    from lmdata.train.loop import train
+
+    ours_tok = Tokenizer.from_hf(build("llama3", tmp_path))
+    ours_tok.save(tmp_path / "tok")
+    store = tmp_path / "store"
+    sample_txt = str(Path(__file__).parents[2] / "data" / "sample.txt")
+    ingest({"train": SourceSpec((sample_txt,))}, tmp_path / "tok", store, formats=("memmap",), workers=1,
+           holdout=("train", "validation", 4), progress=False, log=None)
+    run = tmp_path / "run"
+    train(cfg(store, run, steps=2, d_model=32, layers=1, heads=2, d_ff=64, eval_every=0, ckpt_every=0))
+    out = tmp_path / "hf"
+    main(["export", str(run), "--to", "hf", "--out", str(out), "--eos-token", "<|end_of_text|>"])
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    assert auto.eos_token == "<|end_of_text|>"
+    assert transformers.AutoConfig.from_pretrained(out).eos_token_id == ours_tok.special_ids["<|end_of_text|>"]
+    for text in ["Once upon a time, they'LL say 123456 things.\n\n  x", "日本語のテキスト and Привет мир 😀👍🏽",
+                 "<|begin_of_text|>a<|endoftext|>b<|end_of_text|>", "\t\t \n \r\n!!!??  DON'T", ""]:
+        assert auto(text)["input_ids"] == ours_tok.encode(text), text
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert hf.config.vocab_size >= ours_tok.vocab_size
+
+
+def test_eos_token_must_be_a_special_token(trained, tmp_path, capsys):
+    with pytest.raises(SystemExit, match="1"):
+        main(["export", str(trained), "--to", "hf", "--out", str(tmp_path / "hf"), "--eos-token", "</s>"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--eos-token '</s>'" in err and "<|endoftext|>" in err

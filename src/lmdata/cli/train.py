@@ -59,8 +59,10 @@ def sample(checkpoint: str, prompt: str, max_tokens: int, temperature: float, to
 @click.argument("checkpoint", type=click.Path(exists=True))
 @click.option("--to", "to", default="hf", show_default=True, help="Target format: hf (a Hugging Face Llama directory).")
 @click.option("--out", required=True, type=click.Path(), help="Directory to write (new, empty, or an earlier export).")
-def export(checkpoint: str, to: str, out: str) -> None:
+@click.option("--eos-token", default=None, metavar="NAME",
+              help="Special token HF ends generation with (default: the store's end-of-text token).")
+def export(checkpoint: str, to: str, out: str, eos_token: str | None) -> None:
     """Export CHECKPOINT (a ckpt-*.pt file or a run folder) for other tools: --to hf -> AutoModelForCausalLM."""
     from lmdata.train.export import export as run_export
 
-    click.echo(f"exported: {run_export(checkpoint, out, to)}")
+    click.echo(f"exported: {run_export(checkpoint, out, to, eos_token)}")

@@ -47,7 +47,10 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-            "vocab": {token_to_str(tok): i for i, tok in sorted(vocab.items()) if i not in specials},
+            # special tokens too: `tokenizers` gives an added token missing from model.vocab the next free
+            # id, whatever its "id" says (right only when the specials happen to come last)
+            "vocab": {token_to_str(tok) if i not in specials else tok.decode("utf-8"): i
+                      for i, tok in sorted(vocab.items())},
             "merges": [f"{token_to_str(a)} {token_to_str(b)}" for a, b in merges],
         },
     }

@@ -183,6 +183,13 @@ def _payload_bytes(obj: Any) -> int:
     return 0
 
 
+def _refusal_reason(message: str) -> str:
+    """The line of torch's weights_only refusal that says what it met (``unsupported GLOBAL posix.system``)."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    found = next((ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln or "unsupported" in ln), None)
+    return (found or "content the weights_only unpickler refuses")[:120].rstrip(".")
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The checkpoint's payload (weights_only load); unreadable/truncated -> LmdataError naming the file."""
     path = Path(path)
@@ -191,10 +198,11 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, bad pickle opcode, disallowed global, ...
-        if "Weights only load failed" in str(exc) and "Unsupported global" in str(exc):
+        if "Weights only load failed" in str(exc):  # a blocked GLOBAL, an opcode the safe unpickler refuses, ...
             raise LmdataError(
-                f"checkpoint {path}: holds pickled Python objects, not only tensors and plain values; "
-                "refusing to load it (weights_only) -- it was not written by lmdata"
+                f"checkpoint {path}: refused as unsafe -- it holds pickled Python objects or code, not only "
+                f"tensors and plain values ({_refusal_reason(str(exc))}); lmdata loads checkpoints with "
+                "weights_only and never runs such content: it was not written by lmdata, use a trusted checkpoint"
             ) from None
         raise LmdataError(
             f"checkpoint {path}: unreadable ({type(exc).__name__}); it is truncated or not a checkpoint -- "

@@ -9,10 +9,13 @@ are permuted alike, and v is not touched. The written directory::
 
     DIR/config.json              LlamaConfig (model_type llama, tie_word_embeddings false)
     DIR/model.safetensors        fp32 weights under HF's names (model.layers.N.self_attn.q_proj.weight, ...)
-    DIR/vocab.json, merges.txt   the store's tokenizer in GPT-2's files (byte-level BPE, GPT-2 regex)
-    DIR/tokenizer_config.json    GPT2Tokenizer, <|endoftext|> as bos/eos/unk
-    DIR/special_tokens_map.json
-    DIR/lmdata-export.json       what wrote it (checkpoint, step, tokenizer hash): marks DIR as ours
+    DIR/generation_config.json   bos/eos ids
+    DIR/tokenizer.json           the checkpoint's tokenizer (``Tokenizer.to_hf_json``: any pattern),
+                                 checked against the checkpoint's tokenizer hash first
+    DIR/tokenizer_config.json    PreTrainedTokenizerFast; bos/eos: the store's end-of-text token
+    DIR/special_tokens_map.json  (or ``--eos-token NAME``)
+    DIR/lmdata-export.json       what wrote it (checkpoint, step, tokenizer hash, its files): marks
+                                 DIR as ours; a later export replaces only those files
 
 tests/train/test_export.py loads it with ``AutoModelForCausalLM`` and checks logits against
 ours (max abs difference <= 1e-4 in fp32) and the greedy continuation.
@@ -29,7 +32,6 @@ from typing import Any
 
 import torch
 
-from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.train.checkpoint import read_checkpoint
 
@@ -85,40 +87,51 @@ def llama_config(mcfg: dict[str, Any], eot_id: int) -> dict[str, Any]:
     }
 
 
-def hf_loadable_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
-    """The checkpoint's tokenizer if Hugging Face can load it as GPT-2-style byte-level BPE, else LmdataError."""
-    from lmdata.tokenizer.pretokenize import GPT2_PATTERN
+def checked_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
+    """The checkpoint's tokenizer, whatever its pattern, refused unless its hash is the checkpoint's."""
     from lmdata.train.sample import load_tokenizer
 
     try:
-        tok = load_tokenizer(ckpt, meta)
+        return load_tokenizer(ckpt, meta)
     except LmdataError as exc:
         raise LmdataError(f"export --to hf: no tokenizer Hugging Face can load: {exc}") from None
-    pattern = tok.pattern
-    if pattern != GPT2_PATTERN:
-        raise LmdataError(f"export --to hf: the tokenizer of checkpoint {ckpt} pre-tokenizes with another regex "
-                          "than GPT-2's, which GPT2Tokenizer files cannot express; export it with tokenizer.json")
-    if EOT not in tok.special_tokens:
-        raise LmdataError(f"export --to hf: the tokenizer of checkpoint {ckpt} has no <|endoftext|> token")
-    return tok
 
 
-def write_hf_tokenizer(tok: Any, out: Path, context_length: int) -> None:
-    """vocab.json + merges.txt (GPT-2 form) + tokenizer_config.json that AutoTokenizer loads.
+def eos_token(tok: Any, eot_id: int, name: str | None, ckpt: Path) -> str:
+    """The special token that ends a document: ``--eos-token`` if given, else the one of the store's eot id."""
+    specials = tok.special_ids
+    if name is not None:
+        if name not in specials:
+            listed = ", ".join(specials) or "none"
+            raise LmdataError(f"--eos-token {name!r}: not a special token of the tokenizer of {ckpt} "
+                              f"(its special tokens: {listed})")
+        return name
+    by_id = {i: t for t, i in specials.items()}
+    if eot_id in by_id:
+        return by_id[eot_id]
+    raise LmdataError(f"export --to hf: checkpoint {ckpt} ends documents with id {eot_id}, which is not a special "
+                      "token of its tokenizer; pass --eos-token NAME")
 
-    When lmdata.tokenizer gains its Hugging Face tokenizer.json export, call it here instead
-    (it also carries a non-GPT-2 pattern, which these files cannot).
+
+def write_hf_tokenizer(tok: Any, out: Path, context_length: int, eos: str) -> None:
+    """tokenizer.json (``Tokenizer.to_hf_json``: any pattern) + the configs AutoTokenizer reads.
+
+    BOS is the document separator too: every document the model saw started after one.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        tok.save(tmp)  # our saved form: vocab.json and merges.txt are already GPT-2's files
-        for name in ("vocab.json", "merges.txt"):
-            shutil.copyfile(Path(tmp) / name, out / name)
-    eot = EOT
-    specials = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
-    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": int(context_length),
-              "add_prefix_space": False, "clean_up_tokenization_spaces": False, **specials}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
+    from lmdata.tokenizer import hf
+
+    (out / "tokenizer.json").write_text(tok.to_hf_json(), encoding="utf-8")
+    specials = {"bos_token": eos, "eos_token": eos}
+    config = json.loads(hf.config_json(tok.special_ids)) | specials | {"model_max_length": int(context_length)}
+    config.pop("unk_token", None)  # byte-level BPE never needs one
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n", encoding="utf-8")
+
+
+# what an export writes (the marker last); earlier exports also wrote GPT-2's vocab.json/merges.txt
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+         "special_tokens_map.json")
+LEGACY_FILES = ("vocab.json", "merges.txt")
 
 
 def _check_out(out: Path) -> None:
@@ -130,8 +143,50 @@ def _check_out(out: Path) -> None:
                           "choose a new or empty directory")
 
 
-def export(checkpoint: str | Path, out: str | Path, to: str = "hf") -> Path:
-    """Write the export of ``checkpoint`` (a ckpt-*.pt file or a run folder) to ``out``; returns ``out``."""
+def _earlier_files(out: Path) -> set[str]:
+    """The files the earlier export in ``out`` wrote (its marker lists them; older ones: the fixed names)."""
+    try:
+        listed = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if isinstance(listed, list) and all(isinstance(n, str) and "/" not in n for n in listed):
+        return set(listed)
+    return set(FILES) | set(LEGACY_FILES)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where /proc allows."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move the export's files from ``tmp`` into ``out`` one rename each, marker last; files of an
+    earlier export that this one does not write are removed, anything else in ``out`` is left alone."""
+    out.mkdir(parents=True, exist_ok=True)
+    stale = _earlier_files(out) - {p.name for p in tmp.iterdir()}
+    mode = 0o666 & ~_umask()  # safetensors writes 0600: the model would be readable by its owner alone
+    for p in sorted(tmp.iterdir(), key=lambda p: p.name == MARKER):
+        os.chmod(p, mode)
+        os.replace(p, out / p.name)
+    for name in stale - {MARKER}:
+        if (out / name).is_file():
+            (out / name).unlink()
+
+
+def export(checkpoint: str | Path, out: str | Path, to: str = "hf", eos_token_name: str | None = None) -> Path:
+    """Write the export of ``checkpoint`` (a ckpt-*.pt file or a run folder) to ``out``; returns ``out``.
+
+    Into an earlier export only the files an export writes are replaced (a README or adapter
+    the user added there stays).
+    """
     from lmdata.train.sample import find_checkpoint
 
     if to not in TARGETS:
@@ -139,29 +194,27 @@ def export(checkpoint: str | Path, out: str | Path, to: str = "hf") -> Path:
     try:
         from safetensors.torch import save_file
     except ImportError:
-        raise LmdataError("export --to hf needs safetensors: pip install 'lmdata[dev]' (or safetensors)") from None
+        raise LmdataError("export --to hf needs safetensors: pip install 'lmdata[hf]' (or safetensors)") from None
     out = Path(out)
     _check_out(out)
     ckpt = find_checkpoint(checkpoint)
     payload = read_checkpoint(ckpt)
     meta, mcfg = payload["meta"], payload["meta"]["model_config"]
-    config = llama_config(mcfg, int(meta["eot_id"]))
-    tok = hf_loadable_tokenizer(ckpt, meta)
+    tok = checked_tokenizer(ckpt, meta)
+    eos = eos_token(tok, int(meta["eot_id"]), eos_token_name, ckpt)
+    config = llama_config(mcfg, tok.special_ids[eos])
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         save_file(hf_state_dict(payload["model"], mcfg), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        write_hf_tokenizer(tok, tmp, int(mcfg["context_length"]))
+        generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
+        (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        write_hf_tokenizer(tok, tmp, int(mcfg["context_length"]), eos)
         (tmp / MARKER).write_text(json.dumps({"checkpoint": str(ckpt.resolve()), "step": int(payload["step"]),
-                                              "tokenizer_hash": meta.get("tokenizer_hash"), "to": to}, indent=2) + "\n")
-        old = None
-        if out.exists():  # an earlier export (checked above): swap it out, then delete it
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old)
+                                              "tokenizer_hash": meta.get("tokenizer_hash"), "to": to,
+                                              "files": [*FILES, MARKER]}, indent=2) + "\n")
+        _publish(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

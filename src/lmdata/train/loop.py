@@ -307,6 +307,7 @@ class TrainingRun:
         if not source.is_dir():
             self.log(f"warning: {source} is missing; `lmdata sample` will need a tokenizer copied to {target}")
             return
+        self.store.tokenizer()  # refuses a tokenizer/ that fails the manifest's hash: never copy another one
         tmp = self.ckpt_dir / f".tokenizer.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source, tmp)

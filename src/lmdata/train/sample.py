@@ -28,7 +28,8 @@ def find_checkpoint(path: str | Path) -> Path:
 
 
 def load_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
-    """The store's tokenizer if the store still matches, else the copy beside the checkpoint."""
+    """The store's tokenizer if the store still matches, else the copy beside the checkpoint,
+    refused unless its hash is the checkpoint's (another tokenizer would decode other text)."""
     from lmdata.store import open_store
     from lmdata.tokenizer import Tokenizer
 
@@ -41,7 +42,12 @@ def load_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
                 f"checkpoint {ckpt}: its store {meta.get('store')} is gone or changed and there is no "
                 f"tokenizer copy in {copy}; restore the store or copy its tokenizer/ directory there"
             ) from None
-        return Tokenizer.load(copy)
+        tok = Tokenizer.load(copy)
+    want = meta.get("tokenizer_hash")
+    if want is not None and tok.hash != want:
+        raise LmdataError(f"{copy}: tokenizer {tok.hash[:19]} is not the one checkpoint {ckpt} was trained with "
+                          f"({str(want)[:19]}); put that tokenizer's directory back there")
+    return tok
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
