@@ -112,7 +112,11 @@ def _remote_json(obj: Location) -> Any:
 
 
 def check_bucket(loc: Location, flag: str) -> None:
-    """A one-line error now, not a failed upload after the whole ingest, if ``loc`` cannot be written."""
+    """A one-line error now, not a failed upload after the whole ingest, if ``loc`` cannot be written.
+
+    Called only once every refusal has passed: pyarrow's delete of the probe leaves a 0-byte
+    directory marker (``<prefix>/``) behind (apache/arrow#36275), which a refused run must not
+    leave in a user's prefix."""
     probe = loc / ".lmdata-write-probe"
     probe.write_bytes(b"")
     probe.delete()
@@ -122,7 +126,6 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
                   log: Callable[[str], None] | None, **kwargs: Any) -> Any:
     """Run the ingest ``run`` into ``out``'s staging directory, then ``publish`` it to ``out``."""
     loc = location(out, flag="--out")
-    check_bucket(loc, "--out")
     existing = loc.list(recursive=True)
     if existing and not (resume or overwrite):
         raise LmdataError(
@@ -140,9 +143,10 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
                 "ingest-plan.json of lmdata's); refusing to write or delete there -- choose another prefix"
             )
         refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
-        if overwrite:
-            for x in existing:  # only the objects our layout names (checked above); never the whole prefix
-                x.loc.delete()
+    check_bucket(loc, "--out")  # after the refusals: a refused run writes nothing there
+    if existing and overwrite:
+        for x in existing:  # only the objects our layout names (checked above); never the whole prefix
+            x.loc.delete()
     staging = staging_dir(loc)
     if not resume and staging.exists():
         shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI
