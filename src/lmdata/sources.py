@@ -71,6 +71,9 @@ class SourceSpec:
     separator: str = DEFAULT_SEPARATOR
     text_field: str = "text"
     errors: str = "strict"
+    # (path, bytes) of each file as hashed for the manifest: each file's read ends by checking that it
+    # still has that size and was not modified while read (``check_unchanged``); empty: no record
+    expect: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -84,6 +87,8 @@ class SourceSpec:
 class Document(NamedTuple):
     text: str
     raw_bytes: int  # bytes of the (decompressed) input this document consumed, separators included
+    source: int = 0  # index of its file among the split's files (``expand`` order): its provenance
+    offset: int = 0  # where it starts in that file: byte (text, lines, jsonl; decompressed) or row
 
 
 @dataclass
@@ -246,36 +251,37 @@ def check_text(path: Location, head: bytes) -> None:
         raise LmdataError(f"input {path}: {what}; --errors replace does not apply to binary files")
 
 
-def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     sep = spec.separator.encode("utf-8")
     lines: list[bytes] = []
     start = consumed = 0
     for offset, line in _read_lines(path):
         consumed += len(line)
         if line.rstrip(b"\r\n") == sep:
-            yield from _emit(path, b"".join(lines), spec, stats, start, consumed)
+            yield from _emit(path, b"".join(lines), spec, stats, start, consumed, source)
             lines, consumed = [], 0
             start = offset + len(line)
         else:
             lines.append(line)
-    yield from _emit(path, b"".join(lines), spec, stats, start, consumed)
+    yield from _emit(path, b"".join(lines), spec, stats, start, consumed, source)
 
 
-def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int) -> Iterator[Document]:
+def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int,
+          source: int) -> Iterator[Document]:
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
     if data:
-        yield Document(decode(data, spec.errors, str(path), offset, stats), consumed)
+        yield Document(decode(data, spec.errors, str(path), offset, stats), consumed, source, offset)
 
 
-def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for offset, line in _read_lines(path):
         data = line.rstrip(b"\r\n")
         if data:
-            yield Document(decode(data, spec.errors, str(path), offset, stats), len(line))
+            yield Document(decode(data, spec.errors, str(path), offset, stats), len(line), source, offset)
 
 
-def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for lineno, (offset, line) in enumerate(_read_lines(path), start=1):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -291,10 +297,11 @@ def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> It
         if not isinstance(value, str):
             raise LmdataError(f"{where}: field {spec.text_field!r} is {type(value).__name__}, not a string")
         if value:
-            yield Document(no_surrogates(value, spec.errors, f"{where}: field {spec.text_field!r}", stats), len(line))
+            yield Document(no_surrogates(value, spec.errors, f"{where}: field {spec.text_field!r}", stats), len(line),
+                           source, offset)
 
 
-def _parquet_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _parquet_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -311,12 +318,13 @@ def _parquet_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> 
                     f"input {path}: no column {spec.text_field!r} (columns: {', '.join(pf.schema_arrow.names)}); "
                     "set text_field (--text-field)"
                 )
-            yield from _column_documents(path, pf.iter_batches(batch_size=1024, columns=[spec.text_field]), spec, stats)
+            yield from _column_documents(path, pf.iter_batches(batch_size=1024, columns=[spec.text_field]), spec, stats,
+                                         source)
         except (pa.ArrowException, OSError, EOFError) as exc:
             raise LmdataError(f"input {path}: not a readable Parquet file ({exc})") from None
 
 
-def _arrow_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _arrow_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     import pyarrow as pa
 
     try:
@@ -331,12 +339,13 @@ def _arrow_documents(path: Location, spec: SourceSpec, stats: SourceStats) -> It
             if spec.text_field not in schema.names:
                 raise LmdataError(f"input {path}: no column {spec.text_field!r} (columns: {', '.join(schema.names)}); "
                                   "set text_field (--text-field)")
-            yield from _column_documents(path, (b.select([spec.text_field]) for b in batches), spec, stats)
+            yield from _column_documents(path, (b.select([spec.text_field]) for b in batches), spec, stats, source)
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise LmdataError(f"input {path}: not a readable Arrow IPC file ({exc})") from None
 
 
-def _column_documents(path: Location, batches: Iterator[Any], spec: SourceSpec, stats: SourceStats) -> Iterator[Document]:
+def _column_documents(path: Location, batches: Iterator[Any], spec: SourceSpec, stats: SourceStats,
+                      source: int) -> Iterator[Document]:
     """Documents of one-column record batches (string or binary: binary is decoded as UTF-8)."""
     import pyarrow as pa
 
@@ -353,21 +362,52 @@ def _column_documents(path: Location, batches: Iterator[Any], spec: SourceSpec, 
                 continue
             text = decode(value, spec.errors, f"{path} row {row - 1}", 0, stats) if is_binary else value
             if text:
-                yield Document(text, len(value) if is_binary else len(text.encode("utf-8")))
+                yield Document(text, len(value) if is_binary else len(text.encode("utf-8")), source, row - 1)
 
 
 _READERS = {"text": _text_documents, "lines": _line_documents, "jsonl": _jsonl_documents,
             "parquet": _parquet_documents, "arrow": _arrow_documents}
 
 
-def iter_documents(spec: SourceSpec, stats: SourceStats | None = None, files: list[Location] | None = None) -> Iterator[Document]:
-    """Every document of every file of ``spec``, in order (files sorted within each glob)."""
+def iter_documents(spec: SourceSpec, stats: SourceStats | None = None, files: list[Location] | None = None,
+                   first_source: int = 0) -> Iterator[Document]:
+    """Every document of every file of ``spec``, in order (files sorted within each glob); each
+    carries its file's index (from ``first_source``: a task given one file of many passes its
+    index) and its offset there. A file that changed while it was read is an error at its end."""
     stats = stats if stats is not None else SourceStats()
-    for path in files if files is not None else expand(spec.paths):
+    expect = dict(spec.expect)
+    for i, path in enumerate(files if files is not None else expand(spec.paths), start=first_source):
         stats.files.append(str(path))
-        for doc in _READERS[kind_of(path, spec.kind)](path, spec, stats):
+        before = identity(path)
+        for doc in _READERS[kind_of(path, spec.kind)](path, spec, stats, i):
             stats.documents += 1
             yield doc
+        check_unchanged(path, before, expect.get(str(path)))
+
+
+def identity(path: Location) -> tuple[int | None, int | None]:
+    """(size, mtime in ns) of a file now: what ``check_unchanged`` compares (an object: size only)."""
+    if path.remote:
+        return path.size(), None
+    try:
+        st = os.stat(path.path)
+    except OSError:
+        return None, None
+    return st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path: Location, before: tuple[int | None, int | None], recorded: int | None) -> None:
+    """At the end of a file's read: it must still be the file the manifest records (``recorded``
+    bytes) and unchanged since its read began, else the store would hold part of one file under
+    another's size and sha256 (a file truncated or rewritten while being ingested)."""
+    now = identity(path)
+    if recorded is not None and now[0] != recorded:
+        what = f"now {now[0]:,} bytes" if now[0] is not None else "now missing"
+        raise LmdataError(f"input {path} changed while it was ingested: {recorded:,} bytes when hashed for the "
+                          f"manifest, {what}; stop whatever writes it and rerun the ingest")
+    if now != before:
+        raise LmdataError(f"input {path} changed while it was ingested (size or modification time differ from "
+                          "the start of its read); stop whatever writes it and rerun the ingest")
 
 
 # ---------------------------------------------------------------------------- splits

@@ -9,6 +9,7 @@ document is plain text; only the ingest appends the end-of-text id.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -45,17 +46,33 @@ def encode_texts(texts: list[str], eot: int, dtype: str) -> tuple[np.ndarray, np
     return batch.tokens, batch.lengths, batch.text_bytes
 
 
-def batches(docs: Iterable[Any], eot: int, dtype: str, progress: Callable[[int], None]) -> Iterator[tuple]:
-    """``encode_texts`` arguments of ~``BATCH_BYTES`` of text each; ``progress(raw bytes)`` per batch."""
+def batches(docs: Iterable[Any], eot: int, dtype: str, progress: Callable[[int], None],
+            origins: deque | None = None) -> Iterator[tuple]:
+    """``encode_texts`` arguments of ~``BATCH_BYTES`` of text each; ``progress(raw bytes)`` per batch.
+
+    ``origins``: each batch's ``[n_docs, 2]`` (source, offset) array is appended to it as the
+    batch is yielded (the ``ShardCutter``'s provenance; results come back in batch order).
+    """
     texts: list[str] = []
+    where: list[int] = []  # source, offset, source, offset, ...
     size = 0
     for doc in docs:
         texts.append(doc.text)
+        where += doc[2:4]
         size += doc.raw_bytes
         if size >= BATCH_BYTES or len(texts) >= BATCH_DOCS:
             progress(size)
+            if origins is not None:
+                origins.append(origin_array(where))
             yield texts, eot, dtype
-            texts, size = [], 0
+            texts, where, size = [], [], 0
     if texts:
         progress(size)
+        if origins is not None:
+            origins.append(origin_array(where))
         yield texts, eot, dtype
+
+
+def origin_array(flat: list[int]) -> np.ndarray:
+    """``[source, offset, source, offset, ...]`` -> the ``[n_docs, 2]`` int64 origins of a batch."""
+    return np.array(flat, dtype=np.int64).reshape(-1, 2)

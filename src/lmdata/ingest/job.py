@@ -13,8 +13,8 @@
       engine = Engine(tokenizer_dir, workers, address)   # before the store is touched
       Engine.check_installed()                             # before any work
       engine.start(store_tokenizer_dir, tok)               # the store's copy exists (tok: it, loaded)
-      engine.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress)
-          -> ({format: [ShardInfo]}, SplitReport)
+      engine.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress, provenance=p)
+          -> ({format: [ShardInfo]}, SplitReport)         # p: a ProvenanceWriter for the core's cutter
       engine.stop()                                        # idempotent
 
 - ``resume`` and the refusals: see ``output``; shard cutting and prefix reuse: ``shards``.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,9 @@ from lmdata.io.atomic import NoSpaceError
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
-from lmdata.sources import SourceSpec, expand, iter_documents, plan_splits
+from lmdata.sources import SourceSpec, SplitSource, expand, iter_documents, plan_splits
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
+from lmdata.store.provenance import ProvenanceWriter
 from lmdata.store.registry import BUILTIN_FORMATS
 from lmdata.io.location import location
 
@@ -79,6 +80,12 @@ def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:
     from lmdata.store.registry import get_format
 
     return {fmt: get_format(fmt).writer for fmt in formats}
+
+
+def _expecting(source: SplitSource, described: list[dict[str, Any]]) -> SplitSource:
+    """``source`` whose reads check each file against its manifest record (``SourceSpec.expect``)."""
+    expect = tuple((str(d["path"]), int(d["bytes"])) for d in described)
+    return replace(source, spec=replace(source.spec, expect=expect))
 
 
 def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | Path, *,
@@ -147,9 +154,13 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             writing = True
             for name, source in plan.items():
                 writers = {fmt: cls(out / name / fmt, np.dtype(dtype)) for fmt, cls in writer_classes.items()}
-                shards, report = runner.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress)
                 sources = plan_json["splits"][name]["sources"]
-                manifest.splits[name] = SplitInfo(report.documents, report.tokens, sources, shards)
+                source = _expecting(source, sources)  # each file's read ends by checking it is still this one
+                origins = ProvenanceWriter(out / name)
+                shards, report = runner.ingest_split(name, source, writers, eot, dtype, shard_tokens, progress,
+                                                     provenance=origins)
+                manifest.splits[name] = SplitInfo(report.documents, report.tokens, sources, shards,
+                                                  origins.finish(report.documents, report.tokens))
                 result.splits[name] = report
                 if log:
                     log(report.line())

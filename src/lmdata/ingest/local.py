@@ -24,6 +24,7 @@ from lmdata.ingest.encode import batches, encode_texts, init_worker, use_tokeniz
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceStats, SplitSource, iter_documents
 from lmdata.store.protocol import FormatWriter, ShardInfo
+from lmdata.store.provenance import ProvenanceWriter
 
 
 def ordered_map(pool: Any, items: Iterable[tuple], depth: int) -> Iterator[Any]:
@@ -114,10 +115,12 @@ class LocalEngine:
             self.pool = None
 
     def ingest_split(self, name: str, source: SplitSource, writers: dict[str, FormatWriter], eot: int,
-                     dtype: str, shard_tokens: int, show_progress: bool) -> tuple[dict, SplitReport]:
-        """One split through every writer; returns each format's shards and the split's report."""
+                     dtype: str, shard_tokens: int, show_progress: bool,
+                     provenance: ProvenanceWriter | None = None) -> tuple[dict, SplitReport]:
+        """One split through every writer (and each document's origin to ``provenance``);
+        returns each format's shards and the split's report."""
         t0 = time.perf_counter()
-        done, prefix = start_split(writers)
+        done, prefix = start_split(writers, provenance)
         reused = next(iter(prefix.values()))
         stats, report = SourceStats(), SplitReport(name, reused_shards=len(reused))
         docs = itertools.islice(iter_documents(source.spec, stats), source.start, source.stop)
@@ -128,12 +131,13 @@ class LocalEngine:
                     report.text_bytes += len(doc.text.encode("utf-8"))
                     bar.update(doc.raw_bytes)
                 cutter = ShardCutter(background, done, shard_tokens, len(reused), sum(s.n_docs for s in reused),
-                                     sum(s.n_tokens for s in reused))
-                items = batches(docs, eot, dtype, bar.update)
+                                     sum(s.n_tokens for s in reused), provenance)
+                origins: deque | None = deque() if provenance is not None else None
+                items = batches(docs, eot, dtype, bar.update, origins)
                 encoded = ((encode_texts(*b) for b in items) if self.pool is None
                            else ordered_map(self.pool, items, 2 * self.workers + 2))
                 for tokens, lengths, nbytes in encoded:
-                    cutter.add(tokens, lengths)
+                    cutter.add(tokens, lengths, origins.popleft() if origins is not None else None)
                     report.text_bytes += nbytes
                     report.tokens += len(tokens)
                     bar.set_postfix_str(f"{report.tokens / (time.perf_counter() - t0):,.0f} tokens/s", refresh=False)

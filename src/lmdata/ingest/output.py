@@ -43,11 +43,12 @@ from lmdata.io.atomic import fsync_dir
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
-from lmdata.store.layout import LOCK_NAME, MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR
+from lmdata.store.layout import LOCK_NAME, MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import read_manifest
 from lmdata.store.readlock import holders
 
 _PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
+OWNED_PROVENANCE = re.compile(r"origins-\d{5}\.npy|_shards")  # store/provenance.py's names
 _PROBE = re.compile(r"\.write-test-\d+")  # open_output's writability probe
 
 
@@ -166,17 +167,15 @@ def store_layout(out: Path) -> dict[str, set[str]] | None:
 
 def foreign_files(out: Path, layout: dict[str, set[str]]) -> list[str]:
     """Paths under ``out`` (relative) that no ingest of this layout writes: a user's files."""
-    from lmdata.store.registry import get_format
-
     out = Path(out)
     top = {MANIFEST_NAME, PLAN_NAME, LOCK_NAME, TOKENIZER_DIR, *layout}
     foreign = [n for n in foreign_entries(out, lambda n: n in top or _PROBE.fullmatch(n) is not None)]
     for split, formats in layout.items():
         if not (out / split).is_dir():
             continue
-        foreign += [f"{split}/{n}" for n in foreign_entries(out / split, formats.__contains__)]
-        for fmt in formats:
-            owned = getattr(get_format(fmt).writer, "OWNED", None)
+        foreign += [f"{split}/{n}" for n in foreign_entries(out / split, lambda n: n in formats or n == PROVENANCE_DIR)]
+        for fmt in [*formats, PROVENANCE_DIR]:
+            owned = _owned(fmt)
             if owned is not None and (out / split / fmt).is_dir():
                 foreign += [f"{split}/{fmt}/{n}" for n in foreign_entries(out / split / fmt, owned.fullmatch)]
     return foreign
@@ -197,21 +196,29 @@ def layout_from(manifest: dict | None, plan: dict | None) -> dict[str, set[str]]
 
 def foreign_keys(keys: list[str], layout: dict[str, set[str]]) -> list[str]:
     """``foreign_files`` for the relative object names of a prefix on object storage."""
-    from lmdata.store.registry import get_format
-
     top = {MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR, *layout}
     foreign = []
     for key in keys:
         parts = key.split("/")
-        ok = parts[0] in top and (parts[0] not in layout or len(parts) > 2 and parts[1] in layout[parts[0]])
+        ok = parts[0] in top and (parts[0] not in layout or len(parts) > 2 and
+                                  (parts[1] in layout[parts[0]] or parts[1] == PROVENANCE_DIR))
         if ok and parts[0] in layout:
-            owned = getattr(get_format(parts[1]).writer, "OWNED", None)
+            owned = _owned(parts[1])
             ok = owned is None or owned.fullmatch(parts[2]) is not None
         if ok and parts[0] in (MANIFEST_NAME, PLAN_NAME):
             ok = len(parts) == 1
         if not ok:
             foreign.append(key)
     return foreign
+
+
+def _owned(table: str) -> Any:
+    """The names a format's writer (or the provenance writer) creates in its directory; None: any."""
+    from lmdata.store.registry import get_format
+
+    if table == PROVENANCE_DIR:
+        return OWNED_PROVENANCE
+    return getattr(get_format(table).writer, "OWNED", None)
 
 
 def prepare(out: Path, *, resume: bool, overwrite: bool) -> None:

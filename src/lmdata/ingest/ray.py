@@ -93,14 +93,15 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
     (row,) = table.to_pylist()
     keep_from, skip_to, stop = window
     stats, g = SourceStats(), row["first_doc"]
-    docs = iter_documents(spec, stats, files=[location(row["path"])])
+    docs = iter_documents(spec, stats, files=[location(row["path"])], first_source=row["file"])
     texts: list[str] = []
+    where: list[int] = []  # each encoded document's (source, offset): its provenance
     batch = raw = skipped_raw = skipped_bytes = 0
 
     def emit(last: bool) -> Any:
         return pa.table({
             "file": [row["file"]], "batch": [batch], "last": [last], "raw": [raw],
-            "texts": pa.array([texts], pa.list_(pa.large_string())),
+            "texts": pa.array([texts], pa.list_(pa.large_string())), "origins": [encode.origin_array(where).tobytes()],
             "replaced": [stats.replaced if last else 0], "skipped_bytes": [skipped_bytes if last else 0],
             "skipped_raw": [skipped_raw if last else 0],
         })
@@ -111,6 +112,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
             break
         if g >= skip_to:
             texts.append(doc.text)
+            where += doc[2:4]
             raw += doc.raw_bytes
         elif g >= keep_from:
             skipped_bytes += len(doc.text.encode("utf-8"))
@@ -118,7 +120,7 @@ def _read_file(table: Any, spec: SourceSpec, window: tuple[int, int, int | None]
         g += 1
         if raw >= batch_bytes or len(texts) >= encode.BATCH_DOCS:
             yield emit(False)
-            texts, raw, batch = [], 0, batch + 1
+            texts, where, raw, batch = [], [], 0, batch + 1
     yield emit(True)
 
 
@@ -198,8 +200,8 @@ class RayEngine:
             self._started = False
 
     def ingest_split(self, name: str, source: Any, writers: dict[str, Any], eot: int, dtype: str,
-                     shard_tokens: int, show_progress: bool) -> tuple[dict, SplitReport]:
-        return ingest_split(name, source, writers, self, eot, dtype, shard_tokens, show_progress)
+                     shard_tokens: int, show_progress: bool, provenance: Any = None) -> tuple[dict, SplitReport]:
+        return ingest_split(name, source, writers, self, eot, dtype, shard_tokens, show_progress, provenance)
 
 
 def _check_address(address: str | None) -> None:
@@ -374,23 +376,23 @@ def check_committed(label: str, writer: FormatWriter, shards: list, last_docs: d
 
 
 def ingest_split(name: str, source: Any, writers: dict[str, Any], engine: RayEngine, eot: int,
-                 dtype: str, shard_tokens: int, show_progress: bool) -> tuple[dict, SplitReport]:
+                 dtype: str, shard_tokens: int, show_progress: bool, provenance: Any = None) -> tuple[dict, SplitReport]:
     """``LocalEngine.ingest_split`` on Ray: the same arguments, the same result."""
     ray = require_ray()
     t0 = time.perf_counter()
     report = SplitReport(name)
-    done, prefix = start_split(writers)
+    done, prefix = start_split(writers, provenance)
     reused = next(iter(prefix.values()))
     skip = sum(s.n_docs for s in reused)
     dispatch = _Dispatch(depth=2 * engine.cpus)
     proxies = {fmt: _TaskWriter(fmt, w, dispatch) for fmt, w in writers.items()}
-    cutter = ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused))
+    cutter = ShardCutter(proxies, done, shard_tokens, len(reused), skip, sum(s.n_tokens for s in reused), provenance)
     bar = progress_bar(name, source, show_progress)
     docs = tokens = 0
     try:
         window = (source.start, source.start + skip, source.stop)
         for row in _encoded(engine, source.spec, window, eot, dtype):
-            cutter.add(row["tokens"], row["lengths"])
+            cutter.add(row["tokens"], row["lengths"], np.frombuffer(row["origins"], np.int64).reshape(-1, 2))
             report.text_bytes += row["text_bytes"] + row["skipped_bytes"]
             report.replaced += row["replaced"]
             docs, tokens = docs + row["n_docs"], tokens + row["n_tokens"]

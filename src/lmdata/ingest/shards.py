@@ -6,6 +6,10 @@
 - ``resume`` re-reads the documents of shards every format already completed (cheap: no
   tokenizing) and skips them (``reusable_prefix``); later shards are recomputed, so cut
   points match an uninterrupted run.
+- Provenance (``lmdata.store.provenance``): an engine that passes each batch's ``origins``
+  (``[n_docs, 2]``: source index, offset) to ``ShardCutter.add`` gets each shard's origins
+  written before the formats get the shard; ``start_split`` counts the provenance records
+  among the formats, so a reused shard always has its origins.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import numpy as np
 
 from lmdata.io.streams import strip_compression
 from lmdata.sources import SplitSource, expand, kind_of
+from lmdata.store.layout import PROVENANCE_DIR
 from lmdata.store.protocol import FormatWriter, ShardInfo
+from lmdata.store.provenance import ProvenanceWriter
 
 
 @dataclass
@@ -52,27 +58,38 @@ class ShardCutter:
     """Collects encoded documents and hands complete shards to the writers.
 
     A writer's ``write_shard`` may return a ``ShardInfo`` or a handle the engine resolves
-    later (a Future, a Ray object ref); ``written`` keeps whatever it returned.
+    later (a Future, a Ray object ref); ``written`` keeps whatever it returned. With a
+    ``provenance`` writer every ``add`` must bring its batch's origins.
     """
 
     def __init__(self, writers: dict[str, FormatWriter], done: dict[str, dict[int, ShardInfo]],
-                 shard_tokens: int, index: int, first_doc: int, first_token: int) -> None:
+                 shard_tokens: int, index: int, first_doc: int, first_token: int,
+                 provenance: ProvenanceWriter | None = None) -> None:
         self.writers, self.done, self.shard_tokens = writers, done, shard_tokens
         self.index, self.first_doc, self.first_token = index, first_doc, first_token
+        self.provenance = provenance
         self.pieces: list[np.ndarray] = []
         self.lengths: list[int] = []
+        self.origins: list[np.ndarray] = []
         self.n = 0
         self.written: dict[str, list[Any]] = {fmt: [] for fmt in writers}
 
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        offset = 0
-        for length in lengths.tolist():
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, origins: np.ndarray | None = None) -> None:
+        if self.provenance is not None and (origins is None or len(origins) != len(lengths)):
+            raise RuntimeError("ShardCutter.add: a batch without the origins of each of its documents")
+        offset = first = 0
+        for k, length in enumerate(lengths.tolist()):
             if self.n and self.n + length > self.shard_tokens:
+                if origins is not None:
+                    self.origins.append(origins[first:k])
+                    first = k
                 self.flush()
             self.pieces.append(tokens[offset : offset + length])
             self.lengths.append(length)
             self.n += length
             offset += length
+        if origins is not None:
+            self.origins.append(origins[first:])
 
     def flush(self) -> None:
         if not self.n:
@@ -80,6 +97,8 @@ class ShardCutter:
         tokens = np.concatenate(self.pieces)
         doc_starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=doc_starts[1:])
+        if self.provenance is not None:
+            self._write_origins()
         for fmt, writer in self.writers.items():
             have = self.done[fmt].get(self.index)
             if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (
@@ -91,7 +110,14 @@ class ShardCutter:
         self.index += 1
         self.first_doc += len(self.lengths)
         self.first_token += self.n
-        self.pieces, self.lengths, self.n = [], [], 0
+        self.pieces, self.lengths, self.origins, self.n = [], [], [], 0
+
+    def _write_origins(self) -> None:
+        """This shard's origins, durable before any format has the shard (skipped when on disk)."""
+        have = self.done.get(PROVENANCE_DIR, {}).get(self.index)
+        if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (len(self.lengths), self.n, self.first_doc):
+            return  # the interrupted run wrote it (the plan is the same, so are the origins)
+        self.provenance.write_shard(self.index, np.concatenate(self.origins), self.n, self.first_doc, self.first_token)
 
 
 def reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[ShardInfo]]:
@@ -112,11 +138,14 @@ def reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[Sha
     return prefix
 
 
-def start_split(writers: dict[str, FormatWriter]) -> tuple[dict[str, dict[int, ShardInfo]], dict[str, list[ShardInfo]]]:
+def start_split(writers: dict[str, FormatWriter], provenance: ProvenanceWriter | None = None,
+                ) -> tuple[dict[str, dict[int, ShardInfo]], dict[str, list[ShardInfo]]]:
     """Before a split: (each format's completed shards, the prefix every format can reuse);
-    partial files of an interrupted run are removed."""
-    done = {fmt: w.completed() for fmt, w in writers.items()}
-    for w in writers.values():
+    partial files of an interrupted run are removed. With ``provenance``, its records count
+    as a format's (key ``PROVENANCE_DIR``, after the formats): a shard without them is redone."""
+    tables: dict[str, Any] = {**writers, **({PROVENANCE_DIR: provenance} if provenance is not None else {})}
+    done = {fmt: w.completed() for fmt, w in tables.items()}
+    for w in tables.values():
         w.cleanup_partial()
     return done, reusable_prefix(done)
 

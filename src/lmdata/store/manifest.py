@@ -29,7 +29,7 @@ from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
 FORMAT_VERSION = 2  # 2: memmap shards carry block checksums (tokens-*.bin.crc); version 1 stores still read
-from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, TOKENIZER_DIR
+from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 
 STORE_FORMAT = "lmdata-store"  # the manifest's "format": what makes a directory an lmdata store
 DTYPES = ("uint16", "uint32")
@@ -95,7 +95,8 @@ _MEMBER = {"name": Text(), "n_docs": int, "n_tokens": int, "rows?": int}
 _SHARD_EXTRA = {"rows?": int, "row_groups?": int, "token_bytes?": bool, "fragment?": dict, "members?": [_MEMBER]}
 _SHARD = {"name": Text(), "n_docs": int, "n_tokens": int, "first_doc": int, "first_token": int,
           "files?": [FILE_SPEC], "extra?": _SHARD_EXTRA}
-_SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each({"shards": [_SHARD]})}
+_SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each({"shards": [_SHARD]}),
+          "provenance?": {"shards": [_SHARD]}}  # store/provenance.py: each document's source
 _SPLIT_EXTRA = {"text_bytes?": (int, type(None)), "replaced?": int}
 SCHEMA = {
     "format?": Text(), "format_version": int, "lmdata_version?": str,
@@ -185,6 +186,7 @@ class SplitInfo:
     n_tokens: int
     sources: list[dict[str, Any]] = field(default_factory=list)
     formats: dict[str, list[ShardInfo]] = field(default_factory=dict)
+    provenance: list[ShardInfo] | None = None  # each document's source (``store.provenance``); None: unknown
 
 
 @dataclass
@@ -214,6 +216,7 @@ class Manifest:
                     "n_tokens": s.n_tokens,
                     "sources": s.sources,
                     "formats": {f: {"shards": [sh.to_json() for sh in shards]} for f, shards in s.formats.items()},
+                    **({} if s.provenance is None else {"provenance": {"shards": [sh.to_json() for sh in s.provenance]}}),
                 }
                 for name, s in self.splits.items()
             },
@@ -252,6 +255,8 @@ class Manifest:
                         f: [ShardInfo.from_json(sh) for sh in entry["shards"]]
                         for f, entry in s.get("formats", {}).items()
                     },
+                    provenance=([ShardInfo.from_json(sh) for sh in s["provenance"]["shards"]]
+                                if "provenance" in s else None),
                 )
                 for name, s in obj["splits"].items()
             }
@@ -303,7 +308,8 @@ def read_manifest(store: Any) -> Manifest:
         raise LmdataError(f"{manifest_loc}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
     manifest = Manifest.from_json(obj, where=str(manifest_loc))
     for split, info in manifest.splits.items():
-        for fmt, shards in info.formats.items():
+        tables = {**info.formats, **({PROVENANCE_DIR: info.provenance} if info.provenance is not None else {})}
+        for fmt, shards in tables.items():
             for shard in shards:
                 for f in shard.files:
                     if loc.remote:  # no symlinks on object storage: the relative path is the check
