@@ -18,6 +18,7 @@ holds for every byte-level BPE pattern we know of.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 
@@ -86,7 +87,13 @@ class Pattern:
             regex.compile(pattern)
         except regex.error as exc:
             raise LmdataError(f"--pattern {pattern!r}: not a valid regex ({exc})") from None
-        return cls(pattern)
+        made = cls(pattern)
+        try:
+            made.findall(PROBE)
+        except LmdataError as exc:
+            raise LmdataError(f"--pattern {pattern!r}: {exc}; a pre-tokenizer pattern must match every "
+                              "character (end it with e.g. |\\s+|[^\\s]+)") from None
+        return made
 
     @cached_property
     def compiled(self) -> "regex.Pattern":
@@ -94,8 +101,28 @@ class Pattern:
 
     @property
     def findall(self):
-        """``findall(text) -> list[str]``: the pre-tokens of text holding no special tokens."""
-        return self.compiled.findall
+        """``findall(text) -> list[str]``: the pre-tokens of text holding no special tokens.
+
+        A custom pattern's pieces are whole matches (a capture group counts as non-capturing,
+        as in Hugging Face and tiktoken), must cover the text (else LmdataError: text would be
+        dropped), and a match that backtracks past ``regex_timeout`` is refused.
+        """
+        return self.compiled.findall if self.name else self._checked_findall
+
+    def _checked_findall(self, text: str) -> list[str]:
+        timeout = regex_timeout(len(text))
+        try:
+            if self.compiled.groups:
+                pieces = [m.group() for m in self.compiled.finditer(text, timeout=timeout)]
+            else:
+                pieces = self.compiled.findall(text, timeout=timeout)
+        except TimeoutError:
+            raise LmdataError(f"pre-tokenizer pattern {self.text!r} ran past {timeout:.1f}s on a text of {len(text)} "
+                              f"characters (catastrophic backtracking); simplify the pattern, or raise "
+                              f"{TIMEOUT_ENV}") from None
+        if sum(map(len, pieces)) != len(text):
+            raise LmdataError(f"pre-tokenizer pattern {self.text!r} does not match {_first_gap(text, pieces)}")
+        return pieces
 
     @property
     def hf_text(self) -> str:
@@ -139,6 +166,34 @@ class Pattern:
 
     def __repr__(self) -> str:
         return f"Pattern({self.name or self.text!r})"
+
+
+TIMEOUT_ENV = "LMDATA_REGEX_TIMEOUT"
+# every ASCII character plus letters, digits, marks and spaces of other scripts: what a
+# pattern that drops text is caught on when it is given (train, import, load)
+PROBE = ("".join(map(chr, range(128))) + " it's I'LL x\u00a0y \u00c9t\u00e9 na\u0308ive \u4f60\u597d \u0661\u0662 "
+         "\u2167 \U0001f642 \u2028\u3000z\r\n\n  \t end")
+
+
+def regex_timeout(chars: int) -> float:
+    """Seconds a custom regex may take on a text of ``chars`` characters: a base (``LMDATA_REGEX_TIMEOUT``,
+    default 5) plus 20 us a character, so a backtracking blow-up ends (and Ctrl-C is seen) within it."""
+    try:
+        base = float(os.environ.get(TIMEOUT_ENV, "5"))
+    except ValueError:
+        raise LmdataError(f"{TIMEOUT_ENV} must be a number of seconds") from None
+    return base + 2e-5 * chars
+
+
+def _first_gap(text: str, pieces: list[str]) -> str:
+    """Where the pieces first fail to cover ``text``: 'the character 'x' at offset 3'."""
+    at = 0
+    for piece in pieces:
+        if not text.startswith(piece, at):
+            break
+        at += len(piece)
+    at = min(at, len(text) - 1)
+    return f"the character {text[at]!r} at offset {at}; its pieces would drop text"
 
 
 _CACHE: dict[str, Pattern] = {}
