@@ -7,13 +7,19 @@ Who decides what (so worker count can never change a rank's batches):
   ``b*B .. b*B+B-1`` of this rank's share (positions ``i*world_size + rank`` of the epoch,
   the remainder dropped) sent through a keyed ``Permutation`` of all samples. No index
   array is ever built, and resuming at batch ``b`` is O(1): the sampler simply starts there.
+- The order is global: position ``p`` of epoch ``e`` is the same sample whatever the
+  world size, and the ranks of a W-rank run read positions ``p = i*W + rank``. A resumed
+  epoch starts at a global position (``base``, the first not yet read), so a state saved by
+  rank 0 of a W-rank run resumes under any W' (elastic resume): every new rank loads that
+  one state and together they continue the order, nothing read twice, nothing skipped but
+  the remainder a drop-last epoch end drops.
 - Workers only read: one ``dataset.batch(indices)`` per batch, in the store's compact dtype;
   the main process widens it into int64 ``(inputs, targets)`` (``collate_windows``).
 - ``TokenLoader`` counts the batches *handed to the user*, not those the DataLoader
   prefetched, so ``state_dict()`` after ``k`` batches resumes at batch ``k`` exactly.
 
-``sampling="random"`` is nanoGPT's ``get_batch``: uniform random token offsets, drawn
-from ``(seed, epoch, rank, batch)`` so it resumes the same way; an "epoch" is as many
+``sampling="random"`` is nanoGPT's ``get_batch``: uniform random token offsets, position
+``p``'s drawn from ``(seed, epoch, p)`` so it resumes the same way, under any world size; an "epoch" is as many
 batches as the shuffled mode has. ``sampling="sequential"`` keeps dataset order
 (validation). Iterating a loader runs the rest of the current epoch, then the epoch
 counter advances; ``for epoch ...: for inputs, targets in loader:`` is the usual loop.
@@ -29,12 +35,12 @@ import torch
 
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
-from lmdata.data.permutation import Permutation, derive_key
+from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import InFlight, ThreadReads, defer_sigchld_errors, in_next, worker_deaths, worker_held
 from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: + "base" and "position" (global positions; elastic resume). 1 still loads.
 BLOCK_BATCHES = 64  # batches whose sample indices are permuted in one call (~0.15 ms -> ~0.01 ms a batch)
 
 
@@ -46,10 +52,10 @@ class EpochSampler:
         self.n_samples, self.batch_size, self.seed, self.group = n_samples, batch_size, seed, group
         self.rank, self.world_size, self.sampling = rank, world_size, sampling
         self.drop_last, self.n_offsets = drop_last, n_offsets
-        self.per_rank = n_samples // world_size  # equal shares; the remainder is dropped
         self.epoch, self.start = 0, 0
+        self.base = 0  # global position of this epoch's batch 0 (> 0 in an epoch resumed elastically)
         self._perm: tuple[tuple[int, int], Permutation] | None = None  # last (seed, epoch)'s permutation
-        self._block: tuple[tuple[int, int, int], np.ndarray] | None = None  # last block of permuted indices
+        self._block: tuple[tuple[int, ...], np.ndarray] | None = None  # last block of permuted indices
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_perm": None, "_block": None}
@@ -60,6 +66,19 @@ class EpochSampler:
         return self._perm[1]
 
     @property
+    def per_rank(self) -> int:
+        """This rank's share of the epoch from ``base``: equal shares, the remainder dropped."""
+        return max(self.n_samples - self.base, 0) // self.world_size
+
+    def positions(self, lo: int, hi: int) -> np.ndarray:
+        """Global positions of this rank's share entries ``lo .. hi - 1``."""
+        return self.base + np.arange(lo, hi, dtype=np.int64) * self.world_size + self.rank
+
+    def position_after(self, batches: int) -> int:
+        """The first global position not read once every rank has handed out ``batches`` batches."""
+        return self.base + min(batches * self.batch_size, self.per_rank) * self.world_size
+
+    @property
     def batches_per_epoch(self) -> int:
         full, rest = divmod(self.per_rank, self.batch_size)
         return full + int(rest > 0 and not self.drop_last)
@@ -67,19 +86,18 @@ class EpochSampler:
     def batch(self, epoch: int, b: int) -> np.ndarray:
         """Sample indices (token offsets when ``sampling="random"``) of batch ``b``."""
         lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, self.per_rank)
-        if self.sampling == "random":
-            rng = np.random.Generator(np.random.PCG64(derive_key(self.seed, epoch, self.rank, b)))
-            return rng.integers(0, self.n_offsets, size=hi - lo, dtype=np.int64)
+        if self.sampling == "random":  # modulo bias: below n_offsets / 2^64
+            return (mix64_array(self.positions(lo, hi), derive_key(self.seed, epoch)) % np.uint64(self.n_offsets)).astype(np.int64)
         if self.sampling == "sequential":
-            return np.arange(lo, hi, dtype=np.int64) * self.world_size + self.rank
+            return self.positions(lo, hi)
         # the permutation's cost is mostly per call (a few NumPy passes of cycle-walking),
         # so the indices of BLOCK_BATCHES batches are computed together and sliced
         block = b // BLOCK_BATCHES
         base = block * BLOCK_BATCHES * self.batch_size
-        if self._block is None or self._block[0] != (self.seed, epoch, block):
+        key = (self.seed, epoch, block, self.base)
+        if self._block is None or self._block[0] != key:
             end = min(base + BLOCK_BATCHES * self.batch_size, self.per_rank)
-            positions = np.arange(base, end, dtype=np.int64) * self.world_size + self.rank
-            self._block = ((self.seed, epoch, block), self.permutation(epoch)(positions))
+            self._block = (key, self.permutation(epoch)(self.positions(base, end)))
         return self._block[1][lo - base:hi - base]
 
     def batch_len(self, b: int) -> int:
@@ -156,7 +174,7 @@ class TokenLoader:
                  in_flight: InFlight | None = None, pin_memory: bool = False) -> None:
         self.dataset, self.sampler, self._dl, self._in_flight = dataset, sampler, dataloader, in_flight
         self.pin_memory = pin_memory
-        self._epoch, self._batch = 0, 0
+        self._epoch, self._batch = 0, 0  # the sampler's base says where batch 0 of this epoch starts
 
     @property
     def epoch(self) -> int:
@@ -172,11 +190,14 @@ class TokenLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch at the next iteration."""
-        self._epoch, self._batch = int(epoch), 0
+        self._next_epoch(int(epoch))
+
+    def _next_epoch(self, epoch: int) -> None:
+        self._epoch, self._batch, self.sampler.base = epoch, 0, 0
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self._batch and self._batch >= self.sampler.batches_per_epoch:  # left right after an epoch's last batch
-            self._epoch, self._batch = self._epoch + 1, 0
+            self._next_epoch(self._epoch + 1)
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
@@ -205,7 +226,7 @@ class TokenLoader:
                 at += n
                 self._batch += 1  # counts batches handed out, not batches prefetched
                 yield collate_windows(part, self.pin_memory)
-        self._epoch, self._batch = self._epoch + 1, 0
+        self._next_epoch(self._epoch + 1)
 
     def _explain(self, exc: Exception, it: Any = None) -> Exception:
         """Worker errors as one LmdataError naming the batch and its samples."""
@@ -248,30 +269,57 @@ class TokenLoader:
         return dead, held
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the user is: the next batch to hand out, plus what must match on resume."""
+        """Where the user is: the next batch to hand out, plus what must match on resume.
+
+        ``position`` is the first global position of epoch ``epoch``'s order not yet read by
+        any rank (all ranks hand out batches in step); ``base`` is where this loader's batch 0
+        of that epoch started (0 unless the epoch was resumed under another world size or
+        batch size); ``batch`` counts this rank's batches since ``base``. So rank ``r`` of
+        ``world_size`` reads, as its batch ``b``, positions ``base + (b * batch_size + j) *
+        world_size + r`` (``j < batch_size``), sent through the epoch's permutation.
+        """
         s = self.sampler
-        return {"version": STATE_VERSION, "epoch": self._epoch, "batch": self._batch, "seed": s.seed,
-                "sampling": s.sampling, "batch_size": s.batch_size, "rank": s.rank,
-                "world_size": s.world_size, "n_samples": s.n_samples, "drop_last": s.drop_last}
+        return {"version": STATE_VERSION, "epoch": self._epoch, "batch": self._batch, "base": s.base,
+                "position": s.position_after(self._batch), "seed": s.seed, "sampling": s.sampling,
+                "batch_size": s.batch_size, "rank": s.rank, "world_size": s.world_size, "n_samples": s.n_samples,
+                "drop_last": s.drop_last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at the stored batch (O(1): the sampler starts there, nothing is replayed)."""
+        """Resume at the stored position (O(1): the sampler starts there, nothing is replayed).
+
+        A state of another world size or batch size (elastic resume: any rank's state of the
+        old run, usually rank 0's, loaded by every new rank) continues the epoch at its
+        global ``position``; the same world size and batch size resume at the stored batch.
+        """
         s = self.sampler
-        if int(state.get("version", -1)) != STATE_VERSION:
+        version = state.get("version", -1)
+        if version not in (1, STATE_VERSION):
             raise LmdataError(
-                f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by "
+                f"loader state version {version!r} is not {STATE_VERSION}; it was saved by "
                 "another lmdata version: resume with that version or start the epoch afresh"
             )
-        for key in ("sampling", "batch_size", "rank", "world_size", "n_samples", "drop_last"):
+        for key in ("sampling", "n_samples", "drop_last"):
             if key in state and state[key] != getattr(s, key):
                 raise LmdataError(
                     f"loader state has {key}={state[key]!r} but this loader has {getattr(s, key)!r}; "
                     f"build the loader with the same {key} to resume"
                 )
         s.seed = int(state.get("seed", s.seed))  # the state's seed wins: it defines the order resumed
-        self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
-        if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch
-            self._epoch, self._batch = self._epoch + 1, 0
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        world, size = int(state.get("world_size", s.world_size)), int(state.get("batch_size", s.batch_size))
+        if version == 1:  # batch b of a version-1 state counted from position 0
+            base = 0
+            position = min(batch * size, s.n_samples // world) * world
+        else:
+            base, position = int(state["base"]), int(state["position"])
+        if not 0 <= base <= position <= s.n_samples:
+            raise LmdataError(f"loader state: base {base} / position {position} do not fit {s.n_samples} samples; "
+                              "it was not saved by this loader")
+        if (world, size) != (s.world_size, s.batch_size):  # elastic: continue the one global order
+            base, batch = position, 0
+        self._epoch, self._batch, s.base = epoch, batch, base
+        if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch, or too little left
+            self._next_epoch(self._epoch + 1)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -38,6 +38,15 @@ def derive_key(*parts: int) -> int:
     return key
 
 
+def mix64_array(x: np.ndarray, key: int) -> np.ndarray:
+    """``mix64(key + x)`` for each element of ``x`` (uint64 NumPy arithmetic, wrapping)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(x, dtype=np.int64).astype(np.uint64) + np.uint64(key) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 class Permutation:
     """``p(i)`` for ``i`` in ``range(n)``: a bijection keyed by ``(seed, epoch)``, O(1) state."""
 

@@ -176,9 +176,7 @@ class TrainingRun:
             batches_per_read=cfg.batches_per_read, pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
         )
         self.val_ds, self.val_batch = self._val_dataset(fmt, doc_kw)
-        tokens_per_step = cfg.batch_size * cfg.grad_accum * self.seq_len * dist.world_size
-        self.steps = math.ceil(cfg.tokens / tokens_per_step) if cfg.tokens else cfg.steps
-        self.tokens_per_step = tokens_per_step
+        self._plan_steps()
         self.gpu = cfg.gpu or guess_gpu(self.device)
         self.flops_per_token = self._flops_per_token()
 
@@ -193,6 +191,12 @@ class TrainingRun:
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / CHECKPOINT_DIR
         self.meta = self._meta(manifest)
+
+    def _plan_steps(self) -> None:
+        """Tokens per step (all ranks) and the step count (``--tokens`` wins over ``--steps``)."""
+        cfg = self.cfg
+        self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.seq_len * self.dist.world_size
+        self.steps = math.ceil(cfg.tokens / self.tokens_per_step) if cfg.tokens else cfg.steps
 
     def _train_dataset(self, fmt: str | None, doc_kw: dict) -> Any:
         """The split's windows, or the weighted mixture of the --mix sources."""
@@ -262,9 +266,42 @@ class TrainingRun:
             )
         payload = load_checkpoint(ckpt, self.model, self.optimizer, map_location=self.device,
                                   check_meta=lambda meta: self._check_meta(ckpt, meta))
-        self.loader.load_state_dict(payload["loader"][self.dist.rank])
+        states, world = payload["loader"], self.dist.world_size
+        # elastic: every new rank loads rank 0's state (the order is global, data/loader.py)
+        self.loader.load_state_dict(states[self.dist.rank] if len(states) == world else states[0])
         self.log(f"resumed from {ckpt} at step {payload['step']}")
         return int(payload["step"])
+
+    def _elastic(self, ckpt: Path, meta: dict) -> None:
+        """Resume under another world size: keep the global batch by changing --grad-accum, or refuse.
+
+        A step reads batch_size x grad_accum x world_size sequences, the same global positions
+        whatever the split into ranks and micro-batches, so the run continues as it would have.
+        """
+        cfg, world = self.cfg, self.dist.world_size
+        saved_world, saved_accum = int(meta.get("world_size") or 1), int(meta.get("grad_accum") or 1)
+        if saved_world == world:
+            if cfg.grad_accum != saved_accum:
+                raise LmdataError(f"checkpoint {ckpt} has grad_accum={saved_accum} but this run has {cfg.grad_accum}; "
+                                  "resume with the same --grad-accum or start a new run with another --out")
+            return
+        micro = saved_accum * saved_world  # micro-batches of batch_size per step, all ranks together
+        if micro % world:
+            fits = [w for w in range(1, micro + 1) if micro % w == 0]
+            shown = ", ".join(map(str, fits[:12])) + (", ..." if len(fits) > 12 else "")
+            raise LmdataError(
+                f"checkpoint {ckpt}: a step of {cfg.batch_size} x {saved_accum} micro-batches x {saved_world} ranks "
+                f"({cfg.batch_size * micro} sequences) cannot be split over {world} ranks; resume with "
+                f"--nproc_per_node in {shown} (--grad-accum then becomes {micro} / ranks)")
+        accum = micro // world
+        if cfg.grad_accum not in (saved_accum, accum):
+            raise LmdataError(f"checkpoint {ckpt}: under {world} ranks the global batch needs --grad-accum {accum}, "
+                              f"not {cfg.grad_accum}; drop --grad-accum or pass {accum}")
+        self.cfg = dataclasses.replace(cfg, grad_accum=accum)
+        self.meta.update(grad_accum=accum, config=asdict(self.cfg))
+        self._plan_steps()
+        self.log(f"elastic resume: {saved_world} -> {world} ranks, --grad-accum {saved_accum} -> {accum} "
+                 f"(global batch kept: {cfg.batch_size * micro} sequences per step)")
 
     def _check_meta(self, ckpt: Path, meta: dict) -> None:
         mine = self.meta
@@ -275,13 +312,13 @@ class TrainingRun:
                 "resume with the original store or start a new run with another --out"
             )
         for key, flag in (("split", "--split"), ("split_tokens", "--store"), ("mix", "--mix"),
-                          ("model_config", "--model"), ("seq_len", "--seq-len"), ("batch_size", "--batch-size"),
-                          ("grad_accum", "--grad-accum"), ("world_size", "--nproc_per_node")):
-            if meta.get(key, 1 if key == "grad_accum" else None) != mine[key]:
+                          ("model_config", "--model"), ("seq_len", "--seq-len"), ("batch_size", "--batch-size")):
+            if meta.get(key) != mine[key]:
                 raise LmdataError(
                     f"checkpoint {ckpt} has {key}={meta.get(key)!r} but this run has {mine[key]!r}; "
                     f"resume with the same {flag} (and store) or start a new run with another --out"
                 )
+        self._elastic(ckpt, meta)
 
     def save(self, step: int) -> Path | None:
         """Every rank's loader state goes into rank 0's checkpoint (ranks resume their own share)."""
@@ -342,8 +379,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     log = log or print
     say = log if dist.main else (lambda msg: None)
     run = TrainingRun(cfg, dist, say)
-    cfg = run.cfg  # the preset's defaults filled in
     start = run.resume()
+    cfg = run.cfg  # the preset's defaults filled in (and --grad-accum of an elastic resume)
     if dist.main:
         claim_run_dir(run.out)
         truncate_metrics(run.out / METRICS, start)
@@ -402,7 +439,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
             if done % cfg.log_every == 0 or done == run.steps:
                 loss_mean, = allreduce_mean([window["loss"] / window["n"]], dist)
                 tok_s = window["n"] * run.tokens_per_step / window["time"]
-                rec = {"step": done, "split": "train", "loss": loss_mean, "lr": lr, "grad_norm": float(grad_norm),
+                rec = {"step": done, "split": "train", "loss": loss_mean, "tokens": done * run.tokens_per_step,
+                       "lr": lr, "grad_norm": float(grad_norm),
                        "tokens_per_s": tok_s, "data_wait": window["wait"] / window["time"],
                        "model_flops_per_s": tok_s * run.flops_per_token, "mfu": run.mfu(tok_s)}
                 mfu = f"MFU {rec['mfu']:.1%}" if rec["mfu"] is not None else f"{rec['model_flops_per_s'] / 1e9:,.1f} GFLOP/s"
