@@ -171,18 +171,7 @@ class TrainingRun:
         fmt = cfg.format or None
         doc_kw = dict(doc_info="positions", eot_id=self.store.eot_id) if cfg.doc_mask else {}
         self.train_ds = self._train_dataset(fmt, doc_kw)
-        share = len(self.train_ds) // dist.world_size
-        what = "the mixture" if self.mix else f"split {cfg.split!r}"
-        if cfg.batch_size > share:
-            raise LmdataError(
-                f"--batch-size {cfg.batch_size} is larger than a rank's share of {what} "
-                f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
-            )
-        if cfg.batch_size * cfg.grad_accum > share:  # a step would read more than an epoch (and print nothing for ages)
-            raise LmdataError(
-                f"--grad-accum {cfg.grad_accum}: a step would read {cfg.batch_size} x {cfg.grad_accum} sequences per rank, "
-                f"more than a rank's share of {what} ({share}); use --grad-accum <= {max(share // max(cfg.batch_size, 1), 1)}"
-            )
+        self._check_share()
         self.loader = make_loader(
             self.train_ds, cfg.batch_size, num_workers=cfg.workers, prefetch=cfg.prefetch,
             batches_per_read=cfg.batches_per_read, pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
@@ -203,6 +192,22 @@ class TrainingRun:
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / CHECKPOINT_DIR
         self.meta = self._meta(manifest)
+
+    def _check_share(self) -> None:
+        """A rank's share of the split must hold one micro-batch, and one step's micro-batches."""
+        cfg, dist = self.cfg, self.dist
+        share = len(self.train_ds) // dist.world_size
+        what = "the mixture" if self.mix else f"split {cfg.split!r}"
+        if cfg.batch_size > share:
+            raise LmdataError(
+                f"--batch-size {cfg.batch_size} is larger than a rank's share of {what} "
+                f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
+            )
+        if cfg.batch_size * cfg.grad_accum > share:  # a step would read more than an epoch (and print nothing for ages)
+            raise LmdataError(
+                f"--grad-accum {cfg.grad_accum}: a step would read {cfg.batch_size} x {cfg.grad_accum} sequences per rank, "
+                f"more than a rank's share of {what} ({share}); use --grad-accum <= {max(share // max(cfg.batch_size, 1), 1)}"
+            )
 
     def _plan_steps(self) -> None:
         """Tokens per step (all ranks) and the step count (``--tokens`` wins over ``--steps``)."""
