@@ -247,7 +247,8 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     if world.strip() not in ("", "1"):  # each rank would tokenize, ingest, sample and bench again
         raise LmdataError(
             f"lmdata run {path}: under torchrun (WORLD_SIZE={world}) every process would run the whole pipeline; "
-            f"run `lmdata run {path} --steps 1` once, then `torchrun ... -m lmdata train {path} --resume`")
+            f"build the store once (`lmdata run {path}` without torchrun, or `lmdata ingest {path}`), "
+            f"then `torchrun ... -m lmdata train {path}`")
     pipe, train_cfg, bench_cfg, sample_cfg = load_sections(path)
     if steps is not None:
         if steps < 1:
