@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -242,6 +243,12 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
 
     log = log or (lambda msg: None)
     start = time.perf_counter()
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.strip() not in ("", "1"):  # each rank would tokenize, ingest, sample and bench again
+        raise LmdataError(
+            f"lmdata run {path}: under torchrun (WORLD_SIZE={world}) every process would run the whole pipeline; "
+            f"build the store once (`lmdata run {path}` without torchrun, or `lmdata ingest {path}`), "
+            f"then `torchrun ... -m lmdata train {path}`")
     pipe, train_cfg, bench_cfg, sample_cfg = load_sections(path)
     if steps is not None:
         if steps < 1:

@@ -80,7 +80,7 @@ def test_quiet_prints_only_the_summary(small_store, tmp_path):
     proc = _start([*TRAIN, "--store", str(small_store), "--out", str(tmp_path / "run"), "--steps", "3", "--quiet"])
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert err == "" and len(out.splitlines()) == 1 and out.startswith("trained steps 0-3; loss ")
+    assert err == "" and len(out.splitlines()) == 1 and out.startswith("trained steps 0-3; last-step loss ")
     proc = _start(["ingest", "--input", str(SAMPLE), "--tokenizer", str(small_store / "tokenizer"), "--out",
                    str(tmp_path / "s"), "--format", "memmap", "--holdout", "6", "--quiet"])
     out, err = proc.communicate(timeout=300)

@@ -43,7 +43,7 @@ from lmdata.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from lmdata.train.defaults import build_model_config, resolve
+from lmdata.train.defaults import build_model_config, model_overrides, resolve
 from lmdata.train.device import (
     Dist,
     allreduce_mean,
@@ -67,12 +67,19 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)  # one per step run by this call
     val_loss: float | None = None
     checkpoint: Path | None = None
+    logged_loss: tuple[float, int] | None = None  # the last log line's loss: (mean, over how many steps)
 
     def summary(self) -> str:
-        """One line: steps run, last loss, validation loss, checkpoint (what ``--quiet`` prints)."""
+        """One line: steps run, last loss, validation loss, checkpoint (what ``--quiet`` prints).
+
+        The last step's loss and the log line's (a mean over the last ``--log-every`` steps,
+        all ranks) differ; both are named.
+        """
         parts = [f"trained steps {self.start_step}-{self.steps}" if self.losses else f"nothing to train (step {self.steps})"]
         if self.losses:
-            parts.append(f"loss {self.losses[-1]:.4f}")
+            parts.append(f"last-step loss {self.losses[-1]:.4f}")
+        if self.losses and self.logged_loss is not None and self.logged_loss[1] > 1:
+            parts.append(f"mean loss of the last {self.logged_loss[1]} steps {self.logged_loss[0]:.4f}")
         if self.val_loss is not None:
             parts.append(f"val loss {self.val_loss:.4f}")
         return "; ".join(parts + [f"checkpoint: {self.checkpoint or 'none'}"])
@@ -164,13 +171,7 @@ class TrainingRun:
         fmt = cfg.format or None
         doc_kw = dict(doc_info="positions", eot_id=self.store.eot_id) if cfg.doc_mask else {}
         self.train_ds = self._train_dataset(fmt, doc_kw)
-        share = len(self.train_ds) // dist.world_size
-        what = "the mixture" if self.mix else f"split {cfg.split!r}"
-        if cfg.batch_size > share:
-            raise LmdataError(
-                f"--batch-size {cfg.batch_size} is larger than a rank's share of {what} "
-                f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
-            )
+        self._check_share()
         self.loader = make_loader(
             self.train_ds, cfg.batch_size, num_workers=cfg.workers, prefetch=cfg.prefetch,
             batches_per_read=cfg.batches_per_read, pin_memory=self.device.type == "cuda", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
@@ -191,6 +192,22 @@ class TrainingRun:
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / CHECKPOINT_DIR
         self.meta = self._meta(manifest)
+
+    def _check_share(self) -> None:
+        """A rank's share of the split must hold one micro-batch, and one step's micro-batches."""
+        cfg, dist = self.cfg, self.dist
+        share = len(self.train_ds) // dist.world_size
+        what = "the mixture" if self.mix else f"split {cfg.split!r}"
+        if cfg.batch_size > share:
+            raise LmdataError(
+                f"--batch-size {cfg.batch_size} is larger than a rank's share of {what} "
+                f"({share} samples of {self.seq_len} tokens on each of {dist.world_size} ranks); use --batch-size <= {share}"
+            )
+        if cfg.batch_size * cfg.grad_accum > share:  # a step would read more than an epoch (and print nothing for ages)
+            raise LmdataError(
+                f"--grad-accum {cfg.grad_accum}: a step would read {cfg.batch_size} x {cfg.grad_accum} sequences per rank, "
+                f"more than a rank's share of {what} ({share}); use --grad-accum <= {max(share // max(cfg.batch_size, 1), 1)}"
+            )
 
     def _plan_steps(self) -> None:
         """Tokens per step (all ranks) and the step count (``--tokens`` wins over ``--steps``)."""
@@ -385,11 +402,15 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
         claim_run_dir(run.out)
         truncate_metrics(run.out / METRICS, start)
         run.save_tokenizer()
-    say(f"model {cfg.model}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
+    sized = ", ".join(f"{k} {v}" for k, v in model_overrides(cfg).items())
+    say(f"model {cfg.model}{f' ({sized})' if sized else ''}: {run.model.num_params():,} non-embedding parameters, vocab {run.mcfg['vocab_size']}, "
         f"seq_len {run.seq_len}; {run.steps} steps of {run.tokens_per_step:,} tokens "
         f"({cfg.batch_size} x {cfg.grad_accum} micro-batches) on {run.device} x{dist.world_size} {cfg.precision}; "
-        f"lr {cfg.lr:g} -> {cfg.min_lr:g}, warm-up {cfg.warmup}; "
+        f"lr {cfg.lr:g} -> {cfg.min_lr:g}, warm-up {cfg.warmup}; log lines: loss = mean of the last {cfg.log_every} steps; "
         + (f"MFU against {run.gpu}" if run.gpu else "MFU not shown (no --gpu on this device)"))
+    if cfg.warmup >= run.steps > start:
+        say(f"warning: --warmup {cfg.warmup} is not shorter than the run ({run.steps} steps): the learning rate "
+            f"never reaches --lr {cfg.lr:g}; lower --warmup or train longer")
     if run.mix is not None:
         say("mixture: " + ", ".join(f"{m['store']}:{m['split']} {w:.1%}" for m, w in
                                     zip(run.mix, run.train_ds.fractions())))
@@ -452,6 +473,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                     line += "  mix " + "/".join(f"{f:.0%}" for f in shares)
                 say(line)
                 write_record(metrics, rec)
+                result.logged_loss = (loss_mean, window["n"])
                 bar.set_postfix(loss=f"{loss_mean:.3f}")
                 window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
             if (cfg.eval_every and done % cfg.eval_every == 0) or done == run.steps:
