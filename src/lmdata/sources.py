@@ -328,13 +328,13 @@ def _arrow_documents(path: Location, spec: SourceSpec, stats: SourceStats, sourc
     import pyarrow as pa
 
     try:
-        with pa.memory_map(os.fspath(path)) as source:
+        with pa.memory_map(os.fspath(path)) as mapped:
             try:  # the file format (Feather v2) first, then the stream format (what `datasets` writes)
-                f = pa.ipc.open_file(source)
+                f = pa.ipc.open_file(mapped)
                 schema, batches = f.schema, (f.get_batch(i) for i in range(f.num_record_batches))
             except pa.ArrowInvalid:
-                source.seek(0)
-                stream = pa.ipc.open_stream(source)
+                mapped.seek(0)
+                stream = pa.ipc.open_stream(mapped)
                 schema, batches = stream.schema, iter(stream)
             if spec.text_field not in schema.names:
                 raise LmdataError(f"input {path}: no column {spec.text_field!r} (columns: {', '.join(schema.names)}); "
