@@ -47,6 +47,16 @@ def _field(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
+def local_out(value: str, what: str) -> str:
+    """An output that is a local directory: ``file:///ABS`` -> ``/ABS``; ``s3://`` (or ``s3:/x``) refused,
+    so a run never writes a local tree named ``s3:``."""
+    if not isinstance(value, str) or ":" not in value:
+        return value
+    from lmdata.io.location import local_dir
+
+    return str(local_dir(value, flag="--out", what=what))
+
+
 def flag(name: str, cls: type | None = None) -> str:
     """The command-line flag of a field: ``batch_size`` -> ``batch-size`` (or its ``flag`` metadata in ``cls``)."""
     if cls is not None:
@@ -158,6 +168,9 @@ class TrainConfig:
     doc_mask: bool = _field(False, "Attention stays inside documents; RoPE positions restart per document.")
     progress: bool = _field(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
 
+    def __post_init__(self) -> None:
+        self.out = local_out(self.out, "a training run")
+
     def check(self) -> None:
         """Values that parse but cannot work: name the flag and what is allowed."""
         if self.device not in DEVICES:
@@ -211,6 +224,7 @@ class BenchConfig:
     device: str = _field("auto", "auto, cpu or cuda[:N].")
 
     def __post_init__(self) -> None:
+        self.out = local_out(self.out, "a bench report")
         if isinstance(self.cache, str):
             self.cache = [self.cache]
         if "both" in self.cache:  # the CLI's --cache both, also accepted from a pipeline's [bench]

@@ -130,6 +130,9 @@ def test_doc_info_passes_through(tmp_path):
 def test_bad_mixtures(sources, tmp_path):
     with pytest.raises(LmdataError, match="weights"):
         MixedDataset([(sources[0], 0.0), (sources[1], 1.0)])
+    for bad in ([float("inf"), float("inf")], [float("inf"), 1.0], [float("nan"), 1.0], [1e308, 1e308]):
+        with pytest.raises(LmdataError, match="weights"):  # inf + inf was a ValueError from round(nan)
+            MixedDataset([(sources[0], bad[0]), (sources[1], bad[1])])
     other = TokenDataset(sources[0].reader, L + 1)
     with pytest.raises(LmdataError, match="seq_len"):
         MixedDataset([(sources[0], 1.0), (other, 1.0)])

@@ -91,3 +91,24 @@ def test_mix_on_the_command_line(sample_store, tmp_path, capsys):
           "--batch-size", "4", "--log-every", "4", "--eval-every", "0", "--out", str(tmp_path / "r"), "--no-progress"])
     out = capsys.readouterr().out
     assert "mixture: " in out and "75.0%" in out and "mix " in out.splitlines()[-3] + out
+
+
+@pytest.mark.parametrize("weight", ["inf", "1e400", "nan", "-inf", "-1"])
+def test_mix_weights_must_be_finite_and_positive(weight, tmp_path):
+    """An infinite weight starved the other sources silently; two of them were a traceback."""
+    with pytest.raises(LmdataError, match=r"--mix .*finite number > 0"):
+        parse_mix_flag(f"runs/a={weight}")
+    with pytest.raises(LmdataError, match=r"\[train\]\.mix\.web: .*finite number > 0"):
+        build(TrainConfig, {"mix": {"web": {"store": "a", "weight": float(weight)}}}, "[train]")
+
+
+def test_mix_weights_that_overflow_or_vanish_are_refused_in_one_line(sample_store, tmp_path, capsys):
+    from lmdata.cli import main
+
+    for a, b, why in (("1e308", "1e308", "sum to infinity"), ("1", "1e-9", "finer than the mixture can draw")):
+        with pytest.raises(SystemExit) as e:
+            main(["train", "--mix", f"{sample_store}:train={a}", "--mix", f"{sample_store}:validation={b}",
+                  "--steps", "1", "--out", str(tmp_path / "r"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert e.value.code == 1 and why in err and "--mix" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "r").exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,6 +20,20 @@ from click.core import ParameterSource
 
 from lmdata.config import flag
 from lmdata.errors import LmdataError
+from lmdata.io.location import local_dir
+
+
+class LocalOut(click.ParamType):
+    """A local output path: ``file:///ABS`` is ``/ABS``; ``s3://`` or ``s3:/x`` is one line, not a local tree."""
+
+    name = "path"
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        flag_name = param.opts[0] if param is not None and param.opts else "--out"
+        return value if isinstance(value, Path) else local_dir(value, flag=flag_name, what=self.what)
 
 
 def _flag(f: dataclasses.Field) -> str:

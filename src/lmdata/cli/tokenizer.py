@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from lmdata._eot import EOT
-from lmdata.cli.options import progress_options
+from lmdata.cli.options import LocalOut, progress_options
 from lmdata.errors import LmdataError
 
 _READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
@@ -26,7 +26,7 @@ def tokenizer() -> None:
 @click.option("--vocab-size", type=int, required=True, help="Total ids: 256 bytes + merges + special tokens.")
 @click.option("--special-token", "special_tokens", multiple=True, default=(EOT,), show_default=True,
               help="A special token (repeatable); given ones replace the default.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
+@click.option("--out", type=LocalOut("a tokenizer"), required=True, help="Tokenizer directory to write.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Threads counting pre-tokens (processes for a custom regex or pure Python); 0 = all cores. The result does not depend on it.")
 @click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
@@ -112,7 +112,7 @@ def _special_ids(values: tuple[str, ...]) -> dict[str, int]:
 
 @tokenizer.command("import")
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Tokenizer directory to write.")
+@click.option("--out", type=LocalOut("a tokenizer"), required=True, help="Tokenizer directory to write.")
 @click.option("--pattern", default=None, help="A tiktoken file's pattern: gpt2, cl100k, o200k or a regex.")
 @click.option("--special-token", "special_tokens", multiple=True, metavar="NAME=ID",
               help="A tiktoken file's special token and its id (repeatable).")
@@ -135,7 +135,7 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
 @tokenizer.command("export")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--to", "fmt", type=click.Choice(["hf", "tiktoken"]), required=True, help="Format to write.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write.")
+@click.option("--out", type=LocalOut("an exported tokenizer"), required=True, help="File to write.")
 def export(directory: Path, fmt: str, out: Path) -> None:
     """Export a tokenizer DIRECTORY as a Hugging Face tokenizer.json or a tiktoken ranks file."""
     from lmdata.tokenizer.encoder import Tokenizer

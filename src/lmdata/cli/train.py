@@ -10,7 +10,7 @@ import dataclasses
 
 import click
 
-from lmdata.cli.options import config_options, echo_unless, given, progress_options
+from lmdata.cli.options import LocalOut, config_options, echo_unless, given, progress_options
 from lmdata.config import TrainConfig, load_train_config
 
 
@@ -58,7 +58,7 @@ def sample(checkpoint: str, prompt: str, max_tokens: int, temperature: float, to
 @click.command("export")
 @click.argument("checkpoint", type=click.Path(exists=True))
 @click.option("--to", "to", default="hf", show_default=True, help="Target format: hf (a Hugging Face Llama directory).")
-@click.option("--out", required=True, type=click.Path(), help="Directory to write (new, empty, or an earlier export).")
+@click.option("--out", required=True, type=LocalOut("an export"), help="Directory to write (new, empty, or an earlier export).")
 @click.option("--eos-token", default=None, metavar="NAME",
               help="Special token HF ends generation with (default: the store's end-of-text token).")
 def export(checkpoint: str, to: str, out: str, eos_token: str | None) -> None:

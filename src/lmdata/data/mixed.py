@@ -17,6 +17,7 @@ epoch; raise ``n_samples`` to see more of it).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -71,9 +72,7 @@ class MixedDataset:
         if not sources:
             raise LmdataError("MixedDataset needs at least one (dataset, weight) pair")
         self.datasets = [d for d, _ in sources]
-        self.weights = [float(w) for _, w in sources]
-        if any(not w > 0 for w in self.weights):
-            raise LmdataError(f"MixedDataset weights must be > 0, got {self.weights}; drop a source instead of weighting it 0")
+        self.weights = check_weights([float(w) for _, w in sources], "MixedDataset weights")
         lens = [len(d) for d in self.datasets]
         shapes = {(getattr(d, "seq_len", None), getattr(d, "doc_info", None)) for d in self.datasets}
         if len(shapes) != 1:
@@ -198,9 +197,24 @@ def parse_mix_table(table: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+def check_weights(weights: list[float], where: str) -> list[float]:
+    """Refuse weights the schedule cannot honour: each finite and > 0, their sum finite, and
+    each share at least the tree's resolution (1 in 2**24), which would otherwise round it up."""
+    for w in weights:
+        if not 0 < w < math.inf:
+            raise LmdataError(f"{where}: a weight must be a finite number > 0, got {w}; "
+                              "drop a source instead of weighting it 0, and use relative weights such as 0.7 and 0.3")
+    total = sum(weights)
+    if not total < math.inf:
+        raise LmdataError(f"{where}: the weights {weights} sum to infinity; use relative weights such as 0.7 and 0.3")
+    if len(weights) > 1 and min(weights) / total < 1 / _D:
+        raise LmdataError(f"{where}: weight {min(weights)} is under 1/{_D} of the total {total:g}, finer than the "
+                          f"mixture can draw; raise it or drop that source")
+    return weights
+
+
 def _source(store: str, split: str, weight: float, where: str) -> dict[str, Any]:
-    if not weight > 0:
-        raise LmdataError(f"{where}: weight must be > 0, got {weight}; drop the source instead")
+    check_weights([weight], where)
     return {"store": store, "split": split, "weight": weight}
 
 
@@ -211,6 +225,7 @@ def open_mix_stores(sources: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     from lmdata.store import open_store
 
+    check_weights([float(s["weight"]) for s in sources], "--mix")
     out = []
     for src in sources:
         store = open_store(src["store"])

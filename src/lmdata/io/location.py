@@ -68,6 +68,16 @@ def location(where: "str | os.PathLike | Location", *, flag: str = "path") -> "L
     return Location(scheme, re.sub(r"/+", "/", rest))
 
 
+def local_dir(where: "str | os.PathLike", *, flag: str = "--out", what: str = "this command's output") -> Path:
+    """An output that only a local directory can hold: ``file:///ABS`` is ``/ABS``; ``s3://``
+    (or ``s3:/x``, a slash short) is an error naming ``flag``, never a local tree named after it."""
+    loc = location(where, flag=flag)
+    if loc.remote:
+        raise LmdataError(f"{flag} {where!r}: {what} is written to local disk only; give a local path "
+                          "(a store on object storage is written by `lmdata ingest --out s3://...`)")
+    return Path(loc.path)
+
+
 class Listed(NamedTuple):
     """One file found by ``Location.list``: where it is, its key below the listed prefix, its size."""
 
