@@ -337,3 +337,53 @@ def test_ray_reads_s3_inputs_like_the_local_engine(ray_cluster, s3, tokenizer_di
         ingest(spec, tokenizer_dir, tmp_path / engine, formats=["memmap"], shard_tokens=SHARD_TOKENS, workers=2,
                holdout=HOLDOUT, progress=False, log=None, engine=engine)
     assert fingerprint(tmp_path / "ray") == fingerprint(tmp_path / "local")
+
+
+def _descendants(pid: int) -> set[int]:
+    found, stack = set(), [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            kids = [int(c) for t in os.listdir(f"/proc/{p}/task") for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+        except OSError:
+            kids = []
+        stack += [k for k in kids if k not in found]
+        found.update(kids)
+    return found
+
+
+@needs_ray
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper walks /proc")
+def test_a_sigkilled_driver_takes_its_private_ray_with_it(tokenizer_dir, tmp_path):
+    """Issue 29: a killed ingest's Ray workers kept running (a task's worker ends only with its task)."""
+    import signal
+    import time
+
+    script = (
+        "import time, ray\n"
+        "from lmdata.ingest.ray import RayEngine\n"
+        f"engine = RayEngine({str(tokenizer_dir)!r}, workers=1)\n"
+        "@ray.remote\n"
+        f"def busy(): open({str(tmp_path / 'busy')!r}, 'w').close(); time.sleep(600)\n"
+        "ref = busy.remote()\n"
+        f"while not __import__('os').path.exists({str(tmp_path / 'busy')!r}): time.sleep(0.1)\n"
+        "print('BUSY', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = proc.stdout.readline()
+        assert ready.strip() == "BUSY", ready
+        ray_procs = _descendants(proc.pid)
+        assert len(ray_procs) >= 3  # GCS, raylet, the busy worker, the reaper...
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 20  # a generous bound: without the reaper the worker lives 600 s
+        alive = set(ray_procs)
+        while alive and time.monotonic() < deadline:
+            alive = {p for p in alive if os.path.exists(f"/proc/{p}") and
+                     open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"}
+            time.sleep(0.2)
+        assert not alive, [open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:80] for p in alive]
+    finally:
+        proc.kill()

@@ -40,6 +40,7 @@ import numpy as np
 from lmdata.errors import LmdataError
 from lmdata.ingest import encode
 from lmdata.ingest.output import ResumableError
+from lmdata.ingest.ray_reaper import Reaper, ray_processes
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
 from lmdata.store.protocol import FormatWriter
@@ -188,6 +189,8 @@ class RayEngine:
                          include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
             except ConnectionError as exc:
                 raise LmdataError(f"--ray-address {address}: cannot connect to Ray ({exc})") from None
+        # a private Ray (no address) ends with this process, even a SIGKILLed one (``ray_reaper``)
+        self._reaper = Reaper(*(ray_processes() if self._started and address is None else ("", [])))
         self.tokenizer = ray.put(Tokenizer.load(tokenizer_dir))  # once; workers fetch it once each
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
@@ -198,6 +201,7 @@ class RayEngine:
         if self._started:
             require_ray().shutdown()
             self._started = False
+            self._reaper.stop()
 
     def ingest_split(self, name: str, source: Any, writers: dict[str, Any], eot: int, dtype: str,
                      shard_tokens: int, show_progress: bool, provenance: Any = None) -> tuple[dict, SplitReport]:
