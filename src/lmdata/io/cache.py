@@ -17,6 +17,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import Callable, Iterable
 
 CHUNK_BYTES = 1 << 20
 CACHE_DIR_ENV = "LMDATA_CACHE_DIR"
@@ -80,20 +81,26 @@ class ByteCache:
 
     def evict(self) -> None:
         """Delete least recently used chunks until the cache holds at most ``max_bytes``."""
-        entries = []
-        for path in self.directory.glob("*/*"):
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            if not path.name.startswith("."):
-                entries.append((st.st_mtime, st.st_size, path))
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
-                break
-            path.unlink(missing_ok=True)
-            total -= size
+        evict_oldest((p for p in self.directory.glob("*/*") if not p.name.startswith(".")), self.max_bytes,
+                     lambda path: path.unlink(missing_ok=True))
 
     def size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.glob("*/*") if not p.name.startswith("."))
+
+
+def evict_oldest(paths: Iterable[Path], max_bytes: int, remove: Callable[[Path], None]) -> None:
+    """``remove`` the least recently modified of ``paths`` until the rest hold at most ``max_bytes``
+    (a file gone meanwhile, removed by another process, counts as nothing)."""
+    entries = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        entries.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        remove(path)
+        total -= size

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from lmdata.io.atomic import temp_path
-from lmdata.io.cache import cache_root
+from lmdata.io.cache import cache_root, evict_oldest
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 CACHE_BYTES_ENV = "LMDATA_PARQUET_CACHE_BYTES"
@@ -108,16 +108,4 @@ class DecodedShards:
 
     def evict(self) -> None:
         """Delete the least recently mapped copies until the cache holds at most ``max_bytes``."""
-        entries = []
-        for path in self.root.glob("*/*.bin"):
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            entries.append((st.st_mtime, st.st_size, path))
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
-                break
-            self.drop(path)
-            total -= size
+        evict_oldest(self.root.glob("*/*.bin"), self.max_bytes, self.drop)
