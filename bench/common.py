@@ -49,3 +49,18 @@ def replace_section(path: Path, body: str, first: str, last: str | None = None) 
         end = text.find("\n## ", (tail_from if tail_from >= 0 else start) + 1)
         text = text[:start] + block + (text[end:] if end >= 0 else "")
     path.write_text(text)
+
+
+def tiled_corpus(work: Path, corpus: Path, tiles: int) -> Path:
+    """``corpus`` repeated ``tiles`` times under ``work`` (written once, atomically): a store as
+    large as users have from the text we may use; the token stream repeats, the store grows."""
+    if tiles == 1:
+        return corpus
+    out = work / f"{corpus.stem}-x{tiles}.txt"
+    if not out.is_file() or out.stat().st_size != tiles * corpus.stat().st_size:
+        data = corpus.read_bytes()
+        tmp = out.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.writelines(data for _ in range(tiles))
+        os.replace(tmp, out)
+    return out

@@ -26,6 +26,7 @@ from common import (  # bench/ is on sys.path when a script runs
     CACHED_TOKENIZER,
     CORPUS,
     ensure_tokenizer,
+    tiled_corpus,
 )
 
 B, L, PER_READ = 32, 1025, 4
@@ -46,17 +47,6 @@ def main():
 if __name__ == "__main__":
     main()
 """
-
-
-def tiled(corpus: Path, tiles: int, work: Path) -> Path:
-    if tiles == 1:
-        return corpus
-    out = work / f"{corpus.stem}-x{tiles}.txt"
-    if not out.is_file() or out.stat().st_size != tiles * corpus.stat().st_size:
-        data = corpus.read_bytes()
-        with open(out, "wb") as fh:
-            fh.writelines(data for _ in range(tiles))
-    return out
 
 
 def ensure(text: Path, tokenizer: Path, mi: int, out: Path) -> tuple[float | None, float | None]:
@@ -85,7 +75,7 @@ def main() -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
-    text = tiled(args.corpus, args.tiles, args.work)
+    text = tiled_corpus(args.work, args.corpus, args.tiles)
     readers, ingests = {}, {}
     for mi in (int(m) for m in args.fragments.split(",")):
         out = args.work / f"fragments-x{args.tiles}-f{mi}"

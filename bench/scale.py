@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section
+from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tiled_corpus
 
 FORMATS = ("memmap", "parquet", "lance")
 WORKERS = (0, 2)
@@ -40,20 +40,6 @@ TOKENS_PER_TILE = 5.7e6  # english-prose.txt at vocab 8,192 (measured: 5,75x,xxx
 def parse_size(text: str) -> int:
     units = {"K": 1e3, "M": 1e6, "G": 1e9}
     return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
-
-
-def tiled_corpus(work: Path, corpus: Path, tiles: int) -> Path:
-    if tiles == 1:
-        return corpus
-    out = work / f"{corpus.stem}-x{tiles}.txt"
-    if not out.is_file() or out.stat().st_size != tiles * corpus.stat().st_size:
-        data = corpus.read_bytes()
-        tmp = out.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            for _ in range(tiles):
-                fh.write(data)
-        os.replace(tmp, out)
-    return out
 
 
 # ---------------------------------------------------------------------------- ingest
