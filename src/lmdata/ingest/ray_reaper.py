@@ -15,7 +15,6 @@ without killing anything. Linux only (it walks ``/proc``); elsewhere it is not s
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from typing import Any
