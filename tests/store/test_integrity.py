@@ -110,3 +110,26 @@ def test_a_decode_error_names_the_shard_even_without_hashing(make_store, fmt):
     np.testing.assert_array_equal(r.windows(np.array([0]), 64)[0], syn.stream[:64])
     with pytest.raises(LmdataError, match=shard.files[0].path):
         r.windows(np.array([shard.first_token + 3]), 64)
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_flips_in_two_shards_met_in_one_batch_of_many_are_both_refused(make_store, fmt):
+    """The flat first-touch check of a batch spanning many shards: every damaged shard is named,
+    once per read, and the sound shards of the same batch read afterwards."""
+    syn = make_store([fmt], n_tokens=60_000, shard_tokens=3_000)
+    shards = open_store(syn.path).manifest.splits["train"].formats[fmt]
+    assert len(shards) >= 15
+    bad = [shards[3], shards[11]]
+    for shard in bad:
+        flip(syn.path / "train" / fmt / shard.files[0].path)
+    r = open_store(syn.path).reader("train", fmt)
+    sound = np.array([s.first_token + 10 for s in shards if s not in bad and s.n_tokens > 200])
+    # Parquet flips land in compressed pages: its page CRCs refuse them at decode (same names)
+    flipped = [s.first_token + s.n_tokens // 2 - 20 for s in bad] if fmt == "memmap" else [s.first_token for s in bad]
+    for victim_start, shard in zip(flipped, bad):
+        with pytest.raises(LmdataError, match=f"shard {shard.name}"):
+            r.windows(np.concatenate([sound, [victim_start]]), 64)
+    got = r.windows(sound, 64)
+    np.testing.assert_array_equal(got, np.stack([syn.stream[s:s + 64] for s in sound]))
+    with pytest.raises(LmdataError, match=f"shard {bad[0].name}"):  # still refused after the sound reads
+        r.windows(np.array([flipped[0]]), 64)

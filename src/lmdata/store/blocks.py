@@ -48,6 +48,8 @@ except ImportError:  # pragma: no cover - a platform without isal wheels
 
 from lmdata.errors import LmdataError
 
+raw_crc32 = _crc32  # a buffer in, its CRC-32 out (unsigned): the call for hot loops
+
 MAGIC = b"LMDCRC1\0"
 HEADER_BYTES = 24
 BLOCK_BYTES = 4096

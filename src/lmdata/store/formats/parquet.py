@@ -262,7 +262,8 @@ class ParquetReader(MappedWindows, base.ShardReader):
         tokens = self._decode(i)
         self._in_memory += tokens.nbytes
         if self._in_memory > self.cache_bytes:  # over the budget: forget every decoded shard but this one
-            self._maps, self._n_maps, self._in_memory = [None] * len(self.shards), 0, tokens.nbytes
+            self._drop_maps()
+            self._in_memory = tokens.nbytes
         return tokens
 
     def _block_sums(self, i: int) -> BlockSums | None:
