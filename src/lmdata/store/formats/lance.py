@@ -130,7 +130,8 @@ class LanceWriter(base.RecordedShardWriter):
         crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
         rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs])
         rows_name = f"rows-{index:05d}.npy"
-        replaced = atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False)
+        replaced = atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False,
+                                      needed=rows.nbytes)
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
             first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],

@@ -168,7 +168,9 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     path = record_path(format_dir, name)
     base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
-    replaced = atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows.astype(np.int64)), sync_dir=False)
+    rows = np.asarray(rows, np.int64)
+    replaced = atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False,
+                                  needed=rows.nbytes)
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],

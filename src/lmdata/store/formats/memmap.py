@@ -56,12 +56,13 @@ class MemmapWriter(base.RecordedShardWriter):
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         base.forget(self.format_dir, index)
+        sums = BlockSums.of(tokens).encode()
         replaced = [
             atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False, needed=tokens.nbytes),
             atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False,
                                needed=doc_starts.nbytes),
             atomic.write_file(self.format_dir / (tok_name + SIDECAR_SUFFIX),
-                               lambda p: p.write_bytes(BlockSums.of(tokens).encode()), sync_dir=False),
+                               lambda p: p.write_bytes(sums), sync_dir=False, needed=len(sums)),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",
