@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from stat import S_ISLNK
 from typing import Any
 
 import numpy as np
@@ -73,10 +74,11 @@ def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:
 _dirs_inside: dict[str, bool] = {}  # format directory -> it resolves inside its store
 
 
-def _inside_store(format_dir: Path) -> bool:
+def _inside_store(format_dir: Path | str) -> bool:
     key = str(format_dir)
     inside = _dirs_inside.get(key)
     if inside is None:
+        format_dir = Path(format_dir)
         root, real = format_dir.parent.parent.resolve(), format_dir.resolve()
         inside = _dirs_inside[key] = root in real.parents
     return inside
@@ -86,19 +88,41 @@ def check_sizes(format_dir: Path, shards: list[ShardInfo]) -> None:
     """Every shard file exists with the size the manifest records, else an error naming it."""
     for shard in shards:
         for info in shard.files:
-            path = shard_file_path(format_dir, shard, info)
-            try:
-                size = os.stat(path).st_size
-            except FileNotFoundError:
-                raise LmdataError(
-                    f"{path}: shard {shard.name} file is missing; run `lmdata verify` and re-ingest "
-                    "(--overwrite)"
-                ) from None
-            if size != info.bytes:
-                raise LmdataError(
-                    f"{path}: shard {shard.name} file has {size} bytes, the manifest says {info.bytes}; "
-                    "the store is damaged (run `lmdata verify`; re-ingest with --overwrite)"
-                )
+            stat_shard_file(format_dir, shard, info)
+
+
+def stat_shard_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo) -> tuple[str, os.stat_result]:
+    """One shard file's path and ``os.stat``, its size checked against the manifest (the error names it).
+
+    A plain name in a format directory inside the store costs one ``lstat`` (which also tells it
+    is no symlink): a reader's first touch of each of thousands of shards pays this.
+    """
+    name = info.path
+    if "/" not in name and name not in ("", ".", "..") and _inside_store(format_dir):
+        path = os.path.join(format_dir, name)
+        st = _stat(os.lstat, path, shard)
+        if not S_ISLNK(st.st_mode):
+            return path, _sized(path, shard, info, st)
+    path = str(shard_file_path(Path(format_dir), shard, info))
+    return path, _sized(path, shard, info, _stat(os.stat, path, shard))
+
+
+def _stat(stat: Any, path: str, shard: ShardInfo) -> os.stat_result:
+    try:
+        return stat(path)
+    except FileNotFoundError:
+        raise LmdataError(
+            f"{path}: shard {shard.name} file is missing; run `lmdata verify` and re-ingest (--overwrite)"
+        ) from None
+
+
+def _sized(path: str, shard: ShardInfo, info: FileInfo, st: os.stat_result) -> os.stat_result:
+    if st.st_size != info.bytes:
+        raise LmdataError(
+            f"{path}: shard {shard.name} file has {st.st_size} bytes, the manifest says {info.bytes}; "
+            "the store is damaged (run `lmdata verify`; re-ingest with --overwrite)"
+        )
+    return st
 
 
 def check_verify_mode(verify: str) -> str:

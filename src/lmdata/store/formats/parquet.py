@@ -40,7 +40,7 @@ from lmdata.store.formats import base
 from lmdata.store.formats.mapped_windows import MappedWindows
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
-    read_error, shard_file_path, verify_shard
+    read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 
@@ -228,14 +228,23 @@ class ParquetReader(MappedWindows, base.ShardReader):
     _sums = per_process(lambda self: {})  # shard -> BlockSums of its decoded copy
     _key = per_process(lambda self: {})  # shard -> the key of the copy this process mapped
 
+    _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
+    _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
+
     def _copy_key(self, i: int) -> str:
-        """The decoded copy's key: the manifest's sha256 and the identity of the file now at the shard's path."""
-        shard, path = self.shards[i], self._path(i)
+        """The decoded copy's key: the manifest's sha256 and the identity of the file now at the shard's
+        path. Local: the one stat also size-checks the shard file (a damaged store is refused even
+        while a copy decoded from the sound file serves its tokens; remote: ``open_store``'s LIST did)."""
+        shard = self.shards[i]
+        info = shard.files[0]
         if self.remote:
-            return copy_key(shard.files[0].sha256, f"{path.uri}:{shard.files[0].bytes}")
-        st = os.stat(path)
-        return copy_key(shard.files[0].sha256, f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
-                                               f"{st.st_mtime_ns}")
+            return copy_key(info.sha256, f"{self._path(i).uri}:{info.bytes}")
+        path, st = stat_shard_file(self._dir, shard, info)
+        for other in shard.files[1:]:
+            stat_shard_file(self._dir, shard, other)
+        plain = path == os.path.join(self._dir, info.path)  # a plain name, no symlink: no realpath call
+        real = f"{self._real_dir}/{info.path}" if plain else os.path.realpath(path)
+        return copy_key(info.sha256, f"{real}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
 
     def _path(self, i: int) -> Any:
         shard = self.shards[i]
@@ -244,40 +253,46 @@ class ParquetReader(MappedWindows, base.ShardReader):
         return shard_file_path(self.format_dir, shard, shard.files[0])
 
     def _open_tokens(self, i: int) -> np.ndarray:
-        """Shard ``i``'s tokens: its decoded copy mapped, decoding it first when the machine has none.
-
-        The shard file itself is size-checked first (remote: ``open_store``'s LIST did), so a damaged
-        store is refused even while a copy decoded from the sound file serves its tokens."""
+        """Shard ``i``'s tokens: its decoded copy mapped, decoding it first when the machine has none."""
         shard = self.shards[i]
-        if not self.remote:
-            verify_shard(self.format_dir, shard, "size")
-        if self.decoded is not None:
-            nbytes = shard.n_tokens * self.dtype.itemsize
+        tokens = None
+        if self.decoded is None:
+            if not self.remote:
+                verify_shard(self.format_dir, shard, "size")
+        else:
             key = self._key[i] = self._copy_key(i)
-            path = self.decoded.get(key, self.dtype, nbytes)
-            if path is None:
-                path = self.decoded.put(key, self.dtype, self._decode(i))
-            if path is not None:
-                return map_file(path, nbytes).view(self.dtype)
-        tokens = self._decode(i)
+            copy = self._mapped_copy(i, key)
+            if copy is None:
+                tokens = self._decode(i)
+                if self.decoded.put(key, self.dtype, tokens) is not None:
+                    copy = self._mapped_copy(i, key)
+            if copy is not None:
+                return copy
+        tokens = self._decode(i) if tokens is None else tokens
+        self._sums.pop(i, None)  # checked as it was decoded
         self._in_memory += tokens.nbytes
         if self._in_memory > self.cache_bytes:  # over the budget: forget every decoded shard but this one
             self._drop_maps()
             self._in_memory = tokens.nbytes
         return tokens
 
+    def _mapped_copy(self, i: int, key: str) -> np.ndarray | None:
+        """The machine's decoded copy of shard ``i`` mapped, its CRCs read with it; None if it has none
+        (or another process evicted it meanwhile)."""
+        nbytes = self.shards[i].n_tokens * self.dtype.itemsize
+        path = self.decoded.get(key, self.dtype, nbytes)
+        if path is None:
+            return None
+        try:
+            tokens = map_file(path, nbytes).view(self.dtype)
+            self._sums[i] = self.decoded.sums(path)
+        except FileNotFoundError:
+            return None
+        return tokens
+
     def _block_sums(self, i: int) -> BlockSums | None:
         """The CRCs written with the decoded copy (None for a shard decoded into memory: checked as it was read)."""
-        if self.decoded is None:
-            return None
-        sums = self._sums.get(i)
-        if sums is None:
-            shard, key = self.shards[i], self._key.get(i)
-            path = None if key is None else self.decoded.get(key, self.dtype, shard.n_tokens * self.dtype.itemsize)
-            if path is None:  # decoded into memory (the cache could not be written)
-                return None
-            sums = self._sums[i] = self.decoded.sums(path)
-        return sums
+        return self._sums.get(i)
 
     def _where(self, i: int) -> str:
         shard, key = self.shards[i], self._key.get(i)
