@@ -106,8 +106,14 @@ def pss(pid):
     except OSError:
         return 0.0
 
-kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and
-        open(f"/proc/{p}/stat").read().split(") ")[-1].split()[1] == str(os.getpid())]
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().split(") ")[-1].split()[1])
+    except (OSError, IndexError, ValueError):  # a process that ended while we listed
+        return None
+
+kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == os.getpid()]
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
                   "pss_mb": pss(os.getpid()) + sum(pss(k) for k in kids)}))
 """
