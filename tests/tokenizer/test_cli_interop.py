@@ -41,3 +41,24 @@ def test_bad_pattern_and_missing_tiktoken_pattern(corpus, tmp_path, capsys):
     (tmp_path / "r.tiktoken").write_text("YQ== 0\n")
     code, _, err = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--out", str(tmp_path / "x")], capsys)
     assert code == 1 and "--pattern" in err
+
+
+def test_export_replaces_no_file_without_overwrite_and_never_the_tokenizers_own(corpus, tmp_path, capsys):
+    """Issue 29.5: `tokenizer export --out` overwrote any file, the tokenizer's own merges.txt included."""
+    assert run(["tokenizer", "train", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok"),
+                "--no-progress"], capsys)[0] == 0
+    own = tmp_path / "tok" / "merges.txt"
+    before, digest = own.read_bytes(), Tokenizer.load(tmp_path / "tok").hash
+    code, _, err = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "tiktoken", "--out", str(own),
+                        "--overwrite"], capsys)
+    assert code == 1 and "inside the tokenizer directory" in err and err.count("\n") == 1
+    assert own.read_bytes() == before and Tokenizer.load(tmp_path / "tok").hash == digest
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    code, _, err = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "hf", "--out", str(mine)], capsys)
+    assert code == 1 and "--overwrite" in err and mine.read_text() == "mine"
+    assert run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "hf", "--out", str(mine), "--overwrite"],
+               capsys)[0] == 0
+    assert Tokenizer.from_hf(mine).hash == Tokenizer.load(tmp_path / "tok").hash
+    code, _, err = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "hf", "--out", str(tmp_path)], capsys)
+    assert code == 1 and "is a directory" in err

@@ -136,13 +136,27 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--to", "fmt", type=click.Choice(["hf", "tiktoken"]), required=True, help="Format to write.")
 @click.option("--out", type=LocalOut("an exported tokenizer"), required=True, help="File to write.")
-def export(directory: Path, fmt: str, out: Path) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+def export(directory: Path, fmt: str, out: Path, overwrite: bool) -> None:
     """Export a tokenizer DIRECTORY as a Hugging Face tokenizer.json or a tiktoken ranks file."""
+    from lmdata.io import atomic
     from lmdata.tokenizer.encoder import Tokenizer
 
     tok = Tokenizer.load(directory)
+    _check_export_target(Path(directory), out, overwrite)
     text = tok.to_hf_json() if fmt == "hf" else tok.to_tiktoken()
-    out.write_text(text, encoding="utf-8")
+    atomic.write_text(out, text)
     note = "" if fmt == "hf" else (f"; pattern {tok.pattern_name or tok.pattern!r}, special tokens "
                                    + ", ".join(f"{k}={v}" for k, v in tok.special_ids.items()))
     click.echo(f"wrote {out}{note}")
+
+
+def _check_export_target(directory: Path, out: Path, overwrite: bool) -> None:
+    """An export never replaces the tokenizer's own files, nor any file without ``--overwrite``."""
+    if out.is_dir():
+        raise LmdataError(f"--out {out}: is a directory; give the file to write (e.g. {out / 'tokenizer.json'})")
+    if out.resolve().parent == directory.resolve():
+        raise LmdataError(f"--out {out}: is inside the tokenizer directory {directory}, whose files the export "
+                          "must not replace; write it elsewhere")
+    if out.exists() and not overwrite:
+        raise LmdataError(f"--out {out}: already exists; pass --overwrite to replace it, or choose another path")
