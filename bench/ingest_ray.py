@@ -67,7 +67,7 @@ def run_case(case: str, corpus: Path, tokenizer_dir: Path, out: Path, workers: i
     if case in ("ray-warm", "ray-2nd"):
         import ray
 
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
         if case == "ray-2nd":  # a first, untimed ingest starts the worker processes
             ingest(splits, tokenizer_dir, out.with_name(out.name + "-1st"), formats=formats, workers=workers,
                    overwrite=True, progress=False, log=None, engine=engine)

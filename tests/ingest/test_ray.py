@@ -60,7 +60,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ray_cluster(faults: Path):
     ray = pytest.importorskip("ray")
     os.environ["LMDATA_RAY_FAULTS"] = str(faults)  # workers inherit it; nothing is armed yet
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
     del os.environ["LMDATA_RAY_FAULTS"]

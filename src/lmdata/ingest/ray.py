@@ -182,10 +182,11 @@ class RayEngine:
         # else with its traceback), not also as Ray Data's logged tracebacks.
         logging.getLogger("ray.data").setLevel(logging.CRITICAL)
         self._started = not ray.is_initialized()
+        address = address or os.environ.get("RAY_ADDRESS") or None  # Ray's own variable names a cluster too
         if self._started:
             _check_address(address)
-            try:
-                ray.init(address=address, num_cpus=(workers or None) if address is None else None,
+            try:  # no address: a private Ray ("local"), never one that `ray start` left running on this machine
+                ray.init(address=address or "local", num_cpus=(workers or None) if address is None else None,
                          include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
             except ConnectionError as exc:
                 raise LmdataError(f"--ray-address {address}: cannot connect to Ray ({exc})") from None
