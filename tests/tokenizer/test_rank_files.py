@@ -110,8 +110,32 @@ def test_ranked_tokenizer_saves_loads_and_exports(odd_file, tmp_path):
     # the same vocab and merges encoded by merge order would be another tokenizer: another hash
     assert Tokenizer(tok.vocab, tok.merges, tok.special_tokens, pattern).hash != tok.hash
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))  # ignore_merges, as Llama 3's
+    assert json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["ignore_merges"] is True
+    # that file imported back: HF's ignore_merges (merges by order, whole words first), HF's ids
+    from_hf = Tokenizer.from_hf(tmp_path / "tok" / "tokenizer.json")
+    assert from_hf.bpe == "words" and not from_hf.ranked
+    from_hf.save(tmp_path / "tok-hf")
+    assert Tokenizer.load(tmp_path / "tok-hf").hash == from_hf.hash != tok.hash
     for t in [SAMPLE.read_text(encoding="utf-8")[:20_000], *ADVERSARIAL, EOT.join(ADVERSARIAL)]:
-        assert hf.encode(t, add_special_tokens=False).ids == back.encode(t) == tt.encode(t, allowed_special="all")
+        want = tt.encode(t, allowed_special="all")
+        assert hf.encode(t, add_special_tokens=False).ids == back.encode(t) == want
+        assert from_hf.encode(t) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts)
+def test_an_ignore_merges_tokenizer_json_gives_hugging_faces_ids(odd_hf, text):
+    """A tokenizer.json with every split of every token as merges and ignore_merges (Llama 3's form)."""
+    ours, hf = odd_hf
+    assert ours.encode(text) == hf.encode(text, add_special_tokens=False).ids
+
+
+@pytest.fixture(scope="module")
+def odd_hf(odd_file, tmp_path_factory):
+    path, pattern, specials, _ = odd_file
+    out = tmp_path_factory.mktemp("hf") / "tokenizer.json"
+    out.write_text(Tokenizer.from_tiktoken(path, pattern, specials).to_hf_json())
+    return Tokenizer.from_hf(out), tokenizers.Tokenizer.from_file(str(out))
 
 
 def test_ranked_tokenizer_ingests_and_decodes(odd_file, tmp_path):

@@ -47,16 +47,19 @@ class Tokenizer:
     (the ``regex`` module's syntax).  ``ranked=True`` is tiktoken's BPE over ranks (a rank file
     whose tokens are not all merges): a merge's rank is the id of the token it makes, and a
     pre-token that is a token no merge reaches is that token (``tiktoken_ranks``).
+    ``ignore_merges=True`` is Hugging Face's flag of that name (Llama 3's file): merges rank by
+    their order, a pre-token that is a token is that token, one pair merged at a time.
     """
 
     _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
 
     def __init__(
         self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None,
-        pattern: str | Pattern | None = None, ranked: bool = False,
+        pattern: str | Pattern | None = None, ranked: bool = False, ignore_merges: bool = False,
     ) -> None:
         self._pattern = Pattern.get(pattern)
         self.ranked = bool(ranked)
+        self.ignore_merges = self.ranked or bool(ignore_merges)  # whole words first, one merge at a time
         self.vocab = dict(vocab)
         self.merges = list(merges)
         self.special_tokens = check_special_tokens(special_tokens)
@@ -82,7 +85,7 @@ class Tokenizer:
         self._byte_ids = [table[b] for b in range(256)]
         self._whole: dict[str, int] = {}  # ranked: id-char form of a token no merge reaches -> its id
         self._fast = self._make_fast()
-        if self.ranked:
+        if self.ignore_merges:
             self._whole = tiktoken_ranks.unreachable(self.vocab, set(self.special_ids.values()), self._id_chars,
                                                      lambda s: _bpe_heap(s, self._ranks, self._merged, True),
                                                      self._fast)
@@ -99,7 +102,7 @@ class Tokenizer:
             return warn_not_built(_fastbpe is not None)  # None; warns once per process unless LMDATA_PURE_PYTHON=1
         from lmdata.tokenizer import unicode_classes
 
-        if self.ranked:  # (left, right, merged, rank): a token's splits share its rank
+        if self.ignore_merges:  # (left, right, merged, rank): one merge at a time (ranked: splits share a rank)
             triples = [(ord(p[0]), ord(p[1]), ord(self._merged[p]), r) for p, r in self._ranks.items()]
         else:
             triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
@@ -113,6 +116,11 @@ class Tokenizer:
         if self._whole:  # (a ranked tokenizer arriving in a worker)
             fast.set_words([(self.vocab[i], i) for i in self._whole.values()])
         return fast
+
+    @property
+    def bpe(self) -> str:
+        """How merges apply: "merges" (by their order), "ranks" (tiktoken's), "words" (HF's ignore_merges)."""
+        return "ranks" if self.ranked else "words" if self.ignore_merges else "merges"
 
     @property
     def pattern(self) -> str:
@@ -148,13 +156,14 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         """Load a directory written by ``save``, checking its files against the recorded hash."""
-        vocab_text, merges_text, specials, pattern, digest, ranked = saved.read_dir(Path(path))
+        vocab_text, merges_text, specials, pattern, digest, bpe = saved.read_dir(Path(path))
         tok = cls(
             bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
             bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
             specials,
             pattern,
-            ranked,
+            bpe == "ranks",
+            bpe == "words",
         )
         tok._hash = digest
         return tok
@@ -164,8 +173,8 @@ class Tokenizer:
         """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens)."""
         from lmdata.tokenizer import hf
 
-        vocab, merges, specials, pattern = hf.read(path)
-        return cls(vocab, merges, specials, pattern)
+        vocab, merges, specials, pattern, ignore_merges = hf.read(path)
+        return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges)
 
     @classmethod
     def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,
@@ -189,13 +198,13 @@ class Tokenizer:
 
         extra = {"tokenizer.json": self.to_hf_json(), "tokenizer_config.json": hf.config_json(self.special_ids)}
         return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra,
-                               self.ranked)
+                               self.bpe)
 
     def to_hf_json(self) -> str:
         """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""
         from lmdata.tokenizer import hf
 
-        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ranked)
+        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges)
 
     def to_tiktoken(self) -> str:
         """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
@@ -208,7 +217,7 @@ class Tokenizer:
     def hash(self) -> str:
         """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
         if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.ranked)[0]
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe)[0]
         return self._hash
 
     @property
@@ -337,7 +346,7 @@ class Tokenizer:
         s = word.encode("utf-8").decode("latin-1")
         if self._byte_table is not None:
             s = s.translate(self._byte_table)
-        if self.ranked:  # tiktoken: a whole piece that is a token first, then BPE by ranks (ties by position)
+        if self.ignore_merges:  # tiktoken: a whole piece that is a token first, then BPE by ranks (ties by position)
             whole = self._whole.get(s)
             return (whole,) if whole is not None else _bpe_heap(s, self._ranks, self._merged, True)
         if len(s) > _LONG:

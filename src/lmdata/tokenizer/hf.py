@@ -32,9 +32,9 @@ _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": T
 
 
 def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_ids: dict[str, int],
-            pattern: Pattern, ranked: bool = False) -> str:
-    """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer (``ranked``: with
-    ``ignore_merges``, so a pre-token that is a token is that token, as in tiktoken and Llama 3's file)."""
+            pattern: Pattern, ignore_merges: bool = False) -> str:
+    """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer (``ignore_merges``:
+    a pre-token that is a token is that token, as in tiktoken and Llama 3's file)."""
     specials = set(special_ids.values())
     added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
@@ -49,7 +49,7 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ranked,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
             # special tokens too: `tokenizers` gives an added token missing from model.vocab the next free
             # id, whatever its "id" says (right only when the specials happen to come last)
             "vocab": {token_to_str(tok) if i not in specials else tok.decode("utf-8"): i
@@ -80,8 +80,8 @@ def config_json(special_ids: dict[str, int]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
-    """(vocab, merges, special tokens, pattern) of a Hugging Face byte-level BPE ``tokenizer.json``."""
+def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str, bool]:
+    """(vocab, merges, special tokens, pattern, ignore_merges) of a Hugging Face byte-level BPE ``tokenizer.json``."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -122,7 +122,7 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
                               "gives to another token")
         vocab[tok["id"]] = raw
         specials.append(tok["content"])
-    return vocab, merges, specials, pattern
+    return vocab, merges, specials, pattern, bool(model.get("ignore_merges"))
 
 
 def _no_op_normalizer(norm: object) -> bool:
