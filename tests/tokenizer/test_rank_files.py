@@ -41,7 +41,12 @@ def write_ranks(path: Path, tokens: list[bytes]) -> dict[bytes, int]:
     return ranks
 
 
-@pytest.fixture(scope="module", params=["gpt2", "cl100k"])
+# Llama 3's own regex: a custom pattern (pre-tokenized by the regex module, BPE in C)
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.fixture(scope="module", params=["gpt2", "cl100k", LLAMA3], ids=["gpt2", "cl100k", "llama3"])
 def odd_file(request, tmp_path_factory):
     """A ranks file of 1,500 trained tokens plus ~300 that are not merges, inserted at random ranks."""
     tmp = tmp_path_factory.mktemp("ranks")
