@@ -62,3 +62,21 @@ def test_export_replaces_no_file_without_overwrite_and_never_the_tokenizers_own(
     assert Tokenizer.from_hf(mine).hash == Tokenizer.load(tmp_path / "tok").hash
     code, _, err = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "hf", "--out", str(tmp_path)], capsys)
     assert code == 1 and "is a directory" in err
+
+
+def test_import_a_rank_file_with_a_non_merge_token_and_the_empty_token(tmp_path, capsys):
+    """Llama 3's kind of token (not a merge of two lower ranks) and Whisper's last line ('= N') import."""
+    import base64
+
+    tokens = [bytes([b]) for b in range(256)] + [b"ba", b"ab", b"abab", b""]  # abab: BPE gives a|ba|b
+    (tmp_path / "r.tiktoken").write_text("".join(f"{base64.b64encode(t).decode() or '='} {i}\n"
+                                                 for i, t in enumerate(tokens)))
+    code, out, _ = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--pattern", "gpt2",
+                        "--special-token", f"{EOT}=260", "--out", str(tmp_path / "tok")], capsys)
+    assert code == 0 and "BPE by ranks" in out
+    tok = Tokenizer.load(tmp_path / "tok")
+    assert tok.encode("abab") == [258] and tok.encode("xabab") == [ord("x"), ord("a"), 256, ord("b")]
+    assert tok.decode_bytes([259]) == b"" and 259 not in tok.encode("ab ba abab" * 3)
+    code, _, _ = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "tiktoken", "--out",
+                      str(tmp_path / "back.tiktoken")], capsys)
+    assert code == 0 and (tmp_path / "back.tiktoken").read_text() == (tmp_path / "r.tiktoken").read_text()

@@ -178,3 +178,38 @@ def test_eos_token_must_be_a_special_token(trained, tmp_path, capsys):
         main(["export", str(trained), "--to", "hf", "--out", str(tmp_path / "hf"), "--eos-token", "</s>"])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--eos-token '</s>'" in err and "<|endoftext|>" in err
+
+
+def test_a_rank_file_with_non_merge_tokens_trains_and_exports_with_tiktokens_ids(tmp_path):
+    """A Llama-3-like ranks file (tokens that are not merges, imported ranked) -> ingest -> train -> export:
+    AutoTokenizer's ids equal tiktoken's."""
+    import base64
+
+    tiktoken = pytest.importorskip("tiktoken")
+    from lmdata.ingest import ingest
+    from lmdata.sources import SourceSpec
+    from lmdata.tokenizer import Tokenizer, train_bpe
+    from lmdata.train.loop import train
+
+    sample_txt = Path(__file__).parents[2] / "data" / "sample.txt"
+    (tmp_path / "in.txt").write_text(sample_txt.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    vocab, _ = train_bpe(tmp_path / "in.txt", 500, [], workers=1, pattern="cl100k")
+    tokens = [vocab[i] for i in sorted(vocab)]
+    for at, odd in ((300, b".:.:"), (350, b"aaaa"), (420, b"ing the")):
+        tokens.insert(at, odd)
+    ranks = {t: i for i, t in enumerate(tokens)}
+    (tmp_path / "r.tiktoken").write_text("".join(f"{base64.b64encode(t).decode()} {i}\n" for t, i in ranks.items()))
+    specials = {"<|end_of_text|>": len(ranks), "<|begin_of_text|>": len(ranks) + 1, "<|endoftext|>": len(ranks) + 2}
+    tok = Tokenizer.from_tiktoken(tmp_path / "r.tiktoken", "cl100k", specials)
+    assert tok.ranked
+    tok.save(tmp_path / "tok")
+    store, run, out = tmp_path / "store", tmp_path / "run", tmp_path / "hf"
+    ingest({"train": SourceSpec((str(sample_txt),))}, tmp_path / "tok", store, formats=("memmap",), workers=1,
+           holdout=("train", "validation", 4), progress=False, log=None)
+    train(cfg(store, run, steps=2, d_model=32, layers=1, heads=2, d_ff=64, eval_every=0, ckpt_every=0))
+    main(["export", str(run), "--to", "hf", "--out", str(out), "--eos-token", "<|end_of_text|>"])
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    tt = tiktoken.Encoding("r", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens=specials)
+    for text in [".:.: aaaa ing the thing", "Once upon a time, they'LL say 123456 things.\n\n  x", "日本語 Привет 😀",
+                 "<|begin_of_text|>a.:.:b<|end_of_text|>", ""]:
+        assert auto(text)["input_ids"] == tok.encode(text) == tt.encode(text, allowed_special="all"), text

@@ -129,7 +129,8 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
             raise LmdataError(f"{src}: a tiktoken file holds no pattern; pass --pattern (e.g. cl100k or o200k)")
         tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
     digest = tok.save(out)
-    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}; {digest}")
+    ranked = "; BPE by ranks as tiktoken (tokens that are not merges)" if tok.ranked else ""
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}{ranked}; {digest}")
 
 
 @tokenizer.command("export")

@@ -1,7 +1,11 @@
 /* _fastbpe: the compiled encoding and training loops of lmdata.tokenizer (plain CPython C API).
  *
  * Encoder(merges, byte_ids, pretokenize, cache_entries, max_cached_chunk, mode, n_ids) holds
- *   - the merge table: an open-addressing hash (left_id, right_id) -> (rank, merged id);
+ *   - the merge table: an open-addressing hash (left_id, right_id) -> (rank, merged id); a
+ *     merge is (left, right, merged) with its index as rank, or (left, right, merged, rank)
+ *     (tiktoken's BPE over ranks: every split of a token has the token's rank);
+ *   - whole words (set_words): pre-tokens that are a token BPE cannot reach, given as that
+ *     token (tiktoken looks a whole piece up first; such files have tokens no pair makes);
  *   - the byte -> id table (identity for our vocabs, a permutation for GPT-2's);
  *   - one chunk cache: chunk code points -> ids, in C (no str object per chunk), shared by
  *     every concurrent call (lock-free reads and inserts; see take_cache), so threads
@@ -46,6 +50,7 @@ static int raise_err(int rc) {
 }
 
 typedef struct { uint64_t key; int32_t rank; int32_t merged; } MergeSlot;  /* key 0 = empty */
+typedef struct { uint64_t hash; int32_t id, len; unsigned char *bytes; } WordSlot;  /* hash 0 = empty */
 
 typedef struct Entry {
     uint64_t hash;
@@ -81,6 +86,11 @@ typedef struct {
     PyObject_HEAD
     MergeSlot *merges;
     uint64_t merge_mask;
+    int one_at_a_time;  /* ranked (4-tuple merges): merge one pair, the leftmost of the lowest rank, then
+                           look again (tiktoken's loop), not every pair of that rank at once */
+    WordSlot *words;  /* set_words; NULL: none */
+    uint64_t word_mask;
+    Py_ssize_t word_max;  /* the longest word's length */
     int32_t byte_ids[256];
     PyObject *pretokenize;
     PyObject **id_objs;  /* id -> int object, so the output list shares them */
@@ -126,6 +136,24 @@ static inline const MergeSlot *merge_find(const Encoder *e, int32_t a, int32_t b
         if (s->key == key) return s;
         if (s->key == 0) return NULL;
         i = (i + 1) & e->merge_mask;
+    }
+}
+
+static uint64_t bytes_hash(const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ULL;
+    return mix64(h) | 1;
+}
+
+/* The id of the whole word s[0:n] (set_words), or -1. */
+static int32_t word_find(const Encoder *e, const unsigned char *s, Py_ssize_t n) {
+    if (!e->words || n > e->word_max) return -1;
+    uint64_t h = bytes_hash(s, n), i = h & e->word_mask;
+    for (;;) {
+        const WordSlot *w = &e->words[i];
+        if (w->hash == 0) return -1;
+        if (w->hash == h && w->len == n && memcmp(w->bytes, s, (size_t)n) == 0) return w->id;
+        i = (i + 1) & e->word_mask;
     }
 }
 
@@ -177,9 +205,9 @@ static int bpe_tiny(const Encoder *e, const unsigned char *s, int n, IdBuf *out)
         uint32_t best = UINT32_MAX;
         for (int i = 0; i + 1 < n; i++) best = rk[i] < best ? rk[i] : best;
         if (best == UINT32_MAX) break;
-        int w = 0;
+        int w = 0, more = 1;
         for (int i = 0; i < n; w++) {
-            if (i + 1 < n && rk[i] == best) { sym[w] = mg[i]; fresh[w] = 1; i += 2; }
+            if (more && i + 1 < n && rk[i] == best) { sym[w] = mg[i]; fresh[w] = 1; i += 2; more = !e->one_at_a_time; }
             else { sym[w] = sym[i]; rk[w] = rk[i]; mg[w] = mg[i]; fresh[w] = 0; i++; }
         }
         n = w;
@@ -205,11 +233,17 @@ static int bpe_bytes(const Encoder *e, const unsigned char *s, Py_ssize_t n, IdB
         out->v[out->n++] = e->byte_ids[s[0]];
         return 0;
     }
-    if (n == 2) {  /* the common short case: one lookup */
+    if (n == 2 && !e->words) {  /* the common short case: one lookup */
         const MergeSlot *m = merge_find(e, e->byte_ids[s[0]], e->byte_ids[s[1]]);
         if (buf_reserve(out, 2) < 0) return ERR_NOMEM;
         if (m) out->v[out->n++] = m->merged;
         else { out->v[out->n++] = e->byte_ids[s[0]]; out->v[out->n++] = e->byte_ids[s[1]]; }
+        return 0;
+    }
+    int32_t whole = word_find(e, s, n);
+    if (whole >= 0) {
+        if (buf_reserve(out, 1) < 0) return ERR_NOMEM;
+        out->v[out->n++] = whole;
         return 0;
     }
     if (n <= TINY) return bpe_tiny(e, s, (int)n, out);
@@ -252,6 +286,7 @@ static int bpe_bytes(const Encoder *e, const unsigned char *s, Py_ssize_t n, IdB
             if (k < n) prv[k] = i;
             if (prv[i] >= 0) pending[np++] = (uint64_t)(uint32_t)prv[i];
             if (k < n) pending[np++] = (uint64_t)(uint32_t)i;
+            if (e->one_at_a_time) break;
         }
         for (Py_ssize_t q = 0; q < np; q++) {  /* pairs that start at these positions, now */
             int32_t p = (int32_t)pending[q], r;
@@ -1003,6 +1038,45 @@ static PyObject *Encoder_bpe(Encoder *e, PyObject *arg) {
     return result;
 }
 
+static void free_words(Encoder *e) {
+    if (!e->words) return;
+    for (uint64_t i = 0; i <= e->word_mask; i++) PyMem_Free(e->words[i].bytes);
+    PyMem_Free(e->words);
+    e->words = NULL; e->word_max = 0;
+}
+
+/* set_words([(bytes, id)]): pre-tokens encoded as one id, before BPE.  Called once, before use. */
+static PyObject *Encoder_set_words(Encoder *e, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "set_words takes a list of (bytes, id)");
+    if (!seq) return NULL;
+    Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
+    free_words(e);
+    cache_clear(e->cache);
+    if (nw == 0) { Py_DECREF(seq); Py_RETURN_NONE; }
+    uint64_t size = 16;
+    while (size < 2 * (uint64_t)nw + 1) size *= 2;
+    e->words = PyMem_Calloc(size, sizeof(WordSlot));
+    if (!e->words) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    e->word_mask = size - 1;
+    for (Py_ssize_t k = 0; k < nw; k++) {
+        const char *buf; Py_ssize_t len; int id;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "y#i", &buf, &len, &id)) goto fail;
+        if (len < 1 || len > 0x7fffffff || id < 0) { PyErr_SetString(PyExc_ValueError, "bad word"); goto fail; }
+        uint64_t h = bytes_hash((const unsigned char *)buf, len), i = h & e->word_mask;
+        while (e->words[i].hash) i = (i + 1) & e->word_mask;
+        if (!(e->words[i].bytes = PyMem_Malloc((size_t)len))) { PyErr_NoMemory(); goto fail; }
+        memcpy(e->words[i].bytes, buf, (size_t)len);
+        e->words[i].hash = h; e->words[i].id = id; e->words[i].len = (int32_t)len;
+        if (len > e->word_max) e->word_max = len;
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    free_words(e);
+    return NULL;
+}
+
 static PyObject *Encoder_clear(Encoder *e, PyObject *Py_UNUSED(ignored)) {
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(e->lock, WAIT_LOCK);
@@ -1048,14 +1122,16 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
     e->merge_mask = size - 1;
     if (!e->merges) { Py_DECREF(seq); PyErr_NoMemory(); return -1; }
     for (Py_ssize_t r = 0; r < nm; r++) {
-        int a, b, m;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, r), "iii", &a, &b, &m)) { Py_DECREF(seq); return -1; }
-        if (a < 0 || b < 0 || m < 0) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "negative id"); return -1; }
+        int a, b, m, rank = (int)r;
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, r);
+        if (!PyArg_ParseTuple(item, "iii|i", &a, &b, &m, &rank)) { Py_DECREF(seq); return -1; }
+        if (PyTuple_GET_SIZE(item) == 4) e->one_at_a_time = 1;
+        if (a < 0 || b < 0 || m < 0 || rank < 0) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "negative id"); return -1; }
         max_id = a > max_id ? a : max_id; max_id = b > max_id ? b : max_id; max_id = m > max_id ? m : max_id;
         uint64_t key = pair_key(a, b), i = mix64(key) & e->merge_mask;
         while (e->merges[i].key && e->merges[i].key != key) i = (i + 1) & e->merge_mask;
         if (e->merges[i].key == 0) {  /* a repeated merge keeps its first rank */
-            e->merges[i].key = key; e->merges[i].rank = (int32_t)r; e->merges[i].merged = m;
+            e->merges[i].key = key; e->merges[i].rank = (int32_t)rank; e->merges[i].merged = m;
         }
     }
     Py_DECREF(seq);
@@ -1092,6 +1168,7 @@ static void Encoder_dealloc(Encoder *e) {
     if (e->cache) cache_free(e->cache);
     if (e->lock) PyThread_free_lock(e->lock);
     PyMem_Free(e->merges);
+    free_words(e);
     if (e->id_objs) {
         for (Py_ssize_t i = 0; i < e->n_ids; i++) Py_XDECREF(e->id_objs[i]);
         PyMem_Free(e->id_objs);
@@ -1114,6 +1191,7 @@ static PyObject *m_encode_many(PyObject *self, PyObject *arg) { return Encoder_r
 static PyObject *m_encode_plain(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_encode_plain, arg); }
 static PyObject *m_set_specials(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_set_specials, arg); }
 static PyObject *m_bpe(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_bpe, arg); }
+static PyObject *m_set_words(PyObject *self, PyObject *arg) { return Encoder_ready((Encoder *)self, Encoder_set_words, arg); }
 static PyObject *m_encode_flat(PyObject *self, PyObject *args) { return Encoder_ready((Encoder *)self, Encoder_encode_flat, args); }
 
 static PyMethodDef Encoder_methods[] = {
@@ -1124,6 +1202,7 @@ static PyMethodDef Encoder_methods[] = {
     {"encode_flat", m_encode_flat, METH_VARARGS,
      "encode_flat(texts, eot, itemsize, specials) -> (tokens: bytes, lengths: bytes of int64, utf8_bytes: int)."},
     {"bpe", m_bpe, METH_O, "bpe(pretoken: bytes) -> list[int]: BPE of one pre-token's UTF-8 bytes."},
+    {"set_words", m_set_words, METH_O, "set_words([(bytes, id)]): these whole pre-tokens are one id (before BPE)."},
     {"clear", (PyCFunction)Encoder_clear, METH_NOARGS, "Empty the chunk caches."},
     {"cached", (PyCFunction)Encoder_cached, METH_NOARGS, "Number of chunks in the caches."},
     {NULL, NULL, 0, NULL},

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.tokenizer import batch, bytes_unicode, saved
+from lmdata.tokenizer import batch, bytes_unicode, saved, tiktoken_ranks
 from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
@@ -44,16 +44,22 @@ class Tokenizer:
     """Byte-level BPE; special tokens are never merged.
 
     ``pattern`` is the pre-tokenizer: "gpt2" (default), "cl100k", "o200k" or any regex
-    (the ``regex`` module's syntax).
+    (the ``regex`` module's syntax).  ``ranked=True`` is tiktoken's BPE over ranks (a rank file
+    whose tokens are not all merges): a merge's rank is the id of the token it makes, and a
+    pre-token that is a token no merge reaches is that token (``tiktoken_ranks``).
+    ``ignore_merges=True`` is Hugging Face's flag of that name (Llama 3's file): merges rank by
+    their order, a pre-token that is a token is that token, one pair merged at a time.
     """
 
     _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
 
     def __init__(
         self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None,
-        pattern: str | Pattern | None = None,
+        pattern: str | Pattern | None = None, ranked: bool = False, ignore_merges: bool = False,
     ) -> None:
         self._pattern = Pattern.get(pattern)
+        self.ranked = bool(ranked)
+        self.ignore_merges = self.ranked or bool(ignore_merges)  # whole words first, one merge at a time
         self.vocab = dict(vocab)
         self.merges = list(merges)
         self.special_tokens = check_special_tokens(special_tokens)
@@ -73,12 +79,22 @@ class Tokenizer:
         # bytes -> id chars: identity for our own vocabs, a permutation for GPT-2's
         table = {b: ids[bytes([b])] for b in range(256)}
         self._byte_table = None if all(b == i for b, i in table.items()) else str.maketrans(table)
-        self._ranks, self._merged, self._by_rank = _merge_tables(self.merges, ids)
+        self._ranks, self._merged, self._by_rank = _merge_tables(self.merges, ids, self.ranked)
         self._splitter = special_splitter(self.special_tokens)
         self._hash: str | None = None
         self._byte_ids = [table[b] for b in range(256)]
+        self._whole: dict[str, int] = {}  # ranked: id-char form of a token no merge reaches -> its id
         self._fast = self._make_fast()
+        if self.ignore_merges:
+            self._whole = tiktoken_ranks.unreachable(self.vocab, set(self.special_ids.values()), self._id_chars,
+                                                     lambda s: _bpe_heap(s, self._ranks, self._merged, True),
+                                                     self._fast)
         self._clear_caches()
+
+    def _id_chars(self, token: bytes) -> str:
+        """A token's bytes as id chars, the form BPE works on."""
+        s = token.decode("latin-1")
+        return s if self._byte_table is None else s.translate(self._byte_table)
 
     def _make_fast(self):
         """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
@@ -86,7 +102,10 @@ class Tokenizer:
             return warn_not_built(_fastbpe is not None)  # None; warns once per process unless LMDATA_PURE_PYTHON=1
         from lmdata.tokenizer import unicode_classes
 
-        triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
+        if self.ignore_merges:  # (left, right, merged, rank): one merge at a time (ranked: splits share a rank)
+            triples = [(ord(p[0]), ord(p[1]), ord(self._merged[p]), r) for p, r in self._ranks.items()]
+        else:
+            triples = [(ord(pair[0]), ord(pair[1]), ord(merged)) for pair, merged in self._by_rank]
         mode = self._pattern.c_mode
         if mode is not None:
             unicode_classes.install(_fastbpe)
@@ -94,7 +113,14 @@ class Tokenizer:
                                 _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, self._vocab_size)
         if mode is not None:
             fast.set_specials(list(self.special_ids.items()))  # split off in C as well
+        if self._whole:  # (a ranked tokenizer arriving in a worker)
+            fast.set_words([(self.vocab[i], i) for i in self._whole.values()])
         return fast
+
+    @property
+    def bpe(self) -> str:
+        """How merges apply: "merges" (by their order), "ranks" (tiktoken's), "words" (HF's ignore_merges)."""
+        return "ranks" if self.ranked else "words" if self.ignore_merges else "merges"
 
     @property
     def pattern(self) -> str:
@@ -130,12 +156,14 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         """Load a directory written by ``save``, checking its files against the recorded hash."""
-        vocab_text, merges_text, specials, pattern, digest = saved.read_dir(Path(path))
+        vocab_text, merges_text, specials, pattern, digest, bpe = saved.read_dir(Path(path))
         tok = cls(
             bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
             bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
             specials,
             pattern,
+            bpe == "ranks",
+            bpe == "words",
         )
         tok._hash = digest
         return tok
@@ -145,16 +173,15 @@ class Tokenizer:
         """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens)."""
         from lmdata.tokenizer import hf
 
-        vocab, merges, specials, pattern = hf.read(path)
-        return cls(vocab, merges, specials, pattern)
+        vocab, merges, specials, pattern, ignore_merges = hf.read(path)
+        return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges)
 
     @classmethod
     def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,
                       special_tokens: dict[str, int] | None = None) -> "Tokenizer":
         """Import a tiktoken ranks file; ``pattern`` is its regex or name (e.g. "cl100k"),
-        ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``)."""
-        from lmdata.tokenizer import tiktoken_ranks
-
+        ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``).
+        A file with tokens that are not merges of two lower ranks (Llama 3's) encodes ``ranked``."""
         ranks = tiktoken_ranks.read(path)
         vocab = {i: tok for tok, i in ranks.items()}
         for name, i in (special_tokens or {}).items():
@@ -162,26 +189,25 @@ class Tokenizer:
                 raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
                                   f"use an id of {len(vocab)} or more")
             vocab[i] = name.encode("utf-8")
-        merges = tiktoken_ranks.recover_merges(ranks, str(path))
-        return cls(vocab, merges, list(special_tokens or {}), pattern)
+        merges, ranked = tiktoken_ranks.merges_of(ranks)
+        return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
 
     def save(self, path: str | Path) -> str:
         """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
         from lmdata.tokenizer import hf
 
         extra = {"tokenizer.json": self.to_hf_json(), "tokenizer_config.json": hf.config_json(self.special_ids)}
-        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra)
+        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra,
+                               self.bpe)
 
     def to_hf_json(self) -> str:
         """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""
         from lmdata.tokenizer import hf
 
-        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern)
+        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges)
 
     def to_tiktoken(self) -> str:
         """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
-        from lmdata.tokenizer import tiktoken_ranks
-
         return tiktoken_ranks.to_text(self.vocab, self.special_ids)
 
     def _texts(self) -> tuple[str, str]:
@@ -191,7 +217,7 @@ class Tokenizer:
     def hash(self) -> str:
         """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
         if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern)[0]
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe)[0]
         return self._hash
 
     @property
@@ -320,6 +346,9 @@ class Tokenizer:
         s = word.encode("utf-8").decode("latin-1")
         if self._byte_table is not None:
             s = s.translate(self._byte_table)
+        if self.ignore_merges:  # tiktoken: a whole piece that is a token first, then BPE by ranks (ties by position)
+            whole = self._whole.get(s)
+            return (whole,) if whole is not None else _bpe_heap(s, self._ranks, self._merged, True)
         if len(s) > _LONG:
             return _bpe_heap(s, self._ranks, self._merged)
         rank_of, by_rank, unknown = self._ranks.get, self._by_rank, len(self._by_rank)
@@ -399,9 +428,10 @@ class Tokenizer:
 
 
 def _merge_tables(
-    merges: list[tuple[bytes, bytes]], ids: dict[bytes, int]
+    merges: list[tuple[bytes, bytes]], ids: dict[bytes, int], ranked: bool = False
 ) -> tuple[dict[str, int], dict[str, str], list[tuple[str, str]]]:
-    """Merges as id-char pairs: pair -> rank, pair -> merged id char, rank -> (pair, merged)."""
+    """Merges as id-char pairs: pair -> rank, pair -> merged id char, rank -> (pair, merged).
+    ``ranked``: a merge's rank is the id of the token it makes (rank -> pair is then unused)."""
     ranks: dict[str, int] = {}
     merged: dict[str, str] = {}
     by_rank: list[tuple[str, str]] = []
@@ -410,19 +440,20 @@ def _merge_tables(
             raise LmdataError(f"merge {rank} ({a!r}, {b!r}): its tokens are not all in the vocab")
         pair = chr(ids[a]) + chr(ids[b])
         if pair not in ranks:  # a repeated merge keeps its first rank
-            ranks[pair] = rank
+            ranks[pair] = ids[a + b] if ranked else rank
             merged[pair] = chr(ids[a + b])
         by_rank.append((pair, merged[pair]))
     return ranks, merged, by_rank
 
 
-def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str]) -> tuple[int, ...]:
+def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str], one: bool = False) -> tuple[int, ...]:
     """BPE over a linked list with a heap of (rank, position): O(n log n) for long pre-tokens.
 
     Merges every pair of the lowest rank, left to right, before the pairs those merges
     create enter the heap -- the same result as repeated ``str.replace`` of the best pair,
     even for merge lists where a merged token's pair ranks before its parts.  A heap entry is one int, ``rank << 32 |
-    position``, to keep a 1 MB pre-token within ~100 MB.
+    position``, to keep a 1 MB pre-token within ~100 MB.  ``one``: merge one pair, the leftmost of the
+    lowest rank, then look again (tiktoken's loop; a ranked tokenizer's merge can make a lower rank).
     """
     sym: list[str | None] = list(s)
     n = len(sym)
@@ -444,6 +475,8 @@ def _bpe_heap(s: str, ranks: dict[str, int], merged: dict[str, str]) -> tuple[in
             if k < n:
                 prv[k] = i
             touched += (prv[i], i)
+            if one:
+                break
         for p in touched:  # the pairs these merges made enter the heap only now
             if p >= 0 and sym[p] is not None and (k := nxt[p]) < n and (r := ranks.get(sym[p] + sym[k])) is not None:
                 heapq.heappush(heap, r << 32 | p)

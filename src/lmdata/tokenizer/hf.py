@@ -11,9 +11,11 @@ What we write (and read back; GPT-2-style files from the Hub read too)::
      "decoder": {"type": "ByteLevel", ...},
      "model": {"type": "BPE", "vocab": {"Ġthe": 262, ...}, "merges": ["Ġ t", ...], ...}}
 
-A plain ``ByteLevel`` pre-tokenizer with ``use_regex: true`` is GPT-2's pattern.  Anything
+A plain ``ByteLevel`` pre-tokenizer with ``use_regex: true`` is GPT-2's pattern; several isolating
+Splits before ``ByteLevel(use_regex=false)`` (DeepSeek's shape) are a chain of regexes (``patterns``).  Anything
 else -- WordPiece, Unigram, byte-fallback (SentencePiece-style) BPE, a normalizer, a prefix
-space -- is a one-line ``LmdataError``: ids would differ from Hugging Face's.
+space -- is a one-line ``LmdataError``: ids would differ from Hugging Face's.  A normalizer
+that does nothing (an empty ``Sequence``, as DeepSeek's file has) is accepted.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": T
 
 
 def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_ids: dict[str, int],
-            pattern: Pattern) -> str:
-    """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer."""
+            pattern: Pattern, ignore_merges: bool = False) -> str:
+    """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer (``ignore_merges``:
+    a pre-token that is a token is that token, as in tiktoken and Llama 3's file)."""
     specials = set(special_ids.values())
     added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
@@ -46,7 +49,7 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
             # special tokens too: `tokenizers` gives an added token missing from model.vocab the next free
             # id, whatever its "id" says (right only when the specials happen to come last)
             "vocab": {token_to_str(tok) if i not in specials else tok.decode("utf-8"): i
@@ -62,7 +65,8 @@ def _pre_tokenizer(pattern: Pattern) -> dict:
     if pattern.name == "gpt2":
         return _BYTE_LEVEL | {"use_regex": True}
     return {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": pattern.hf_text}, "behavior": "Isolated", "invert": False},
+        *({"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False}
+          for p in (pattern.splits or [pattern.hf_text])),
         _BYTE_LEVEL,
     ]}
 
@@ -76,8 +80,8 @@ def config_json(special_ids: dict[str, int]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str]:
-    """(vocab, merges, special tokens, pattern) of a Hugging Face byte-level BPE ``tokenizer.json``."""
+def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str, bool]:
+    """(vocab, merges, special tokens, pattern, ignore_merges) of a Hugging Face byte-level BPE ``tokenizer.json``."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -95,8 +99,10 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
     if model.get("byte_fallback"):
         raise LmdataError(f"{path}: byte-fallback BPE (SentencePiece-style) cannot be represented; "
                           "lmdata imports byte-level BPE only")
-    if data.get("normalizer") is not None:
-        raise LmdataError(f"{path}: has a normalizer ({data['normalizer'].get('type')}); lmdata cannot represent it")
+    if not _no_op_normalizer(data.get("normalizer")):
+        kind = data["normalizer"].get("type") if isinstance(data["normalizer"], dict) else data["normalizer"]
+        raise LmdataError(f"{path}: normalizer {kind} changes the text before encoding; lmdata cannot represent "
+                          "it (only none, or an empty Sequence)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key):
             raise LmdataError(f"{path}: model.{key} is set; lmdata imports byte-level BPE only")
@@ -116,7 +122,15 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
                               "gives to another token")
         vocab[tok["id"]] = raw
         specials.append(tok["content"])
-    return vocab, merges, specials, pattern
+    return vocab, merges, specials, pattern, bool(model.get("ignore_merges"))
+
+
+def _no_op_normalizer(norm: object) -> bool:
+    """None, or a Sequence of no-op normalizers (an empty ``{"type": "Sequence", "normalizers": []}``)."""
+    if norm is None:
+        return True
+    return (isinstance(norm, dict) and norm.get("type") == "Sequence" and isinstance(norm.get("normalizers"), list)
+            and all(map(_no_op_normalizer, norm["normalizers"])))
 
 
 def _merge(m: object, path: Path) -> tuple[bytes, bytes]:
@@ -127,20 +141,34 @@ def _merge(m: object, path: Path) -> tuple[bytes, bytes]:
 
 
 def _pattern(pre: object, path: Path) -> str:
-    """The regex of a ByteLevel pre-tokenizer, alone or after one Split."""
+    """The regex of a ByteLevel pre-tokenizer, alone or after isolating regex Splits (several: a chain)."""
     steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
-    steps = [s for s in steps if isinstance(s, dict)]
+    steps = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
     if not steps or steps[-1].get("type") != "ByteLevel":
-        raise LmdataError(f"{path}: pre_tokenizer is not byte-level (need ByteLevel, optionally after a Split)")
+        raise LmdataError(f"{path}: pre_tokenizer is not byte-level (need ByteLevel, optionally after regex Splits)")
     last = steps[-1]
     if last.get("add_prefix_space"):
         raise LmdataError(f"{path}: ByteLevel add_prefix_space=true cannot be represented; set it false")
     if len(steps) == 1 and last.get("use_regex", True):
         return GPT2_PATTERN
-    if len(steps) == 2 and not last.get("use_regex", True) and steps[0].get("type") == "Split":
-        split = steps[0]
-        regex = (split.get("pattern") or {}).get("Regex")
-        if regex and split.get("behavior") == "Isolated" and not split.get("invert"):
-            return Pattern.get(regex).text
-    raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:80]} cannot be represented; lmdata supports "
-                      "ByteLevel, or an isolating regex Split then ByteLevel(use_regex=false)")
+    if len(steps) == 1 or last.get("use_regex", True):
+        raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:80]} cannot be represented; lmdata supports "
+                          "ByteLevel, or isolating regex Splits then ByteLevel(use_regex=false)")
+    regexes = [_split_regex(step, i, path) for i, step in enumerate(steps[:-1])]
+    return Pattern.get(regexes).text
+
+
+def _split_regex(step: dict, i: int, path: Path) -> str:
+    """The regex of an isolating Split step, or a one-line error naming the field."""
+    field = f"pre_tokenizer.pretokenizers[{i}]"
+    if step.get("type") != "Split":
+        raise LmdataError(f"{path}: {field} is {step.get('type')}; lmdata supports regex Splits before ByteLevel")
+    regex = (step.get("pattern") or {}).get("Regex")
+    if not isinstance(regex, str) or not regex:
+        raise LmdataError(f"{path}: {field}.pattern is {json.dumps(step.get('pattern'))[:60]}; lmdata supports a "
+                          "{\"Regex\": ...} pattern")
+    if step.get("behavior") != "Isolated":
+        raise LmdataError(f"{path}: {field}.behavior is {step.get('behavior')!r}; lmdata supports \"Isolated\" only")
+    if step.get("invert"):
+        raise LmdataError(f"{path}: {field}.invert is true; lmdata supports invert=false only")
+    return regex

@@ -14,10 +14,16 @@ newlines after them, "end.\\n" is one pre-token).  A custom regex is never cut a
 it is assumed not to match across a newline that follows an ASCII letter or digit, which
 holds for every byte-level BPE pattern we know of.
 ``tests/tokenizer/test_pretokenize.py`` checks the cut rules over random text.
+
+A chain of regexes (a Hugging Face ``Sequence`` of several isolating ``Split`` steps, as
+DeepSeek's tokenizer.json has) is written as the JSON list of its regexes,
+``'["\\p{N}{1,3}", "..."]'``: each regex cuts every piece of the step before into its matches
+and the text between them (no regex of ours can start ``["`` and match every character).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from functools import cached_property
@@ -62,6 +68,7 @@ class Pattern:
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self.splits = chain_of(text)  # the regexes of a chain, else None
         self.name = next((n for n, p in NAMED.items() if p == text), None)
         space_cut = {"gpt2": r" (?=\S)", "o200k": r" (?=\S)", "cl100k": r"(?<=\S) (?=\S)"}.get(self.name)
         # `re`'s \S is "not str.isspace()", a subset of `regex`'s \S (isspace also counts
@@ -69,12 +76,17 @@ class Pattern:
         self._space_cut = re.compile(space_cut) if space_cut else None
 
     @classmethod
-    def get(cls, pattern: "str | Pattern | None") -> "Pattern":
-        """A pattern from a name (gpt2, cl100k, o200k), a regex, or None (GPT-2's)."""
+    def get(cls, pattern: "str | list[str] | Pattern | None") -> "Pattern":
+        """A pattern from a name (gpt2, cl100k, o200k), a regex, a list of regexes applied one after
+        another (a chain of isolating splits), or None (GPT-2's)."""
         if isinstance(pattern, Pattern):
             return pattern
         if pattern is None:
             pattern = "gpt2"
+        if isinstance(pattern, list) and len(pattern) == 1:
+            pattern = pattern[0]
+        if isinstance(pattern, list) or (isinstance(pattern, str) and chain_of(pattern)):
+            return _chain(pattern)
         if not isinstance(pattern, str) or not pattern:
             raise LmdataError(f"--pattern must be gpt2, cl100k, o200k or a regex, got {pattern!r}")
         if pattern in NAMED:
@@ -107,7 +119,38 @@ class Pattern:
         as in Hugging Face and tiktoken), must cover the text (else LmdataError: text would be
         dropped), and a match that backtracks past ``regex_timeout`` is refused.
         """
+        if self.splits:
+            return self._chain_findall
         return self.compiled.findall if self.name else self._checked_findall
+
+    @cached_property
+    def _compiled_splits(self) -> list["regex.Pattern"]:
+        return [regex.compile(p) for p in self.splits]
+
+    def _chain_findall(self, text: str) -> list[str]:
+        """Each regex cuts every piece into its matches and the text between them (Hugging Face's
+        ``Split`` with behavior "Isolated"); empty matches cut nothing."""
+        timeout, pieces = regex_timeout(len(text)), [text]
+        try:
+            for step in self._compiled_splits:
+                out: list[str] = []
+                for piece in pieces:
+                    at = 0
+                    for m in step.finditer(piece, timeout=timeout):
+                        start, end = m.span()
+                        if start == end:
+                            continue
+                        if start > at:
+                            out.append(piece[at:start])
+                        out.append(piece[start:end])
+                        at = end
+                    if at < len(piece):
+                        out.append(piece[at:])
+                pieces = out
+        except TimeoutError:
+            raise LmdataError(f"pre-tokenizer chain {self.text!r} ran past {timeout:.1f}s on a text of {len(text)} "
+                              f"characters (catastrophic backtracking); simplify it, or raise {TIMEOUT_ENV}") from None
+        return pieces
 
     def _checked_findall(self, text: str) -> list[str]:
         timeout = regex_timeout(len(text))
@@ -197,6 +240,31 @@ def _first_gap(text: str, pieces: list[str]) -> str:
 
 
 _CACHE: dict[str, Pattern] = {}
+
+
+def chain_of(text: str) -> list[str] | None:
+    """The regexes of a chain's text (a JSON list of two or more non-empty strings), else None."""
+    if not text.startswith('["'):
+        return None
+    try:
+        steps = json.loads(text)
+    except ValueError:
+        return None
+    ok = isinstance(steps, list) and len(steps) >= 2 and all(isinstance(p, str) and p for p in steps)
+    return steps if ok else None
+
+
+def _chain(pattern: "str | list[str]") -> Pattern:
+    """A chain of regexes, each checked to compile."""
+    steps = chain_of(pattern) if isinstance(pattern, str) else pattern
+    if not steps or not all(isinstance(p, str) and p for p in steps):
+        raise LmdataError(f"--pattern {pattern!r}: a chain of regexes must be a list of non-empty strings")
+    for i, p in enumerate(steps):
+        try:
+            regex.compile(p)
+        except regex.error as exc:
+            raise LmdataError(f"pre-tokenizer chain step {i} {p!r}: not a valid regex ({exc})") from None
+    return Pattern(json.dumps(steps, ensure_ascii=False))
 
 
 def _named(name: str) -> Pattern:

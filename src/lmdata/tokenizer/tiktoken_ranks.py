@@ -8,7 +8,18 @@
 The file holds no merges, no pattern and no special tokens: the pattern is named on import,
 special tokens are given with their ids.  A token's rank is its id.  Merges are recovered
 the way tiktoken itself would build each token: BPE of its bytes using only lower ranks
-ends in exactly two parts, the merge; a token for which it does not is an error.
+ends in exactly two parts, the merge.
+
+Real files also hold tokens that are not such a merge (Llama 3's ``b'.:.:'``, rank 100421).
+tiktoken needs no merges: it looks a whole pre-token up first, then merges the adjacent
+pair whose concatenation has the lowest rank.  Such a file imports ``ranked``: its merges
+are every split of every token into two tokens (ordered as Hugging Face's converter orders
+them), a merge's rank is the rank of the token it makes, and a token BPE cannot reach is
+produced only as a whole pre-token (``unreachable``), so ids equal tiktoken's.  A file of
+merges only keeps one merge per token (the encoder's faster table).
+
+An empty token (Whisper's ``= 50256``: base64 of b"") keeps its rank reserved: encoding
+never produces it, decoding gives b"".
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ def to_text(vocab: dict[int, bytes], special_ids: dict[str, int]) -> str:
     if ids != list(range(len(ids))):
         gap = next(i for n, i in enumerate(ids) if n != i)
         raise LmdataError(f"ids below {gap} are not all ordinary tokens; tiktoken ranks must be 0..n-1 without gaps")
-    return "".join(f"{base64.b64encode(vocab[i]).decode('ascii')} {i}\n" for i in ids)
+    return "".join(f"{base64.b64encode(vocab[i]).decode('ascii') or '='} {i}\n" for i in ids)
 
 
 def read(path: str | Path) -> dict[bytes, int]:
@@ -47,7 +58,8 @@ def read(path: str | Path) -> dict[bytes, int]:
         n += 1
         try:
             token, rank = line.split()
-            ranks[base64.b64decode(token, validate=True)] = int(rank)
+            raw = b"" if token.strip(b"=") == b"" else base64.b64decode(token, validate=True)  # "=": the empty token
+            ranks[raw] = int(rank)
         except (ValueError, binascii.Error):
             raise LmdataError(f"{path}:{lineno}: expected 'base64-token rank', got {line[:60]!r}") from None
         if len(ranks) != n:
@@ -61,18 +73,44 @@ def read(path: str | Path) -> dict[bytes, int]:
     return ranks
 
 
-def recover_merges(ranks: dict[bytes, int], where: str) -> list[tuple[bytes, bytes]]:
-    """The merges, in rank order, that build every multi-byte token from lower-ranked ones."""
+def merges_of(ranks: dict[bytes, int]) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """(merges, ranked): the merge of each multi-byte token, in rank order, if every one is a merge
+    of two lower-ranked tokens; else every split of every token, to be encoded ``ranked``."""
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) < 2:
             continue
         parts = _bpe(token, ranks, rank)
         if len(parts) != 2:
-            raise LmdataError(f"{where}: token {token!r} (rank {rank}) is not a merge of two lower-ranked "
-                              "tokens; not a BPE ranks file")
+            return all_splits(ranks), True
         merges.append((parts[0], parts[1]))
+    return merges, False
+
+
+def all_splits(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """Every (left, right) of two tokens that make a token, by the rank of the token they make, then of
+    left and right (the order of Hugging Face's tiktoken converter)."""
+    merges = []
+    for token, _ in sorted(ranks.items(), key=lambda kv: kv[1]):
+        local = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        merges += sorted(local, key=lambda lr: (ranks[lr[0]], ranks[lr[1]]))
     return merges
+
+
+def unreachable(vocab: dict[int, bytes], specials: set[int], id_chars, bpe, fast) -> dict[str, int]:
+    """The tokens BPE by ranks does not make from their own bytes, as ``id_chars(token) -> id``:
+    tiktoken gives them only to a pre-token that is the whole token.  ``bpe(id chars) -> ids`` is
+    the Python BPE, ``fast`` the C encoder (or None), which is told them (``set_words``)."""
+    found = {}
+    for i, token in vocab.items():
+        if len(token) < 2 or i in specials:
+            continue
+        got = fast.bpe(token) if fast is not None else bpe(id_chars(token))
+        if len(got) != 1:
+            found[token] = i
+    if fast is not None:
+        fast.set_words(list(found.items()))
+    return {id_chars(token): i for token, i in found.items()}
 
 
 def _bpe(token: bytes, ranks: dict[bytes, int], max_rank: int) -> list[bytes]:
