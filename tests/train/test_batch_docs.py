@@ -90,7 +90,8 @@ def test_unknown_source_and_bad_input(sample_store, tmp_path, capsys):
     assert lines[0].startswith("step 2, rank 0 of 1: 4 sequences") and lines[1].split()[:3] == ["seq", "micro", "sample"]
     assert len(lines) >= 6 and all("unknown: the store was ingested before" in line for line in lines[2:])
     for argv, message in ((["--step", "0"], "--step 0: steps count from 1"),
-                          (["--step", "1", "--rank", "1"], "--rank 1: the run had 1 rank(s)")):
+                          (["--step", "1", "--rank", "1"], "--rank 1: the run had 1 rank(s)"),
+                          (["--step", "3"], "--step 3: the run trains 2 steps; use --step 1..2")):
         code, _, err = run_cli(["batch", str(out), *argv], capsys)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
     code, _, err = run_cli(["batch", str(tmp_path), "--step", "1"], capsys)
@@ -115,3 +116,44 @@ def test_upcoming_follows_the_loader_across_epochs(sample_store):
     again.load_state_dict(resumed_state)
     (_, _, idx), = again.upcoming(-1, 1)  # back within the epoch
     assert np.array_equal(ds.batch(idx)[:, :-1], handed[1])
+
+
+CAPTURE = """
+import os, sys
+import numpy as np
+import lmdata.train.loop as loop
+from lmdata.config import TrainConfig
+
+store, out, dump = sys.argv[1:4]
+real, seen = loop.train_step, []
+
+def recording(forward, optimizer, micro_batches, *args, **kwargs):
+    seen.append(np.stack([b[0].numpy() for b in micro_batches]))
+    return real(forward, optimizer, micro_batches, *args, **kwargs)
+
+loop.train_step = recording
+loop.train(TrainConfig(store=store, out=out, steps=4, batch_size=4, seq_len=64, warmup=1, ckpt_every=2, keep=0,
+                       log_every=1, val_split="none", progress=False, log=["jsonl", "tensorboard"]), log=lambda l: None)
+np.save(f"{dump}-{os.environ['RANK']}.npy", np.stack(seen))
+"""
+
+
+def test_torchrun_ranks_and_rank_zero_logs_alone(sample_store, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script, out, dump = tmp_path / "capture.py", tmp_path / "ddp", tmp_path / "seen"
+    script.write_text(CAPTURE)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(sample_store),
+                           str(out), str(dump)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        seen = np.load(f"{dump}-{rank}.npy")  # [steps, grad_accum, B, L]
+        for step in (1, 3, 4):
+            assert np.array_equal(np.stack(inputs_of(out, step, rank)), seen[step - 1]), (rank, step)
+    assert not np.array_equal(np.load(f"{dump}-0.npy"), np.load(f"{dump}-1.npy"))
+    assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 1  # rank 0 alone writes
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 4

@@ -105,6 +105,10 @@ def _loader_at(ckpt: Path, step: int, rank: int) -> tuple[Any, dict, list, int, 
     if not 0 <= rank < world:
         raise LmdataError(f"--rank {rank}: the run had {world} rank(s) at step {step}; use --rank 0..{world - 1}")
     cfg = meta.get("config") or {}
+    per_step = int(meta["batch_size"]) * accum * int(meta["seq_len"]) * world
+    planned = -(-int(cfg["tokens"]) // per_step) if cfg.get("tokens") else int(cfg.get("steps") or step)
+    if step > planned:
+        raise LmdataError(f"--step {step}: the run trains {planned} steps; use --step 1..{planned}")
     dataset, parts = _datasets(meta)
     loader = make_loader(dataset, int(meta["batch_size"]), num_workers=0, seed=int(cfg.get("seed", 0)),
                          rank=rank, world_size=world, batches_per_read=1)
