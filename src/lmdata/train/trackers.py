@@ -11,7 +11,8 @@ Files, all inside ``--out``: ``metrics.jsonl``; ``tensorboard/`` (``tensorboard 
 OUT/tensorboard``); ``wandb/`` (the W&B run directory; ``WANDB_MODE=offline`` keeps it
 local, ``wandb sync OUT/wandb/offline-run-*`` uploads it later). On ``--resume``,
 TensorBoard drops the events past the checkpoint's step (``purge_step``) and W&B continues
-the same run id (kept in ``wandb/lmdata-run-id``).
+the same run id (kept in ``wandb/lmdata-run-id``; W&B ignores a step it already has, so the
+steps between the checkpoint and the kill keep the killed run's values there).
 """
 
 from __future__ import annotations
