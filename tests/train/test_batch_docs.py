@@ -138,7 +138,7 @@ np.save(f"{dump}-{os.environ['RANK']}.npy", np.stack(seen))
 """
 
 
-def test_torchrun_ranks_and_rank_zero_logs_alone(sample_store, tmp_path):
+def test_torchrun_ranks_and_rank_zero_logs_alone(sample_store, tmp_path, monkeypatch):
     import os
     import subprocess
     import sys
@@ -157,3 +157,10 @@ def test_torchrun_ranks_and_rank_zero_logs_alone(sample_store, tmp_path):
     assert not np.array_equal(np.load(f"{dump}-0.npy"), np.load(f"{dump}-1.npy"))
     assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 1  # rank 0 alone writes
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
+    # elastic: killed after step 4's checkpoint was lost, resumed on one rank (--grad-accum 1 -> 2)
+    (out / "checkpoints" / "ckpt-00000004.pt").unlink()
+    resumed = train_capturing(monkeypatch, store=str(sample_store), out=str(out), steps=6, grad_accum=1,
+                              resume=True, log_every=1)
+    for k, step in enumerate((3, 4, 5, 6), start=1):
+        got = inputs_of(out, step)
+        assert len(got) == 2 and all(np.array_equal(g, r) for g, r in zip(got, resumed[k])), step

@@ -5,10 +5,10 @@ position) (data/loader.py), so a checkpoint's loader state and the run's config 
 it. Step ``N`` (``metrics.jsonl``'s step: the N-th optimizer step) reads ``grad_accum``
 batches per rank; from a checkpoint at step ``S`` they are the batches after the next
 ``(N - 1 - S) * grad_accum`` the saved loader would hand out (``TokenLoader.upcoming``).
-The checkpoint used is the newest at or before step ``N - 1`` (its world size and
-``--grad-accum`` are the ones in force then, an elastic resume included); before the first
-kept checkpoint the order is recomputed from the run's start with the oldest checkpoint's
-settings. A sample ``k`` of a split is its tokens ``[k * L, k * L + L + 1)``; a mixture's
+The order comes from the newest checkpoint at or before step ``N - 1`` (or the run's start
+before the first kept one); world size, ``--grad-accum`` and batch from the first checkpoint
+at or after step ``N`` (the process that trained step N, an elastic resume included), else
+the newest. A sample ``k`` of a split is its tokens ``[k * L, k * L + L + 1)``; a mixture's
 sample is first mapped to its source and that source's sample (``MixedDataset.locate``).
 The tokens' documents come from the store's per-document index, their origin (input file
 or object, byte offset or row) from its provenance table (store/provenance.py); a store
@@ -93,14 +93,17 @@ def _datasets(meta: dict[str, Any]) -> tuple[Any, list[tuple[Any, str, str]]]:
 
 
 def _loader_at(ckpt: Path, step: int, rank: int) -> tuple[Any, dict, list, int, Path | None]:
-    """(dataset meta, loader, parts, batches to skip, checkpoint used) for step ``step``."""
+    """(the run's meta, loader, parts, batches to skip, checkpoint used) for step ``step``."""
     from lmdata.data.loader import make_loader
 
     ckpts = _checkpoints(ckpt)
     before = [c for c in ckpts if step_of(c) <= step - 1]
     used = before[-1] if before else None
-    payload = read_checkpoint(used or ckpts[0])
-    meta = payload["meta"]
+    # the settings of the process that trained step N: the first checkpoint it saved (an elastic
+    # resume changes world size and --grad-accum), else the newest; the order from ``used``
+    settings = next((c for c in ckpts if step_of(c) >= step), ckpts[-1])
+    meta = read_checkpoint(settings)["meta"]
+    payload = read_checkpoint(used) if used is not None else None
     world, accum = int(meta.get("world_size") or 1), int(meta.get("grad_accum") or 1)
     if not 0 <= rank < world:
         raise LmdataError(f"--rank {rank}: the run had {world} rank(s) at step {step}; use --rank 0..{world - 1}")
@@ -113,7 +116,7 @@ def _loader_at(ckpt: Path, step: int, rank: int) -> tuple[Any, dict, list, int, 
     loader = make_loader(dataset, int(meta["batch_size"]), num_workers=0, seed=int(cfg.get("seed", 0)),
                          rank=rank, world_size=world, batches_per_read=1)
     start = 0
-    if used is not None:
+    if payload is not None:  # another world size: every rank continues from rank 0's state (elastic)
         states = payload["loader"]
         loader.load_state_dict(states[rank] if len(states) == world else states[0])
         start = int(payload["step"])
