@@ -38,6 +38,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 COMPUTE = ("simulated", "model")
 ENGINES = ("local", "ray")
 CACHE = ("warm", "cold")
+TRACKERS = ("jsonl", "tensorboard", "wandb")  # lmdata train --log (lmdata.train.trackers)
 
 
 def _field(default: Any, help: str, **meta: Any) -> Any:
@@ -167,6 +168,9 @@ class TrainConfig:
     batches_per_read: int = _field(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
     doc_mask: bool = _field(False, "Attention stays inside documents; RoPE positions restart per document.")
     progress: bool = _field(True, "Progress on stderr: a bar on a terminal, a line every few seconds in a log.")
+    log: list[str] = _field(["jsonl"], "Trackers the logged scalars go to, comma-separated: jsonl (metrics.jsonl, "
+                            "always written), tensorboard (OUT/tensorboard), wandb (OUT/wandb; honours WANDB_MODE="
+                            "offline); tensorboard and wandb need `pip install 'lmdata[track]'`.")
 
     def __post_init__(self) -> None:
         self.out = local_out(self.out, "a training run")
@@ -186,6 +190,8 @@ class TrainConfig:
                      "d_model", "layers", "heads", "d_ff", "context"):
             if getattr(self, name) < 0:
                 raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 0, got {getattr(self, name)}")
+        if bad := [name for name in self.log if name not in TRACKERS]:
+            raise LmdataError(f"--log {bad[0]!r}: not a tracker; choose from {', '.join(TRACKERS)} (comma-separated)")
         if self.warmup < -1:
             raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
         if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):

@@ -227,11 +227,12 @@ def clear_outputs(pipe: PipelineConfig, train_cfg: Any, bench: BenchConfig, log:
             (tok / name).unlink(missing_ok=True)
         if not any(tok.iterdir()):
             tok.rmdir()
-    shutil.rmtree(train_out / CHECKPOINT_DIR, ignore_errors=True)
+    for name in (CHECKPOINT_DIR, "tensorboard", "wandb"):  # the last two: --log tensorboard,wandb
+        shutil.rmtree(train_out / name, ignore_errors=True)
     for path in [train_out / n for n in ("metrics.jsonl", "loss.png", "sample.txt")] + \
                 [bench_out / n for n in OUT_FILES]:
         path.unlink(missing_ok=True)
-    log("fresh: removed the tokenizer (if trained here), checkpoints, metrics, sample and bench report")
+    log("fresh: removed the tokenizer (if trained here), checkpoints, metrics, trackers' files, sample and bench report")
 
 
 def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool = False, fresh: bool = False,

@@ -55,3 +55,28 @@ def test_file_cut_after_hashing_is_refused_against_the_manifest(tmp_path: Path) 
     spec = SourceSpec((str(a),), expect=((str(a), a.stat().st_size + 5),))
     with pytest.raises(LmdataError, match="bytes when hashed for the manifest"):
         list(iter_documents(spec))
+
+
+def test_docs_view_and_show_name_the_source(tmp_path: Path, tokenizer_dir: Path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from samples import run_cli
+
+    from lmdata.inspect import sql
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.parquet"
+    a.write_bytes(b"one\n<|endoftext|>\ntwo two\n")
+    pq.write_table(pa.table({"text": ["three", "four", "five"]}), b)
+    out = tmp_path / "store"
+    ingest({"train": SourceSpec((str(a), str(b)))}, tokenizer_dir, out, progress=False, log=None)
+    cols, rows = sql(out, "SELECT doc_id, source, source_offset FROM docs ORDER BY doc_id")
+    assert rows == [(0, str(a), 0), (1, str(a), 18), (2, str(b), 0), (3, str(b), 1), (4, str(b), 2)]
+    code, text, err = run_cli(["show", str(out), "--doc", "3"], capsys)
+    assert code == 0 and text == "four\n" and err == f"doc 3 of train: {b}, row 1\n"
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["splits"]["train"]["provenance"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert sql(out, "SELECT count(*) FROM docs WHERE source IS NULL AND source_offset IS NULL")[1] == [(5,)]
+    code, text, err = run_cli(["show", str(out), "--doc", "1"], capsys)
+    assert code == 0 and text == "two two\n" and "source (unknown: the store was ingested before" in err

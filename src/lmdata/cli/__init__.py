@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("lmdata.cli.bench:plan", "Parameters, FLOPs/token, memory and tokens/s a model on a GPU needs."),
     "train": ("lmdata.cli.train:train", "Train the from-scratch Transformer LM on a store (checkpoints, resume, DDP)."),
     "sample": ("lmdata.cli.train:sample", "Generate text from a training checkpoint."),
+    "batch": ("lmdata.cli.train:batch", "Which documents a training step's batch came from (recomputed, no log needed)."),
     "export": ("lmdata.cli.train:export", "Export a training checkpoint (--to hf: a Hugging Face Llama directory)."),
 }
 

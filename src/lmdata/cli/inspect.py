@@ -17,8 +17,8 @@ import click
 @click.option("--limit", type=int, default=None,
               help="At most N rows (0: all). Default: 1,000 for a table; csv and json stream every row.")
 def sql_command(store: str, query: str, fmt: str, limit: int | None) -> None:
-    """DuckDB SQL (one statement) over views docs(split, doc_id, shard, n_tokens, token_offset) and
-    tokens(split, doc_id, token_offset, tokens)."""
+    """DuckDB SQL (one statement) over views docs(split, doc_id, shard, n_tokens, token_offset,
+    source, source_offset) and tokens(split, doc_id, token_offset, tokens)."""
     from lmdata.inspect import write_sql
 
     write_sql(store, query, sys.stdout, fmt, limit)
@@ -41,10 +41,12 @@ def inspect_command(store: str, as_json: bool) -> None:
 @click.option("--doc", type=int, required=True, help="Document id within the split.")
 @click.option("--format", "fmt", help="Store format to read (memmap, parquet, lance, ...); default: the store's fastest.")
 def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
-    """Decode one document of a store back to text."""
+    """Decode one document of a store back to text (where it came from goes to stderr)."""
     from lmdata.inspect import show
+    from lmdata.inspect.document import source_line
 
     click.echo(show(store, split, doc, fmt))
+    click.echo(source_line(store, split, doc), err=True)
 
 
 @click.command("verify")

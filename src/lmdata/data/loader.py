@@ -268,6 +268,26 @@ class TokenLoader:
                     held.setdefault(info[0], []).extend(s.batch(s.epoch, b).tolist())
         return dead, held
 
+    def upcoming(self, skip: int, count: int) -> list[tuple[int, int, np.ndarray]]:
+        """(epoch, batch, sample indices) of the ``count`` batches after the next ``skip`` this loader
+        would hand out, computed from the order alone: nothing is read and the loader is unchanged.
+        ``skip`` may be negative within the current epoch. The way back from a step to its samples."""
+        s, base = self.sampler, self.sampler.base
+        epoch, batch = self._epoch, self._batch + skip
+        if batch < 0:
+            raise LmdataError(f"batch {batch} of epoch {epoch}: before this loader's position; use an earlier state")
+        out = []
+        try:
+            while len(out) < count:
+                if batch >= s.batches_per_epoch:  # the loader moves on exactly so (``__iter__``)
+                    batch, epoch, s.base = batch - s.batches_per_epoch, epoch + 1, 0
+                    continue
+                out.append((epoch, batch, s.batch(epoch, batch)))
+                batch += 1
+        finally:
+            s.base = base
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         """Where the user is: the next batch to hand out, plus what must match on resume.
 

@@ -69,23 +69,34 @@ def ingest_shard_docs(shards: list[ShardInfo]) -> np.ndarray:
 
 
 def doc_batches(store: Store, split: str) -> Iterator[Any]:
-    """Record batches docs(split, doc_id, shard, n_tokens, token_offset) of one split, a shard at a time."""
+    """Record batches docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) of
+    one split, a shard at a time; ``source`` (input path or URI) and ``source_offset`` (byte, or
+    row of a Parquet/Arrow input) are NULL in a store ingested before lmdata recorded them."""
     import pyarrow as pa
+
+    from lmdata.store.provenance import origins
 
     if not store.manifest.splits[split].formats:
         return
     shards, starts_of = _doc_starts_fn(store, split)
     shard_docs = ingest_shard_docs(shards)
+    where = origins(store, split)
+    paths = np.array([str(s["path"]) for s in where.sources], dtype=object)
     for i, shard in enumerate(shards):
         starts = np.asarray(starts_of(i), dtype=np.int64)
         n = len(starts) - 1
         doc_ids = np.arange(shard.first_doc, shard.first_doc + n, dtype=np.int64)
+        rows = where.span(shard.first_doc, n)
+        if rows is not None and len(rows) and rows[:, 0].max() >= len(paths):
+            where.path(int(rows[:, 0].max()))  # one line: the record names a source the manifest lacks
         yield pa.RecordBatch.from_pydict({
             "split": pa.array([split] * n, pa.string()),
             "doc_id": doc_ids,
             "shard": np.searchsorted(shard_docs, doc_ids, side="right") - 1,
             "n_tokens": np.diff(starts),
             "token_offset": starts[:-1] + shard.first_token,
+            "source": pa.array(paths[rows[:, 0]] if rows is not None else [None] * n, pa.string()),
+            "source_offset": pa.array(rows[:, 1] if rows is not None else [None] * n, pa.int64()),
         }, schema=docs_schema())
 
 
@@ -93,11 +104,31 @@ def docs_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema([("split", pa.string()), ("doc_id", pa.int64()), ("shard", pa.int64()),
-                      ("n_tokens", pa.int64()), ("token_offset", pa.int64())])
+                      ("n_tokens", pa.int64()), ("token_offset", pa.int64()),
+                      ("source", pa.string()), ("source_offset", pa.int64())])
+
+
+def docs_at(store: Store, split: str) -> Callable[[np.ndarray], np.ndarray]:
+    """token offsets -> the documents holding them (one shard's document starts read per shard met)."""
+    shards, starts_of = _doc_starts_fn(store, split)
+    firsts = np.array([s.first_token for s in shards], dtype=np.int64)
+    cache: dict[int, np.ndarray] = {}
+
+    def find(offsets: np.ndarray) -> np.ndarray:
+        offsets = np.asarray(offsets, dtype=np.int64)
+        out = np.empty(len(offsets), dtype=np.int64)
+        for j, t in enumerate(offsets.tolist()):
+            i = int(np.searchsorted(firsts, t, side="right") - 1)
+            if i not in cache:
+                cache[i] = np.asarray(starts_of(i), dtype=np.int64) + shards[i].first_token
+            out[j] = shards[i].first_doc + int(np.searchsorted(cache[i], t, side="right") - 1)
+        return out
+
+    return find
 
 
 def doc_table(store: Store, split: str) -> Any:
-    """Arrow table docs(split, doc_id, shard, n_tokens, token_offset) of one split."""
+    """Arrow table docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) of one split."""
     import pyarrow as pa
 
     return pa.Table.from_batches(list(doc_batches(store, split)), schema=docs_schema())

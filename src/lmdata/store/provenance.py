@@ -128,6 +128,28 @@ class Origins:
                               f"{len(self.sources)}; re-ingest with --overwrite")
         return str(self.sources[source]["path"])
 
+    def unit(self, source: int) -> str:
+        """What a source's offsets count: ``row`` for Parquet and Arrow inputs, else ``byte``."""
+        from lmdata.sources import ARROW_SUFFIXES
+
+        name = self.path(source).rsplit("/", 1)[-1].lower().removesuffix(".gz").removesuffix(".zst")
+        return "row" if name.endswith((".parquet", *ARROW_SUFFIXES)) else "byte"
+
+    def span(self, first: int, n: int) -> np.ndarray | None:
+        """``[n, 2]`` (source, offset) of documents ``first .. first + n - 1``; None without the record."""
+        if not self.known:
+            return None
+        parts, doc, end = [], first, first + n
+        while doc < end:
+            i = int(np.searchsorted(self._firsts, doc, side="right") - 1)
+            s = self.shards[i] if i >= 0 else None
+            if s is None or doc >= s.first_doc + s.n_docs:
+                raise LmdataError(f"{self.split_dir}: provenance does not cover document {doc}; run `lmdata verify`")
+            stop = min(end, s.first_doc + s.n_docs)
+            parts.append(self.shard(i)[doc - s.first_doc:stop - s.first_doc])
+            doc = stop
+        return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
     def of(self, doc_id: int) -> tuple[str, int] | None:
         """(path or URI, byte offset or row) of ``doc_id``; None in a store without the record."""
         if not self.known:

@@ -32,7 +32,7 @@ _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 
 
 CHECKPOINT_DIR = "checkpoints"
-RUN_FILES = frozenset({CHECKPOINT_DIR, "metrics.jsonl", "loss.png", "sample.txt"})  # what a run writes in --out
+RUN_FILES = frozenset({CHECKPOINT_DIR, "metrics.jsonl", "loss.png", "sample.txt", "tensorboard", "wandb"})  # what a run writes in --out
 
 
 def _checkpoint_dir_foreign(ckpt_dir: Path) -> list[str]:

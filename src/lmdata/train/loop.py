@@ -52,9 +52,10 @@ from lmdata.train.device import (
     resolve_device,
 )
 from lmdata.train.loss import cross_entropy
-from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics, write_record
+from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
+from lmdata.train.trackers import Trackers, check_installed
 
 
 @dataclass
@@ -391,6 +392,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     from lmdata._progress import PlainProgress, progress
 
     cfg.check()
+    check_installed(cfg.log)  # a missing tracker package fails before any work
     check_run_dir(cfg.out)  # every rank: a folder of user files is refused before any rank writes
     dist = init_distributed(cfg.device)
     log = log or print
@@ -428,7 +430,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     result = TrainResult(out=run.out, start_step=start, steps=run.steps)
     batches = forever(run.loader)
     bar = progress(cfg.progress and dist.main, total=run.steps, initial=start, unit="step", desc="train")
-    metrics = open(run.out / METRICS, "a") if dist.main else None
+    trackers = Trackers(cfg.log, run.out, start, asdict(cfg), main=dist.main)  # metrics.jsonl, TensorBoard, W&B
     if not isinstance(bar, PlainProgress):  # a terminal's bar: log lines go above it
         say = bar.write
     window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
@@ -472,7 +474,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                     rec["mix"] = {f"{m['store']}:{m['split']}": float(f) for m, f in zip(run.mix, shares)}
                     line += "  mix " + "/".join(f"{f:.0%}" for f in shares)
                 say(line)
-                write_record(metrics, rec)
+                trackers.log(rec)
                 result.logged_loss = (loss_mean, window["n"])
                 bar.set_postfix(loss=f"{loss_mean:.3f}")
                 window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
@@ -481,13 +483,12 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                 if val is not None:
                     result.val_loss = val
                     say(f"step {done:>6}  val loss {val:.4f}")
-                    write_record(metrics, {"step": done, "split": "validation", "loss": val})
+                    trackers.log({"step": done, "split": "validation", "loss": val})
             if (cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == run.steps:
                 result.checkpoint = run.save(done)
     finally:
         bar.close()
-        if metrics is not None:
-            metrics.close()
+        trackers.close()
     if dist.main and run.steps > start:
         plot_losses(run.out / METRICS, run.out / "loss.png")
     if dist.owns_group:

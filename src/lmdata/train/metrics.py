@@ -1,18 +1,11 @@
-"""The run's records: metrics.jsonl (one JSON object per logged step) and loss.png."""
+"""The run's records: metrics.jsonl (one JSON object per logged step, written by train/trackers.py) and loss.png."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 METRICS = "metrics.jsonl"
-
-
-def write_record(fh: Any, rec: dict) -> None:
-    if fh is not None:
-        fh.write(json.dumps(rec) + "\n")
-        fh.flush()
 
 
 def truncate_metrics(path: Path, step: int) -> None:
