@@ -142,8 +142,14 @@ class Loader:
         elif tool == "litdata":
             from litdata import StreamingDataLoader, StreamingDataset, TokensLoader
 
+            if path.startswith("s3://"):  # obstore refuses plain http; the loopback endpoint is http (S3 is https)
+                import litdata.streaming.downloader as downloader
+
+                downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": "true"}
+            remote = {"cache_dir": os.environ["PEERS_CACHE"] + "/litdata",  # s3://: LitData's own streaming
+                      "storage_options": {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}} if path.startswith("s3://") else {}
             ds = StreamingDataset(input_dir=path, item_loader=TokensLoader(block_size=L + 1), shuffle=True,
-                                  drop_last=True, seed=seed)
+                                  drop_last=True, seed=seed, **remote)
             self.loader = StreamingDataLoader(ds, batch_size=B, num_workers=workers, drop_last=True)
         else:
             import torch
@@ -152,7 +158,9 @@ class Loader:
             from streaming.base.util import clean_stale_shared_memory
 
             clean_stale_shared_memory()  # llm-foundry's scripts do this first
-            self.dataset = _mosaic_tokens(mds)(local=path, shuffle=True, batch_size=B, shuffle_seed=seed + 9176)
+            where = ({"remote": path, "local": os.environ["PEERS_CACHE"] + "/mosaic"} if path.startswith("s3://")
+                     else {"local": path})  # s3://: Mosaic's own download (S3_ENDPOINT_URL) into a local cache
+            self.dataset = _mosaic_tokens(mds)(shuffle=True, batch_size=B, shuffle_seed=seed + 9176, **where)
             extra = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
             self.loader = torch.utils.data.DataLoader(self.dataset, batch_size=B, num_workers=workers,
                                                       drop_last=True, **extra)
