@@ -237,17 +237,21 @@ def cell(args: dict) -> dict:
 # ---------------------------------------------------------------------------- the parent
 
 
-def _child(argv: list[str], env: dict[str, str], what: str) -> dict:
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], capture_output=True, text=True,
-                          env=env)
+def _child(argv: list[str], env: dict[str, str], what: str, timeout: float | None = None) -> dict:
+    try:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], capture_output=True,
+                              text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{what}: TimeoutError: no result within {timeout:.0f} s") from None
     if done.returncode != 0:
         raise RuntimeError(f"{what}: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_cell(tool: str, path: Path, workers: int, env: dict[str, str], repeat: int, **kw: Any) -> dict:
+def run_cell(tool: str, path: Path, workers: int, env: dict[str, str], repeat: int, timeout: float | None = None,
+             **kw: Any) -> dict:
     spec = {"tool": tool, "path": str(path), "workers": workers, **kw}
-    runs = [_child(["--cell", json.dumps(spec)], env, f"{tool} w{workers}") for _ in range(repeat)]
+    runs = [_child(["--cell", json.dumps(spec)], env, f"{tool} w{workers}", timeout) for _ in range(repeat)]
     if kw.get("mode") != "speed":
         return runs[0]
     return {"first_batch_s": min(r["first_batch_s"] for r in runs),

@@ -35,6 +35,18 @@ from remote import start_moto, start_proxy
 from scale import cache_env, ensure_store, n_shards, n_tokens
 
 
+NOTES = (
+    "Each tool reads its own copy: lmdata the store's files as uploaded (memmap: ranged GETs per window group, no "
+    "local cache by default; Parquet: each shard touched is fetched and decoded whole into the empty "
+    "LMDATA_CACHE_DIR; Lance: its own object-store reads); LitData `StreamingDataset(input_dir='s3://...', "
+    "cache_dir=..., storage_options={'endpoint_url': ...})` downloads whole 50 MB chunks (obstore, told "
+    "`allow_http` for the loopback endpoint: the one change to its defaults); Mosaic `StreamingDataset(remote="
+    "'s3://...', local=...)` downloads whole 64 MiB shards (boto3, `S3_ENDPOINT_URL`). \"vs best peer\": over the "
+    "faster of LitData and Mosaic at the same latency and worker count. Not measured here: resume from s3:// and "
+    "the 6 vs 1,000+ shard comparison on s3://."
+)
+
+
 def upload(client: object, root: Path, bucket: str, prefix: str) -> None:
     for p in sorted(root.rglob("*")):
         if p.is_file() and p.name != ".lock":
@@ -91,6 +103,7 @@ def main() -> None:
     ap.add_argument("--delays", type=lambda s: [float(x) for x in s.split(",")], default="0,20")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--cell-timeout", type=float, default=150, help="seconds a cell may take (moto is slow)")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (remote)' section")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -117,7 +130,7 @@ def main() -> None:
                     row = {"tool": tool, "workers": workers, "delay_ms": delay}
                     try:
                         row |= run_cell(tool, remote[tool], workers, s3_env(url, cache), 1, mode="speed",
-                                        warmup=args.warmup, batches=args.batches)
+                                        warmup=args.warmup, batches=args.batches, timeout=args.cell_timeout)
                     except RuntimeError as exc:  # a peer that cannot read this endpoint: recorded, not fatal
                         row["error"] = last_error(str(exc))
                     shutil.rmtree(cache, ignore_errors=True)
@@ -137,7 +150,7 @@ def main() -> None:
             f"{args.batches} timed batches; every cell a fresh process with empty caches):\n\n"
             + table(rows, args.delays) + "\n\n" + "\n".join(f"- {LABELS[r['tool']]} w{r['workers']} "
                                                            f"+{r['delay_ms']:g} ms failed: `{r['error']}`"
-                                                           for r in rows if "error" in r) + "\n")
+                                                           for r in rows if "error" in r) + "\n" + NOTES + "\n")
     print(body)
     if args.readme:
         replace_section(args.readme, body, "Peers (remote)")
