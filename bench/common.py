@@ -64,3 +64,26 @@ def tiled_corpus(work: Path, corpus: Path, tiles: int) -> Path:
             fh.writelines(data for _ in range(tiles))
         os.replace(tmp, out)
     return out
+
+
+def tree_pss_mb(pid: int | None = None) -> float:
+    """PSS (MB) of process ``pid`` (this one by default) plus its direct children: a loader's
+    main process and its workers, shared pages counted once."""
+    pid = os.getpid() if pid is None else pid
+
+    def pss(p: int | str) -> float:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                return sum(int(line.split()[1]) for line in fh if line.startswith("Pss:")) / 1024
+        except OSError:
+            return 0.0
+
+    def parent(p: str) -> int | None:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                return int(fh.read().split(") ")[-1].split()[1])
+        except (OSError, IndexError, ValueError):  # a process that ended while we listed
+            return None
+
+    kids = [p for p in os.listdir("/proc") if p.isdigit() and parent(p) == pid]
+    return pss(pid) + sum(pss(k) for k in kids)

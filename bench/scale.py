@@ -99,24 +99,10 @@ t1 = time.perf_counter()
 for _ in range(batches):
     next(it)
 dt = time.perf_counter() - t1
-
-def pss(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            return sum(int(l.split()[1]) for l in fh if l.startswith("Pss:")) / 1024
-    except OSError:
-        return 0.0
-
-def parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().split(") ")[-1].split()[1])
-    except (OSError, IndexError, ValueError):  # a process that ended while we listed
-        return None
-
-kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == os.getpid()]
+sys.path.insert(0, args["bench"])
+from common import tree_pss_mb  # after the timing: what the loader costs, not the bench
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
-                  "pss_mb": pss(os.getpid()) + sum(pss(k) for k in kids)}))
+                  "pss_mb": tree_pss_mb()}))
 """
 
 
@@ -176,7 +162,8 @@ def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", 
 def _run_cell(store: Path, fmt: str, workers: int, *, verify: str, warmup: int, batches: int,
               seed: int) -> dict[str, Any]:
     args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
-            "batches": batches, "B": B, "L": L, "seed": seed}
+            "batches": batches, "B": B, "L": L, "seed": seed,
+            "bench": str(Path(__file__).resolve().parent)}
     done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True,
                           env=cache_env(store.parent))
     if done.returncode != 0:
