@@ -30,10 +30,11 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
-    shard_file_path, verify_shard
+    stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.io.mapped import map_file
+from lmdata.io.process_local import per_process
 from lmdata.store.formats.mapped_windows import MappedWindows
 from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.protocol import ShardInfo
@@ -90,22 +91,20 @@ class MemmapReader(MappedWindows, base.ShardReader):
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
 
     def _open_tokens(self, i: int) -> np.ndarray:
-        """Shard ``i``'s tokens, mapped without a descriptor (its size checked against the manifest first)."""
+        """Shard ``i``'s tokens, mapped without a descriptor (its size checked against the manifest first:
+        one ``lstat``, a shard's first touch in a process pays it)."""
         shard = self.shards[i]
-        path = shard_file_path(self.format_dir, shard, shard.files[0])
         if not self.blocks.has_sums[i]:  # a store without block checksums: sha256 of the whole shard, once
             verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            raise LmdataError(f"{path}: shard {shard.name} file is missing; run `lmdata verify` and re-ingest "
-                              "(--overwrite)") from None
-        if size != shard.n_tokens * self.dtype.itemsize:
+        path, st = stat_shard_file(self._dir, shard, shard.files[0])
+        if st.st_size != shard.n_tokens * self.dtype.itemsize:
             raise LmdataError(
-                f"{path}: shard {shard.name} has {size} bytes, expected {shard.n_tokens} tokens of "
+                f"{path}: shard {shard.name} has {st.st_size} bytes, expected {shard.n_tokens} tokens of "
                 f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
             )
-        return map_file(path, size).view(self.dtype)
+        return map_file(path, st.st_size).view(self.dtype)
+
+    _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
 
     def _block_sums(self, i: int) -> BlockSums | None:
         return self.blocks.sums(i)

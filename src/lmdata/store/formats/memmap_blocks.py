@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,15 @@ class BlockReads:
     _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
 
     def _read(self, info: Any) -> bytes:
-        return (self.format_dir / info.path).read_bytes()
+        if self.remote:
+            return (self.format_dir / info.path).read_bytes()
+        with open(self._path(info), "rb") as fh:  # plain open: a shard's first touch pays this
+            return fh.read()
+
+    def _path(self, info: Any) -> str:
+        return str(self.format_dir / info.path) if self.remote else os.path.join(self._dir, info.path)
+
+    _dir = per_process(lambda self: os.fspath(self.format_dir))
 
     def where(self, i: int) -> str:
         return f"{self.format_dir / self.shards[i].files[0].path}: shard {self.shards[i].name}"
@@ -71,11 +80,11 @@ class BlockReads:
             info = sidecar_info(self.shards[i])
             raw = self._read(info)
             if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
-                raise LmdataError(f"{self.format_dir / info.path}: shard {self.shards[i].name} checksum file fails "
+                raise LmdataError(f"{self._path(info)}: shard {self.shards[i].name} checksum file fails "
                                   "its sha256; run `lmdata verify` and re-ingest with --overwrite")
-            sums = self._sums[i] = BlockSums.decode(raw, str(self.format_dir / info.path))
+            sums = self._sums[i] = BlockSums.decode(raw, self._path(info))
             if sums.data_bytes != self.shards[i].files[0].bytes:
-                raise LmdataError(f"{self.format_dir / info.path}: covers {sums.data_bytes} bytes, the shard has "
+                raise LmdataError(f"{self._path(info)}: covers {sums.data_bytes} bytes, the shard has "
                                   f"{self.shards[i].files[0].bytes}; re-ingest with --overwrite")
             if self.files is not None:
                 self.files.files[i].check, self.files.files[i].align = sums.check, sums.block_bytes
