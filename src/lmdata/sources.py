@@ -60,6 +60,7 @@ SNIFF_BYTES = 1 << 16  # the start of a text source checked for binary data
 MAX_INVALID = 0.25  # more invalid UTF-8 than this share of the sniffed bytes: binary, not text
 ERRORS = ("strict", "replace")
 DEFAULT_SEPARATOR = EOT
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 
 
 @dataclass(frozen=True)
@@ -266,8 +267,14 @@ def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
     yield from _emit(path, b"".join(lines), spec, stats, start, consumed, source)
 
 
+def _no_bom(data: bytes, offset: int) -> bytes:
+    """A UTF-8 byte-order mark opening the file (Windows tools write one) is not text: not in document 0."""
+    return data[len(BOM):] if offset == 0 and data.startswith(BOM) else data
+
+
 def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int,
           source: int) -> Iterator[Document]:
+    data = _no_bom(data, offset)
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
     if data:
@@ -276,7 +283,7 @@ def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, off
 
 def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for offset, line in _read_lines(path):
-        data = line.rstrip(b"\r\n")
+        data = _no_bom(line, offset).rstrip(b"\r\n")
         if data:
             yield Document(decode(data, spec.errors, str(path), offset, stats), len(line), source, offset)
 
@@ -284,9 +291,10 @@ def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
 def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for lineno, (offset, line) in enumerate(_read_lines(path), start=1):
         where = f"{path}:{lineno}"
-        if not line.strip():
+        data = _no_bom(line, offset)
+        if not data.strip():
             continue
-        text = decode(line, spec.errors, where, offset, stats)
+        text = decode(data, spec.errors, where, offset, stats)
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
