@@ -131,3 +131,24 @@ def test_sample_refuses_a_tokenizer_copy_that_is_not_the_checkpoints(sample_stor
     _another_tokenizer(out / "checkpoints" / "tokenizer")
     code, text, err = run_cli(["sample", str(ckpt), "--prompt", "We", "--max-tokens", "5"], capsys)
     assert code == 1 and text == "" and err.count("\n") == 1 and "is not the one checkpoint" in err, err
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"num_layers": 1_000_000}, "num_layers 1000000, its weights have"),  # before: allocated until memory ran out
+    ({"d_model": 96}, "in the weights"),
+    ({"d_ff": 1}, "in the weights"),
+    ({"heads": 2}, "cannot build a model"),
+])
+def test_sample_and_export_refuse_a_model_config_that_does_not_fit_the_weights(sample_store, tmp_path, capsys,
+                                                                               edit, message):
+    """Issue 29.15: a checkpoint whose meta.model_config does not fit its weights was a traceback."""
+    out = tmp_path / "run"
+    assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
+    ckpt = out / "checkpoints" / "ckpt-00000002.pt"
+    payload = read_checkpoint(ckpt)
+    payload["meta"]["model_config"].update(edit)
+    torch.save(payload, ckpt)
+    for argv in (["sample", str(ckpt), "--prompt", "We", "--max-tokens", "3"],
+                 ["export", str(ckpt), "--to", "hf", "--out", str(tmp_path / "hf")]):
+        code, text, err = run_cli(argv, capsys)
+        assert code == 1 and text == "" and err.count("\n") == 1 and message in err and str(ckpt) in err, (argv, err)
