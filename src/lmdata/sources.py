@@ -195,12 +195,15 @@ def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str
 
 
 
+STRIP_NUL = "if it is text with stray NUL bytes, remove them first: tr -d '\\000' < IN > OUT"
+
+
 def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats) -> str:
     """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence; NUL is binary."""
     nul = data.find(0)
     if nul >= 0:
-        raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; "
-                          "give a text file (or kind arrow/parquet for those files)")
+        raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; give a text file "
+                          f"(or kind arrow/parquet for those files); {STRIP_NUL}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -242,7 +245,7 @@ def check_text(path: Location, head: bytes) -> None:
     elif head.startswith(b"PAR1"):
         what = "a Parquet file; pass kind parquet (--kind parquet, or a .parquet name)"
     elif head.find(0) >= 0:
-        what = f"binary data (a NUL byte at byte {head.find(0)}), not text"
+        what = f"binary data (a NUL byte at byte {head.find(0)}), not text; {STRIP_NUL}"
     else:
         cut = head[:-3] if len(head) == SNIFF_BYTES else head  # a character cut by the sniff is not invalid
         invalid = len(cut) - len(cut.decode("utf-8", "ignore").encode("utf-8"))
