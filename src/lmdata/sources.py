@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, glob as remote_glob, location
-from lmdata.io.streams import open_binary, open_seekable, strip_compression
+from lmdata.io.streams import fetch_hint, open_binary, open_seekable, strip_compression
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
@@ -120,7 +120,7 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
         else:
             path = loc.local_path
             if not path.exists():
-                raise LmdataError(f"input {pattern}: no such file")
+                raise LmdataError(f"input {pattern}: no such file{fetch_hint(path)}")
             if path.is_dir() and (path / "state.json").is_file():
                 files.extend(location(p) for p in saved_dataset_files(path))
                 continue
