@@ -199,3 +199,32 @@ def test_broken_parquet_is_named(tmp_path):
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(LmdataError, match=r"in.parquet: not a readable Parquet file"):
         _read(SourceSpec((str(path),)))
+
+
+@pytest.mark.parametrize("kind,body", [
+    ("text", "first\n<|endoftext|>\nsecond\n"), ("lines", "first\nsecond\n"),
+    ("jsonl", '{"text": "first"}\n{"text": "second"}\n'),
+])
+def test_a_utf8_bom_opening_the_file_is_not_in_document_0(tmp_path, kind, body):
+    """Issue 29: a file saved by a Windows tool starts with EF BB BF; it stayed in document 0's text."""
+    path = tmp_path / f"in.{kind}"
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    docs = list(iter_documents(SourceSpec((str(path),), kind=kind)))
+    assert [d.text for d in docs] == ["first", "second"]
+    assert sum(d.raw_bytes for d in docs) == path.stat().st_size  # the mark is still counted as read
+    assert docs[0].offset == 0
+
+
+def test_a_missing_input_under_a_folder_with_a_readme_points_to_it(tmp_path, monkeypatch):
+    """Issue 30.10: the TinyStories pipeline's 'no such file' did not point to data/README.md."""
+    from lmdata.io.streams import read_error
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "README.md").write_text("how to fetch TinyStories")
+    hint = "no such file; data/README.md says how to get the data"
+    with pytest.raises(LmdataError, match=f"^input data/tinystories/train.txt: {hint}$"):
+        expand(["data/tinystories/train.txt"])
+    assert str(read_error(location("data/tinystories/train.txt"), FileNotFoundError())).endswith(hint)  # tokenizer train
+    with pytest.raises(LmdataError, match="^input nope.txt: no such file$"):  # the working directory: no hint
+        expand(["nope.txt"])

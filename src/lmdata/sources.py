@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, glob as remote_glob, location
-from lmdata.io.streams import open_binary, open_seekable, strip_compression
+from lmdata.io.streams import fetch_hint, open_binary, open_seekable, strip_compression
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
@@ -60,6 +60,7 @@ SNIFF_BYTES = 1 << 16  # the start of a text source checked for binary data
 MAX_INVALID = 0.25  # more invalid UTF-8 than this share of the sniffed bytes: binary, not text
 ERRORS = ("strict", "replace")
 DEFAULT_SEPARATOR = EOT
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
         else:
             path = loc.local_path
             if not path.exists():
-                raise LmdataError(f"input {pattern}: no such file")
+                raise LmdataError(f"input {pattern}: no such file{fetch_hint(path)}")
             if path.is_dir() and (path / "state.json").is_file():
                 files.extend(location(p) for p in saved_dataset_files(path))
                 continue
@@ -194,12 +195,15 @@ def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str
 
 
 
+STRIP_NUL = "if it is text with stray NUL bytes, remove them first: tr -d '\\000' < IN > OUT"
+
+
 def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats) -> str:
     """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence; NUL is binary."""
     nul = data.find(0)
     if nul >= 0:
-        raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; "
-                          "give a text file (or kind arrow/parquet for those files)")
+        raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; give a text file "
+                          f"(or kind arrow/parquet for those files); {STRIP_NUL}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -241,7 +245,7 @@ def check_text(path: Location, head: bytes) -> None:
     elif head.startswith(b"PAR1"):
         what = "a Parquet file; pass kind parquet (--kind parquet, or a .parquet name)"
     elif head.find(0) >= 0:
-        what = f"binary data (a NUL byte at byte {head.find(0)}), not text"
+        what = f"binary data (a NUL byte at byte {head.find(0)}), not text; {STRIP_NUL}"
     else:
         cut = head[:-3] if len(head) == SNIFF_BYTES else head  # a character cut by the sniff is not invalid
         invalid = len(cut) - len(cut.decode("utf-8", "ignore").encode("utf-8"))
@@ -266,8 +270,14 @@ def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
     yield from _emit(path, b"".join(lines), spec, stats, start, consumed, source)
 
 
+def _no_bom(data: bytes, offset: int) -> bytes:
+    """A UTF-8 byte-order mark opening the file (Windows tools write one) is not text: not in document 0."""
+    return data[len(BOM):] if offset == 0 and data.startswith(BOM) else data
+
+
 def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int,
           source: int) -> Iterator[Document]:
+    data = _no_bom(data, offset)
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
     if data:
@@ -276,7 +286,7 @@ def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, off
 
 def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for offset, line in _read_lines(path):
-        data = line.rstrip(b"\r\n")
+        data = _no_bom(line, offset).rstrip(b"\r\n")
         if data:
             yield Document(decode(data, spec.errors, str(path), offset, stats), len(line), source, offset)
 
@@ -284,9 +294,10 @@ def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
 def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for lineno, (offset, line) in enumerate(_read_lines(path), start=1):
         where = f"{path}:{lineno}"
-        if not line.strip():
+        data = _no_bom(line, offset)
+        if not data.strip():
             continue
-        text = decode(line, spec.errors, where, offset, stats)
+        text = decode(data, spec.errors, where, offset, stats)
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:

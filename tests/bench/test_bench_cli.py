@@ -109,3 +109,28 @@ def test_plan_prints_the_models_own_parameter_count(capsys):
     assert p["tokens_per_s_needed"] > 0
     code, out, _ = run_main(capsys, "plan", "--model", "small", "--gpu", "h100")
     assert code == 0 and f"{n:,}" in out and "tokens/s needed" in out
+
+
+def test_plan_sizes_the_model_as_train_does_from_the_store_and_the_size_flags(sample_store, capsys):
+    """Issue 30.5: plan said 22,696,448 parameters (its default 10,000 ids) where bench on the store
+    said 16,650,752 (the store's vocabulary), and refused --layers."""
+    import types
+
+    import torch
+
+    from lmdata.model import TransformerLM
+    from lmdata.store import open_store
+    from lmdata.train.defaults import build_model_config
+
+    vocab = open_store(sample_store).manifest.vocab_size
+    for flags, sizes in (([], {}), (["--layers", "1", "--d-model", "64"], {"layers": 1, "d_model": 64})):
+        cfg = types.SimpleNamespace(model="small", context=0, **{"d_model": 0, "layers": 0, "heads": 0, "d_ff": 0,
+                                                                   **sizes})
+        with torch.device("meta"):
+            n = sum(p.numel() for p in TransformerLM(**build_model_config(cfg, vocab)).parameters())
+        code, out, err = run_main(capsys, "plan", "--model", "small", "--store", str(sample_store), *flags, "--json")
+        p = json.loads(out)
+        assert code == 0 and p["params"] == n and p["vocab_size"] == vocab, err
+    assert p["preset"] == "small (d_model 64, num_layers 1)"
+    code, _, err = run_main(capsys, "plan", "--layers", "-1")
+    assert code == 1 and "--layers -1" in err and len(err.strip().splitlines()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -111,3 +112,17 @@ def test_a_text_file_with_some_latin1_is_still_text(tmp_path):
     path.write_bytes(("plain English text with a few accents: caf" + "\xe9 " * 3).encode("latin-1") * 50)
     docs = list(iter_documents(SourceSpec((str(path),), "text", errors="replace")))
     assert len(docs) == 1 and "\ufffd" in docs[0].text
+
+
+@pytest.mark.parametrize("where", [10, 200_000])  # in the sniffed head, and past it
+def test_a_stray_nul_byte_in_a_text_file_says_how_to_go_on(tmp_path, where):
+    """Issue 29 (smaller): one stray NUL refused the whole file with no way forward."""
+    path = tmp_path / "nearly.txt"
+    data = bytearray(b"plain text line\n" * 20_000)
+    data[where] = 0
+    path.write_bytes(bytes(data))
+    with pytest.raises(LmdataError, match=rf"NUL byte at byte {where}\b.*" + re.escape("remove them first: tr -d '\\000' < IN > OUT")):
+        list(iter_documents(SourceSpec((str(path),), "text")))
+    cleaned = tmp_path / "clean.txt"
+    cleaned.write_bytes(bytes(data).replace(b"\0", b""))  # what that command writes
+    assert len(list(iter_documents(SourceSpec((str(cleaned),), "text")))) == 1

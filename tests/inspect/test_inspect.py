@@ -270,3 +270,16 @@ def test_bit_flipped_shard_is_found(sample_store, tmp_path):
     assert not report.ok and "shard 00001" in report.problems[0] and "sha256" in report.problems[0]
     r = _lmdata("verify", str(store))
     assert r.returncode == 1 and "shard 00001" in r.stderr
+
+
+def test_an_ordinary_folder_is_not_told_to_resume_but_an_interrupted_ingest_is(tmp_path):
+    """Issue 30.10: `lmdata inspect` on any folder without a manifest suggested `ingest --resume`."""
+    from lmdata.store import open_store
+
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(LmdataError, match=r"not a store \(no manifest.json\); give a store") as err:
+        open_store(tmp_path)
+    assert "--resume" not in str(err.value)
+    (tmp_path / "ingest-plan.json").write_text("{}")  # what an ingest writes first
+    with pytest.raises(LmdataError, match=r"interrupted ingest .*--resume"):
+        open_store(tmp_path)

@@ -80,3 +80,20 @@ def test_import_a_rank_file_with_a_non_merge_token_and_the_empty_token(tmp_path,
     code, _, _ = run(["tokenizer", "export", str(tmp_path / "tok"), "--to", "tiktoken", "--out",
                       str(tmp_path / "back.tiktoken")], capsys)
     assert code == 0 and (tmp_path / "back.tiktoken").read_text() == (tmp_path / "r.tiktoken").read_text()
+
+
+@pytest.mark.parametrize("specials,message", [
+    (["x=\u00b2"], "give NAME=ID"),  # '²' is a digit to str.isdigit: it was a ValueError traceback
+    ([f"{EOT}=256", f"{EOT}=257"], "is given two ids (256 and 257); give it once"),  # one was kept silently
+    ([f"{EOT}=256", "<|pad|>=256"], "'<|endoftext|>' and '<|pad|>' both have id 256"),
+])
+def test_special_token_flags_that_cannot_all_hold_are_one_line(tmp_path, capsys, specials, message):
+    """Issue 29.13: --special-token values of tokenizer import (tiktoken files)."""
+    import base64
+
+    (tmp_path / "r.tiktoken").write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256)))
+    flags = [a for s in specials for a in ("--special-token", s)]
+    code, _, err = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--pattern", "gpt2", *flags,
+                        "--out", str(tmp_path / "tok")], capsys)
+    assert code == 1 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "tok").exists()

@@ -1,6 +1,13 @@
 """Custom pre-tokenizer patterns never drop text (issue 29.1) and never hang (29.9), on the
 C accelerator's callback path and on pure Python alike."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from lmdata.errors import LmdataError
@@ -45,3 +52,27 @@ def test_catastrophic_pattern_times_out(make, monkeypatch):
     tok = make(CATASTROPHIC)
     with pytest.raises(LmdataError, match="catastrophic backtracking"):
         tok.encode("a" * 42 + "!")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see stdin consumed")
+@pytest.mark.parametrize("pure", ["", "1"])
+def test_ctrl_c_stops_a_backtracking_encode(tmp_path, pure):
+    """29.9: Ctrl-C was ignored while a catastrophic pattern ran; the regex timeout is set far away here,
+    so only the interrupt can end the encode: exit 130 and one line."""
+    Tokenizer(BYTES, [], ["<|endoftext|>"], CATASTROPHIC).save(tmp_path / "tok")
+    text = tmp_path / "in.txt"
+    text.write_text("a" * 42 + "!\n")
+    env = {**os.environ, "LMDATA_REGEX_TIMEOUT": "600", "LMDATA_PURE_PYTHON": pure}
+    with open(text, "rb") as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "lmdata", "tokenizer", "encode", str(tmp_path / "tok")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        fdinfo = Path(f"/proc/{proc.pid}/fdinfo/0")
+        while proc.poll() is None and int(fdinfo.read_text().split()[1]) < text.stat().st_size:
+            time.sleep(0.1)  # until the text is read: the match is running
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130 and err.decode().strip() == "interrupted", err

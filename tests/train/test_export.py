@@ -213,3 +213,16 @@ def test_a_rank_file_with_non_merge_tokens_trains_and_exports_with_tiktokens_ids
     for text in [".:.: aaaa ing the thing", "Once upon a time, they'LL say 123456 things.\n\n  x", "日本語 Привет 😀",
                  "<|begin_of_text|>a.:.:b<|end_of_text|>", ""]:
         assert auto(text)["input_ids"] == tok.encode(text) == tt.encode(text, allowed_special="all"), text
+
+
+def test_export_without_safetensors_names_the_hf_extra(tmp_path, monkeypatch):
+    """Issue 30.3: the hint was pip install 'lmdata[dev]' (pytest, build, auditwheel, moto)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)  # import fails as if not installed
+    with pytest.raises(LmdataError, match=r"^export --to hf needs safetensors: pip install 'lmdata\[hf\]'"):
+        export(tmp_path / "no-run", tmp_path / "hf")
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {r.split(">")[0] for r in extras["hf"]} == {"safetensors", "transformers"}

@@ -39,3 +39,16 @@ def test_huge_grad_accum_is_refused_before_training(sample_store, tmp_path):
     with pytest.raises(LmdataError, match=r"^--grad-accum 1000000000: a step would read 4 x 1000000000 .*use --grad-accum <= \d+$"):
         train(cfg(sample_store, tmp_path / "run", grad_accum=1_000_000_000))
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step_and_keeping_the_last_good_checkpoint(sample_store, tmp_path):
+    """Issues 29 (smaller) and 30.10: --lr 1e30 trained on to a NaN loss; the error then said
+    'use --precision fp32' to a run that already was fp32."""
+    out = tmp_path / "run"
+    with pytest.raises(LmdataError) as err:
+        train(cfg(sample_store, out, lr=1e30, warmup=0, steps=20, ckpt_every=1, precision="fp32"))
+    msg = str(err.value)
+    assert msg.startswith("step ") and "loss is " in msg and "--lr" in msg and "--precision" not in msg, msg
+    bad = int(msg.split()[1].rstrip(":"))
+    kept = sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.pt"))
+    assert kept and kept[-1] == f"ckpt-{bad - 1:08d}.pt" and kept[-1] in msg, (kept, msg)

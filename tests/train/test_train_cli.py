@@ -96,3 +96,59 @@ def test_torchrun_ddp_two_ranks(sample_store, tmp_path):
     assert "on cpu x2" in proc.stdout and proc.stdout.count("step      2  loss") == 1  # rank 0 logs alone
     payload = read_checkpoint(out / "checkpoints" / "ckpt-00000003.pt")
     assert [(s["rank"], s["world_size"], s["batch"]) for s in payload["loader"]] == [(0, 2, 3), (1, 2, 3)]
+
+
+def _another_tokenizer(where: Path) -> None:
+    import shutil
+
+    from lmdata.tokenizer import Tokenizer
+
+    shutil.rmtree(where)
+    Tokenizer({i: bytes([i]) for i in range(256)}, [], ["<|endoftext|>"]).save(where)
+
+
+def test_train_refuses_a_store_whose_tokenizer_fails_its_hash(sample_store, tmp_path, capsys):
+    """Issue 29.3: train took the store's replaced tokenizer/ (show refused it) and copied it beside the checkpoints."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    _another_tokenizer(store / "tokenizer")
+    out = tmp_path / "run"
+    code, _, err = run_cli(["train", "--store", str(store), "--out", str(out), "--steps", "2", *FLAGS], capsys)
+    assert code == 1 and err.count("\n") == 1 and "does not match the manifest" in err, err
+    assert not (out / "checkpoints" / "tokenizer").exists()
+
+
+def test_sample_refuses_a_tokenizer_copy_that_is_not_the_checkpoints(sample_store, tmp_path, capsys):
+    """Issue 29.3: sample decoded with whatever tokenizer sat beside the checkpoint once the store moved."""
+    out = tmp_path / "run"
+    assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
+    ckpt = out / "checkpoints" / "ckpt-00000002.pt"
+    payload = read_checkpoint(ckpt)
+    payload["meta"]["store"] = str(tmp_path / "moved-away")
+    torch.save(payload, ckpt)
+    _another_tokenizer(out / "checkpoints" / "tokenizer")
+    code, text, err = run_cli(["sample", str(ckpt), "--prompt", "We", "--max-tokens", "5"], capsys)
+    assert code == 1 and text == "" and err.count("\n") == 1 and "is not the one checkpoint" in err, err
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"num_layers": 1_000_000}, "num_layers 1000000, its weights have"),  # before: allocated until memory ran out
+    ({"d_model": 96}, "in the weights"),
+    ({"d_ff": 1}, "in the weights"),
+    ({"heads": 2}, "cannot build a model"),
+])
+def test_sample_and_export_refuse_a_model_config_that_does_not_fit_the_weights(sample_store, tmp_path, capsys,
+                                                                               edit, message):
+    """Issue 29.15: a checkpoint whose meta.model_config does not fit its weights was a traceback."""
+    out = tmp_path / "run"
+    assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
+    ckpt = out / "checkpoints" / "ckpt-00000002.pt"
+    payload = read_checkpoint(ckpt)
+    payload["meta"]["model_config"].update(edit)
+    torch.save(payload, ckpt)
+    for argv in (["sample", str(ckpt), "--prompt", "We", "--max-tokens", "3"],
+                 ["export", str(ckpt), "--to", "hf", "--out", str(tmp_path / "hf")]):
+        code, text, err = run_cli(argv, capsys)
+        assert code == 1 and text == "" and err.count("\n") == 1 and message in err and str(ckpt) in err, (argv, err)

@@ -50,16 +50,35 @@ def bench(ctx: click.Context, pipeline: str | None, progress: bool, quiet: bool,
 @click.option("--gpu", default="h100", show_default=True, help=f"Accelerator (peak dense bf16 FLOP/s): {GPUS}.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--seq-len", default=None, type=int, help="Default: the preset's context_length.")
-@click.option("--vocab-size", default=None, type=int, help="Default: the preset's vocab_size.")
+@click.option("--vocab-size", default=None, type=int, help="Default: --store's vocabulary, else the preset's.")
+@click.option("--store", default=None, help="A store: its tokenizer's vocabulary sizes the model, as train's does.")
+@click.option("--d-model", default=0, type=int, help="Model width over the preset's (as train's flag).")
+@click.option("--layers", default=0, type=int, help="Transformer blocks over the preset's (as train's flag).")
+@click.option("--heads", default=0, type=int, help="Attention heads over the preset's (as train's flag).")
+@click.option("--d-ff", default=0, type=int, help="SwiGLU hidden width over the preset's (as train's flag).")
 @click.option("--mfu", default=BenchConfig.mfu, show_default=True, type=float, help="Model FLOP utilization assumed.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size: int | None, mfu: float,
-         as_json: bool) -> None:
+def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size: int | None, store: str | None,
+         mfu: float, as_json: bool, **sizes: int) -> None:
     """Parameters, FLOPs/token, memory and the tokens/s a model on an accelerator consumes."""
     import json
+    import types
 
     from lmdata.model import flops
+    from lmdata.train.defaults import build_model_config
 
+    if store is not None and vocab_size is None:
+        from lmdata.store import open_store
+
+        vocab_size = open_store(store).manifest.vocab_size
     base = flops.preset(model)
-    p = flops.plan(model, gpu, batch_size, seq_len or base["context_length"], vocab_size or base["vocab_size"], mfu)
+    vocab_size = vocab_size or base["vocab_size"]
+    for flag, value in sizes.items():
+        if value < 0:
+            raise LmdataError(f"--{flag.replace('_', '-')} {value}: must be >= 1 (0 = the preset's)")
+    mcfg = build_model_config(types.SimpleNamespace(model=model, context=0, **sizes), vocab_size)
+    sized = {k: v for k, v in mcfg.items() if k not in ("vocab_size", "context_length") and base.get(k) != v}
+    p = flops.plan(model, gpu, batch_size, seq_len or base["context_length"], vocab_size, mfu, sizes=sized)
+    if sized:  # named as train's start line names them
+        p.preset = f"{model} ({', '.join(f'{k} {v}' for k, v in sized.items())})"
     click.echo(json.dumps(p.to_json(), indent=1) if as_json else flops.format_plan(p))

@@ -104,8 +104,13 @@ def _special_ids(values: tuple[str, ...]) -> dict[str, int]:
     out = {}
     for v in values:
         name, _, num = v.rpartition("=")
-        if not name or not num.isdigit():
+        if not name or not (num.isascii() and num.isdigit()):  # '²'.isdigit() is True, int('²') a ValueError
             raise LmdataError(f"--special-token {v!r}: give NAME=ID, e.g. --special-token '<|endoftext|>=100257'")
+        if out.get(name, int(num)) != int(num):
+            raise LmdataError(f"--special-token {name!r} is given two ids ({out[name]} and {num}); give it once")
+        other = next((n for n, i in out.items() if i == int(num) and n != name), None)
+        if other is not None:
+            raise LmdataError(f"--special-token {other!r} and {name!r} both have id {num}; give each its own id")
         out[name] = int(num)
     return out
 

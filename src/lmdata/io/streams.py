@@ -116,13 +116,28 @@ class _ZstdReader(io.RawIOBase):
         super().close()
 
 
+def fetch_hint(path: Any) -> str:
+    """Where to read how to get a missing local input: the README.md of its nearest existing folder
+    (data/README.md for data/tinystories/...), when that folder is not the working directory."""
+    from pathlib import Path
+
+    here, folder = Path.cwd().resolve(), Path(path).absolute().parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    if folder.resolve() == here or not (folder / "README.md").is_file():
+        return ""
+    shown = folder / "README.md"
+    shown = shown.resolve().relative_to(here) if shown.resolve().is_relative_to(here) else shown
+    return f"; {shown} says how to get the data"
+
+
 def read_error(loc: Any, exc: BaseException) -> LmdataError:
     """Why the input ``loc`` cannot be read, in one line naming it (remote: the likely fix)."""
     if isinstance(exc, LmdataError):
         return exc
     remote = isinstance(loc, Location) and loc.remote
     if isinstance(exc, FileNotFoundError) and not remote:
-        return LmdataError(f"{loc}: no such file")
+        return LmdataError(f"{loc}: no such file{fetch_hint(loc.local_path if isinstance(loc, Location) else loc)}")
     if isinstance(exc, IsADirectoryError):
         return LmdataError(f"{loc}: is a directory; give a text file")
     if is_bad_compressed_data(exc):

@@ -138,7 +138,7 @@ class Plan:
 
 def plan(
     name: str, gpu: str, batch_size: int, seq_len: int, vocab_size: int, mfu: float = DEFAULT_MFU,
-    bytes_per_act: int = 2,
+    bytes_per_act: int = 2, sizes: dict[str, int] | None = None,
 ) -> Plan:
     """Cost of training preset ``name`` on ``gpu``: the tokens/s a loader must sustain, the step time.
 
@@ -149,7 +149,7 @@ def plan(
         raise LmdataError(f"--mfu {mfu}: must be in (0, 1], e.g. 0.4 for 40%")
     if batch_size < 1 or seq_len < 1:
         raise LmdataError(f"--batch-size {batch_size} / --seq-len {seq_len}: both must be >= 1")
-    kw = model_kwargs(name, vocab_size, seq_len)
+    kw = {**model_kwargs(name, vocab_size, seq_len), **(sizes or {})}  # sizes: train's size flags, as kwargs
     cost = model_cost(kw, seq_len)
     peak = accelerator_flops(gpu)
     needed = mfu * peak / cost.flops_per_token

@@ -298,10 +298,11 @@ def read_manifest(store: Any) -> Manifest:
 
                 raise remote_error(OSError("NoSuchBucket"), loc.uri) from None
             raise LmdataError(f"{loc}: no such store directory; create one with `lmdata ingest`") from None
-        raise LmdataError(
-            f"{loc}: not a store (no {MANIFEST_NAME}); an interrupted ingest can be finished with "
-            "`lmdata ingest ... --resume`"
-        ) from None
+        if (loc / PLAN_NAME).exists():  # only an interrupted ingest's folder has one: then --resume helps
+            raise LmdataError(f"{loc}: not a store yet, an interrupted ingest ({PLAN_NAME}, no {MANIFEST_NAME}); "
+                              "finish it with `lmdata ingest ... --resume` (the same flags) before reading it") from None
+        raise LmdataError(f"{loc}: not a store (no {MANIFEST_NAME}); give a store directory `lmdata ingest` "
+                          "wrote") from None
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

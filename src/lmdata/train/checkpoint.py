@@ -91,6 +91,15 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
+def non_finite_loss(step: int, loss: float, precision: str, ckpt_dir: Path) -> LmdataError:
+    """The error that stops a run at its first NaN/inf loss: the step, the fix that applies to this
+    run's precision, and the newest checkpoint (written before that step), which is kept."""
+    fix = "lower --lr" if precision == "fp32" else "lower --lr or use --precision fp32"
+    kept = latest_checkpoint(ckpt_dir)
+    kept = f"{kept} (before this step) is kept" if kept else "no checkpoint was written"
+    return LmdataError(f"step {step}: loss is {loss} ({precision}); stopped, {kept}; {fix}")
+
+
 def rng_state() -> dict[str, Any]:
     """Python, NumPy, torch (and CUDA) generator states as weights_only-safe values."""
     version, py_state, gauss = random.getstate()

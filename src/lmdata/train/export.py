@@ -187,7 +187,7 @@ def export(checkpoint: str | Path, out: str | Path, to: str = "hf", eos_token_na
     Into an earlier export only the files an export writes are replaced (a README or adapter
     the user added there stays).
     """
-    from lmdata.train.sample import find_checkpoint
+    from lmdata.train.sample import checked_model_config, find_checkpoint
 
     if to not in TARGETS:
         raise LmdataError(f"--to {to!r}: unknown target; choose one of {', '.join(TARGETS)}")
@@ -199,7 +199,7 @@ def export(checkpoint: str | Path, out: str | Path, to: str = "hf", eos_token_na
     _check_out(out)
     ckpt = find_checkpoint(checkpoint)
     payload = read_checkpoint(ckpt)
-    meta, mcfg = payload["meta"], payload["meta"]["model_config"]
+    meta, mcfg = payload["meta"], checked_model_config(payload, ckpt)
     tok = checked_tokenizer(ckpt, meta)
     eos = eos_token(tok, int(meta["eot_id"]), eos_token_name, ckpt)
     config = llama_config(mcfg, tok.special_ids[eos])

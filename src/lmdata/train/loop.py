@@ -41,6 +41,7 @@ from lmdata.train.checkpoint import (
     claim_run_dir,
     latest_checkpoint,
     load_checkpoint,
+    non_finite_loss,
     save_checkpoint,
 )
 from lmdata.train.defaults import build_model_config, model_overrides, resolve
@@ -451,7 +452,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
             loss, grad_norm = train_step(forward, run.optimizer, micro, cfg.grad_clip, no_sync)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
-                raise LmdataError(f"step {step + 1}: loss is {loss_value}; lower --lr or use --precision fp32")
+                raise non_finite_loss(step + 1, loss_value, cfg.precision, run.ckpt_dir)
             result.losses.append(loss_value)
             window["loss"] += loss_value
             window["wait"] += t_wait

@@ -27,6 +27,27 @@ def find_checkpoint(path: str | Path) -> Path:
     return path
 
 
+def checked_model_config(payload: dict[str, Any], ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's model config once it is known to fit its weights (built on the meta device,
+    no memory; the layer count first, so a config asking for a million layers builds nothing)."""
+    mcfg, state = payload["meta"].get("model_config"), payload["model"]
+    fix = "the checkpoint's meta.model_config was edited or belongs to other weights; use an unedited checkpoint"
+    layers = {k.split(".")[1] for k in state if k.startswith("layers.")}
+    if not isinstance(mcfg, dict) or mcfg.get("num_layers") != len(layers):
+        got = mcfg.get("num_layers") if isinstance(mcfg, dict) else mcfg
+        raise LmdataError(f"checkpoint {ckpt}: model config num_layers {got!r}, its weights have {len(layers)}; {fix}")
+    try:
+        shapes = {k: tuple(v.shape) for k, v in TransformerLM(**mcfg, device="meta").state_dict().items()}
+    except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
+        raise LmdataError(f"checkpoint {ckpt}: model config {mcfg} cannot build a model ({exc}); {fix}") from None
+    theirs = {k: tuple(v.shape) for k, v in state.items()}
+    for key in sorted(shapes.keys() | theirs.keys()):
+        if shapes.get(key) != theirs.get(key):
+            raise LmdataError(f"checkpoint {ckpt}: {key} is {theirs.get(key)} in the weights, {shapes.get(key)} by "
+                              f"the model config; {fix}")
+    return mcfg
+
+
 def load_tokenizer(ckpt: Path, meta: dict[str, Any]) -> Any:
     """The store's tokenizer if the store still matches, else the copy beside the checkpoint,
     refused unless its hash is the checkpoint's (another tokenizer would decode other text)."""
@@ -94,7 +115,7 @@ def sample(
     ckpt = find_checkpoint(checkpoint)
     payload = read_checkpoint(ckpt)
     meta = payload["meta"]
-    model = TransformerLM(**meta["model_config"])
+    model = TransformerLM(**checked_model_config(payload, ckpt))
     model.load_state_dict(payload["model"])
     model.to(device).eval()
     tok = load_tokenizer(ckpt, meta)
