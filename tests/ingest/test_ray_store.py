@@ -1,0 +1,155 @@
+"""The Ray engine on a cluster without a shared filesystem writes an s3:// store itself (issue 26).
+
+One ``ray.cluster_utils.Cluster`` of two nodes (1 CPU each) serves the module; each node's raylet,
+and so each of its workers, has an ``LMDATA_CACHE_DIR`` of its own, and the driver another: the
+tasks cannot see the driver's staging directory, nor each other's. Inputs and store are on moto.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmdata.ingest import ingest
+from lmdata.io.location import location
+from lmdata.sources import SourceSpec
+
+from formats import FORMATS
+from samples import fingerprint
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
+SHARD_TOKENS = 30_000  # the sample (vocab 512) spans ~15 shards
+HOLDOUT = ("train", "validation", 6)
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'lmdata[ray]')"),
+]
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return [tmp_path_factory.mktemp(f"node{i}") for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes: list[Path]):
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster()
+    for i, cache in enumerate(nodes):
+        c.add_node(num_cpus=1, env_vars={"LMDATA_CACHE_DIR": str(cache)}, include_dashboard=False)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(str(SAMPLE), 512, ["<|endoftext|>"])
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(out)
+    return out
+
+
+@pytest.fixture
+def driver_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "driver"))
+    monkeypatch.setattr("lmdata.ingest.encode.BATCH_BYTES", 1 << 14)  # ~60 batches of the sample
+    return tmp_path / "driver"
+
+
+def inputs(s3) -> dict[str, SourceSpec]:
+    """The sample as three objects of whole documents (the held-out ones span two)."""
+    data, sep = SAMPLE.read_bytes(), b"\n<|endoftext|>\n"
+    ends = [i + len(sep) for i in range(len(data)) if data.startswith(sep, i)]
+    bounds = [0, ends[29], ends[57], len(data)]
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        location(s3.uri("in", f"part-{i}.txt")).write_bytes(data[a:b])
+    return {"train": SourceSpec((s3.uri("in", "part-*.txt"),))}
+
+
+def run(spec, tokenizer_dir: Path, out: str, engine: str, **kw) -> None:
+    ingest(spec, tokenizer_dir, out, formats=FORMATS, shard_tokens=SHARD_TOKENS, workers=2, holdout=HOLDOUT,
+           progress=False, log=None, engine=engine, **kw)
+
+
+def objects(uri: str) -> dict[str, bytes]:
+    return {x.key: x.loc.read_bytes() for x in location(uri).list(recursive=True)}
+
+
+def remote_fingerprint(uri: str, tmp: Path) -> dict:
+    tmp.mkdir()
+    (tmp / "manifest.json").write_bytes((location(uri) / "manifest.json").read_bytes())
+    return fingerprint(tmp)
+
+
+def assert_same_store(a: str, b: str, tmp: Path) -> None:
+    """Every object equal byte for byte, but Lance's (its data files have random UUID names, so
+    do the records, commits and manifest naming them): those by count, and by every file's sha256
+    in the manifest."""
+    def plain(objs: dict[str, bytes]) -> dict[str, bytes]:
+        return {k: v for k, v in objs.items() if "/lance/" not in k and k != "manifest.json"}
+
+    left, right = objects(a), objects(b)
+    lance = [k for k in left if "/lance/" in k]
+    assert len(plain(left)) > 100 and plain(left) == plain(right)
+    assert len(lance) == len([k for k in right if "/lance/" in k]) > 0
+    assert remote_fingerprint(a, tmp / "a") == remote_fingerprint(b, tmp / "b")
+
+
+def test_ray_tasks_write_the_local_engines_store(cluster, nodes, s3, driver_cache, tokenizer_dir, tmp_path):
+    """Two nodes, no shared directory: the same objects as the local engine's; the driver fetched
+    counts and records only (far fewer bytes than the tokens), and the nodes' own caches held the shards."""
+    from lmdata.ingest import ray_store
+    from lmdata.store import open_store
+
+    spec = inputs(s3)
+    run(spec, tokenizer_dir, s3.uri("local"), "local")
+    ray_store.RECEIVED["bytes"] = 0
+    run(spec, tokenizer_dir, s3.uri("ray"), "ray")
+    assert_same_store(s3.uri("local"), s3.uri("ray"), tmp_path)
+    store = open_store(s3.uri("ray"))
+    token_bytes = store.manifest.splits["train"].n_tokens * 2
+    assert 0 < ray_store.RECEIVED["bytes"] < token_bytes / 4
+    assert all((node / "ray-shards").is_dir() for node in nodes)  # both nodes wrote shards, each in its own cache
+    assert not (driver_cache / "ray-shards").exists()
+
+
+def test_a_killed_driver_resumes_from_the_store(cluster, s3, driver_cache, tokenizer_dir, tmp_path):
+    """SIGKILL the driver mid-split: records in the store, no manifest; --resume finishes the same store."""
+    spec = inputs(s3)
+    run(spec, tokenizer_dir, s3.uri("local"), "local")
+    out = s3.uri("ray")
+    script = (
+        "import ray, lmdata.ingest.encode as e\n"
+        "from lmdata.ingest import ingest\n"
+        "from lmdata.sources import SourceSpec\n"
+        "e.BATCH_BYTES = 1 << 14\n"
+        f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+        f"ingest({{'train': SourceSpec(({s3.uri('in', 'part-*.txt')!r},))}}, {str(tokenizer_dir)!r}, {out!r}, "
+        f"formats={FORMATS!r}, shard_tokens={SHARD_TOKENS}, holdout={HOLDOUT!r}, progress=False, log=None, "
+        "engine='ray')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    record = location(out) / "train" / "memmap" / "_shards" / "00003.json"
+    deadline = time.monotonic() + 120
+    while not record.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert record.exists() and not (location(out) / "manifest.json").exists()
+    run(spec, tokenizer_dir, out, "ray", resume=True)
+    assert_same_store(s3.uri("local"), out, tmp_path)
