@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -40,13 +41,22 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def cluster(nodes: list[Path]):
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("faults")  # LMDATA_RAY_FAULTS of every node; nothing armed yet
+
+
+def node_env(cache: Path, faults: Path) -> dict[str, str]:
+    return {"LMDATA_CACHE_DIR": str(cache), "LMDATA_RAY_FAULTS": str(faults)}
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes: list[Path], faults: Path):
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
     c = Cluster()
-    for i, cache in enumerate(nodes):
-        c.add_node(num_cpus=1, env_vars={"LMDATA_CACHE_DIR": str(cache)}, include_dashboard=False)
+    for cache in nodes:
+        c.add_node(num_cpus=1, env_vars=node_env(cache, faults), include_dashboard=False)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     yield c
@@ -71,19 +81,47 @@ def driver_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "driver"
 
 
-def inputs(s3) -> dict[str, SourceSpec]:
-    """The sample as three objects of whole documents (the held-out ones span two)."""
-    data, sep = SAMPLE.read_bytes(), b"\n<|endoftext|>\n"
+def write_inputs(bucket: str, data: bytes) -> str:
+    """``data`` as three objects of whole documents (the held-out ones span two); their glob."""
+    sep = b"\n<|endoftext|>\n"
     ends = [i + len(sep) for i in range(len(data)) if data.startswith(sep, i)]
     bounds = [0, ends[29], ends[57], len(data)]
     for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        location(s3.uri("in", f"part-{i}.txt")).write_bytes(data[a:b])
-    return {"train": SourceSpec((s3.uri("in", "part-*.txt"),))}
+        location(f"s3://{bucket}/in/part-{i}.txt").write_bytes(data[a:b])
+    return f"s3://{bucket}/in/part-*.txt"
+
+
+@pytest.fixture(scope="module")
+def reference(s3_server, s3_env, tokenizer_dir, tmp_path_factory) -> tuple[dict[str, SourceSpec], str]:
+    """The sample on moto and the local engine's store of it, built once: (splits, store URI)."""
+    bucket = f"ref-{uuid.uuid4().hex[:12]}"
+    s3_server.make_bucket(bucket)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in s3_env.items():
+            mp.setenv(key, value)
+        mp.setenv("LMDATA_CACHE_DIR", str(tmp_path_factory.mktemp("reference-cache")))
+        spec = {"train": SourceSpec((write_inputs(bucket, SAMPLE.read_bytes()),))}
+        run(spec, tokenizer_dir, f"s3://{bucket}/local", "local")
+    return spec, f"s3://{bucket}/local"
 
 
 def run(spec, tokenizer_dir: Path, out: str, engine: str, **kw) -> None:
     ingest(spec, tokenizer_dir, out, formats=FORMATS, shard_tokens=SHARD_TOKENS, workers=2, holdout=HOLDOUT,
            progress=False, log=None, engine=engine, **kw)
+
+
+def driver_script(cluster, spec, tokenizer_dir: Path, out: str) -> str:
+    """A separate driver process running the Ray ingest of ``spec`` into ``out`` (to kill, or to outlive a node)."""
+    return (
+        "import ray, lmdata.ingest.encode as e\n"
+        "from lmdata.ingest import ingest\n"
+        "from lmdata.sources import SourceSpec\n"
+        "e.BATCH_BYTES = 1 << 14\n"
+        f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+        f"ingest({{'train': SourceSpec({spec['train'].paths!r})}}, {str(tokenizer_dir)!r}, {out!r}, "
+        f"formats={FORMATS!r}, shard_tokens={SHARD_TOKENS}, holdout={HOLDOUT!r}, progress=False, log=None, "
+        "engine='ray')\n"
+    )
 
 
 def objects(uri: str) -> dict[str, bytes]:
@@ -110,17 +148,17 @@ def assert_same_store(a: str, b: str, tmp: Path) -> None:
     assert remote_fingerprint(a, tmp / "a") == remote_fingerprint(b, tmp / "b")
 
 
-def test_ray_tasks_write_the_local_engines_store(cluster, nodes, s3, driver_cache, tokenizer_dir, tmp_path):
+def test_ray_tasks_write_the_local_engines_store(cluster, nodes, s3, driver_cache, tokenizer_dir, reference,
+                                                tmp_path):
     """Two nodes, no shared directory: the same objects as the local engine's; the driver fetched
     counts and records only (far fewer bytes than the tokens), and the nodes' own caches held the shards."""
     from lmdata.ingest import ray_store
     from lmdata.store import open_store
 
-    spec = inputs(s3)
-    run(spec, tokenizer_dir, s3.uri("local"), "local")
+    spec, local = reference
     ray_store.RECEIVED["bytes"] = 0
     run(spec, tokenizer_dir, s3.uri("ray"), "ray")
-    assert_same_store(s3.uri("local"), s3.uri("ray"), tmp_path)
+    assert_same_store(local, s3.uri("ray"), tmp_path)
     store = open_store(s3.uri("ray"))
     token_bytes = store.manifest.splits["train"].n_tokens * 2
     assert 0 < ray_store.RECEIVED["bytes"] < token_bytes / 4
@@ -128,22 +166,42 @@ def test_ray_tasks_write_the_local_engines_store(cluster, nodes, s3, driver_cach
     assert not (driver_cache / "ray-shards").exists()
 
 
-def test_a_killed_driver_resumes_from_the_store(cluster, s3, driver_cache, tokenizer_dir, tmp_path):
+def test_retried_writes_upload_the_same_objects(cluster, faults, s3, driver_cache, tokenizer_dir, reference,
+                                                tmp_path):
+    """A worker killed before a write, after a write's upload (its result lost) and while encoding:
+    the retries leave exactly the local engine's objects (no Lance data file of a first attempt)."""
+    armed = ["encode-1-3", "write-parquet-00002", "wrote-memmap-00003", "wrote-lance-00004"]
+    for key in armed:
+        (faults / key).touch()
+    spec, local = reference
+    run(spec, tokenizer_dir, s3.uri("ray"), "ray")
+    assert sorted(p.name for p in faults.iterdir()) == sorted(k + ".fired" for k in armed)
+    assert_same_store(local, s3.uri("ray"), tmp_path)
+
+
+def test_bad_input_is_one_line_and_leaves_no_object(cluster, s3, driver_cache, tokenizer_dir):
+    """Invalid UTF-8 in the last input, after shards of the first ones were uploaded by tasks: the
+    local engine's one line (file, byte), and the fresh prefix is empty again."""
+    from lmdata.errors import LmdataError
+
+    data = SAMPLE.read_bytes()
+    spec = {"train": SourceSpec((write_inputs(s3.bucket, data[:-40] + b"\xff\xfe" + data[-38:]),))}
+    messages = []
+    for engine in ("local", "ray"):
+        with pytest.raises(LmdataError) as err:
+            run(spec, tokenizer_dir, s3.uri(engine), engine)
+        messages.append(str(err.value))
+        assert [x.key for x in location(s3.uri(engine)).list(recursive=True)] == []
+    assert messages[0] == messages[1] and "\n" not in messages[1]
+    assert "part-2.txt" in messages[1] and "byte" in messages[1]
+
+
+def test_a_killed_driver_resumes_from_the_store(cluster, s3, driver_cache, tokenizer_dir, reference, tmp_path):
     """SIGKILL the driver mid-split: records in the store, no manifest; --resume finishes the same store."""
-    spec = inputs(s3)
-    run(spec, tokenizer_dir, s3.uri("local"), "local")
+    spec, local = reference
     out = s3.uri("ray")
-    script = (
-        "import ray, lmdata.ingest.encode as e\n"
-        "from lmdata.ingest import ingest\n"
-        "from lmdata.sources import SourceSpec\n"
-        "e.BATCH_BYTES = 1 << 14\n"
-        f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
-        f"ingest({{'train': SourceSpec(({s3.uri('in', 'part-*.txt')!r},))}}, {str(tokenizer_dir)!r}, {out!r}, "
-        f"formats={FORMATS!r}, shard_tokens={SHARD_TOKENS}, holdout={HOLDOUT!r}, progress=False, log=None, "
-        "engine='ray')\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    proc = subprocess.Popen([sys.executable, "-c", driver_script(cluster, spec, tokenizer_dir, out)],
+                            env=os.environ.copy())
     record = location(out) / "train" / "memmap" / "_shards" / "00003.json"
     deadline = time.monotonic() + 120
     while not record.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -152,4 +210,4 @@ def test_a_killed_driver_resumes_from_the_store(cluster, s3, driver_cache, token
     proc.wait()
     assert record.exists() and not (location(out) / "manifest.json").exists()
     run(spec, tokenizer_dir, out, "ray", resume=True)
-    assert_same_store(s3.uri("local"), out, tmp_path)
+    assert_same_store(local, out, tmp_path)

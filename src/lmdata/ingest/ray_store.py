@@ -248,7 +248,7 @@ class _StoreDispatch(_Dispatch):
                first_token: int) -> Any:
         ray = require_ray()
         while len(self.inflight) >= self.depth:
-            _fetched(ray.get(self.inflight.popleft()))  # back-pressure; raises a failed write early
+            ray.get(self.inflight.popleft())  # back-pressure; raises a failed write early (counted once, below)
         ref = self.task.remote(w.label, w.fmt.uri, self.dtype, index, pieces, doc_starts, first_doc, first_token,
                                self.aws)
         self.inflight.append(ref)
