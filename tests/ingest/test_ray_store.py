@@ -3,6 +3,8 @@
 One ``ray.cluster_utils.Cluster`` of two nodes (1 CPU each) serves the module; each node's raylet,
 and so each of its workers, has an ``LMDATA_CACHE_DIR`` of its own, and the driver another: the
 tasks cannot see the driver's staging directory, nor each other's. Inputs and store are on moto.
+Each test compares its store with the local engine's (built once): plain, with workers killed
+around writes, with the second node removed mid-ingest, and resumed after a killed driver.
 """
 
 from __future__ import annotations
@@ -210,4 +212,34 @@ def test_a_killed_driver_resumes_from_the_store(cluster, s3, driver_cache, token
     proc.wait()
     assert record.exists() and not (location(out) / "manifest.json").exists()
     run(spec, tokenizer_dir, out, "ray", resume=True)
+    assert_same_store(local, out, tmp_path)
+
+
+def test_a_removed_worker_node_is_survived_by_retries(cluster, nodes, faults, s3, driver_cache, tokenizer_dir,
+                                                      reference, tmp_path):
+    """The node that is not the driver's goes away while a write task runs there (its workers, its
+    objects, its cache): Ray's retries and lineage redo what was lost; nothing is lost or doubled."""
+    spec, local = reference
+    out = s3.uri("ray")
+    worker = next(iter(cluster.worker_nodes))  # not the head: the driver's node stays
+    shards = nodes[1] / "ray-shards"
+    before = set(shards.glob("*/*"))  # work directories other runs' killed tasks left
+    proc = subprocess.Popen([sys.executable, "-c", driver_script(cluster, spec, tokenizer_dir, out)],
+                            env=os.environ.copy())
+    try:
+        record = location(out) / "train" / "memmap" / "_shards" / "00002.json"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if record.exists() and set(shards.glob("*/*")) - before:  # a write in progress on that node
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the ingest ended before a write ran on the second node"
+        cluster.remove_node(worker, allow_graceful=False)
+        assert proc.wait(timeout=300) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if not cluster.worker_nodes:  # the module's other tests get their two nodes back
+            cluster.add_node(num_cpus=1, env_vars=node_env(nodes[1], faults), include_dashboard=False)
+            cluster.wait_for_nodes()
     assert_same_store(local, out, tmp_path)

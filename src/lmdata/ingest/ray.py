@@ -19,8 +19,9 @@ byte offset). A dead driver leaves shard records but no manifest: ``--resume`` c
 with either engine (the ingest plan does not name the engine). A retried write leaves its
 first attempt's files behind; ``cleanup_partial`` removes them before ``finish``.
 
-Cluster use: every node needs lmdata installed and must see the input files and the store
-at the same paths (a shared filesystem): read and write tasks open them by path.
+Cluster use: every node needs lmdata installed. A local store and local inputs must be at the
+same paths on every node (a shared filesystem): read and write tasks open them by path. With
+``s3://`` inputs and store no filesystem is shared: the tasks write the store (``ray_store``).
 Fault injection for tests: with ``LMDATA_RAY_FAULTS=DIR``, a task whose key names a file
 ``DIR/<key>`` renames it to ``<key>.fired`` and kills its worker once (keys:
 ``encode-<file>-<batch>``, ``write-<format>-<shard>``, ``wrote-<format>-<shard>``).
