@@ -151,12 +151,17 @@ def assert_same_store(a: str, b: str, tmp: Path) -> None:
 
 
 def test_ray_tasks_write_the_local_engines_store(cluster, nodes, s3, driver_cache, tokenizer_dir, reference,
-                                                tmp_path):
+                                                tmp_path, monkeypatch):
     """Two nodes, no shared directory: the same objects as the local engine's; the driver fetched
-    counts and records only (far fewer bytes than the tokens), and the nodes' own caches held the shards."""
+    counts and records only (far fewer bytes than the tokens), hashed no input itself (tasks did,
+    for the plan), and the nodes' own caches held the shards."""
     from lmdata.ingest import ray_store
     from lmdata.store import open_store
 
+    def driver_reads(path):
+        raise AssertionError(f"the driver read {path} to hash it")
+
+    monkeypatch.setattr("lmdata.ingest.output.describe", driver_reads)
     spec, local = reference
     ray_store.RECEIVED["bytes"] = 0
     run(spec, tokenizer_dir, s3.uri("ray"), "ray")

@@ -152,7 +152,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         try:
             fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
             store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
-            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)
+            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats,
+                                         getattr(runner, "describe_all", None))
             output.check_plan(out, plan_json)
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)
