@@ -90,8 +90,8 @@ def test_readme_lmdata_commands_exist_and_take_their_flags() -> None:
     assert {"run", "tokenizer", "ingest", "verify", "inspect", "sql", "show", "train", "sample", "bench", "plan"} <= seen
 
 
-# flags the README shows for other programs (torchrun, pip)
-FOREIGN_FLAGS = {"--standalone", "--nproc_per_node", "--index-url", "--no-deps"}
+# flags the README shows for other programs (torchrun, pip, ray start)
+FOREIGN_FLAGS = {"--standalone", "--nproc_per_node", "--index-url", "--no-deps", "--head", "--port", "--address"}
 
 
 def test_every_flag_the_readme_mentions_exists() -> None:

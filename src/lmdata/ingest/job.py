@@ -92,13 +92,15 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
            formats: Iterable[str] | None = None, shard_tokens: int = 1 << 20, workers: int = 0,
            resume: bool = False, overwrite: bool = False, holdout: tuple[str, str, int] | None = None,
            progress: bool = True, log: Callable[[str], None] | None = print, engine: str = "local",
-           ray_address: str | None = None) -> IngestResult:
+           ray_address: str | None = None, write_to: str | None = None) -> IngestResult:
     """Tokenize ``splits`` into a store at ``out`` in every format of ``formats``; manifest last.
 
     ``formats`` defaults to the built-ins (``BUILTIN_FORMATS``), never to plug-ins.
     ``engine="ray"`` runs the same job on Ray (``lmdata.ingest.ray``, at ``ray_address``);
     the store is the same. On bad input found mid-stream, a store this run started from
-    nothing is removed again (see ``lmdata.ingest.output``).
+    nothing is removed again (see ``lmdata.ingest.output``). ``write_to`` (set by ``publish.ingest_remote``
+    for the Ray engine): ``out`` is the staging directory of the store at ``write_to``, into which the
+    engine's tasks write the shards themselves (``lmdata.ingest.ray_store``).
     """
     out_loc = location(out, flag="--out")
     if out_loc.remote:  # object storage: build in a local staging directory, upload, manifest last
@@ -110,6 +112,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
                              ray_address=ray_address)
     out = out_loc.local_path  # file://PATH is PATH
     engine_cls = engine_class(engine)
+    if write_to is not None and engine == "ray":
+        from lmdata.ingest.ray_store import RayStoreEngine as engine_cls
     engine_cls.check_installed()  # before any work: a missing Ray is an install hint, not a half store
     formats = list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
     if not formats:
@@ -141,12 +145,15 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         runner = engine_cls(tokenizer_dir, workers, ray_address)
         created = output.missing_root(Path(out))
         out = output.open_output(Path(out))
+        if write_to is not None and hasattr(runner, "write_to"):
+            runner.write_to(out, location(write_to))
         lock = output.claim(out, resume=resume, overwrite=overwrite)
         fresh = writing = False
         try:
             fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
             store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
-            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats)
+            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats,
+                                         getattr(runner, "describe_all", None))
             output.check_plan(out, plan_json)
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)

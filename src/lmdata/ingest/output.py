@@ -272,13 +272,17 @@ def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], t
 
 
 def make_plan(splits: dict[str, Any], tokenizer_hash: str, dtype: str, shard_tokens: int,
-              formats: list[str]) -> dict[str, Any]:
-    """The plan: everything that decides the store's bytes (``splits``: name -> ``SplitSource``)."""
+              formats: list[str], describe_all: Any = None) -> dict[str, Any]:
+    """The plan: everything that decides the store's bytes (``splits``: name -> ``SplitSource``).
+
+    ``describe_all(files)``: the files' ``sources.describe`` records, in order (an engine may hash
+    them where they are read: ``RayEngine.describe_all``); by default this process reads them."""
+    describe_all = describe_all or (lambda files: [describe(p) for p in files])
     return {
         "tokenizer_hash": tokenizer_hash, "dtype": dtype, "shard_tokens": shard_tokens, "formats": formats,
         "splits": {
             name: {
-                "sources": [describe(p) for p in expand(s.spec.paths)],
+                "sources": describe_all(expand(s.spec.paths)),
                 "kind": s.spec.kind, "separator": s.spec.separator, "text_field": s.spec.text_field,
                 "errors": s.spec.errors, "documents": [s.start, s.stop],
             }

@@ -25,6 +25,10 @@ store. ``--resume`` continues the staging directory (same machine) and uploads w
 missing: an object already there with the size the staging file has is not sent again,
 so a resumed run ends with the same objects as an uninterrupted one. After a successful
 upload the staging directory is removed.
+
+With ``--engine ray`` the tasks write the shards and their records into the store themselves
+(``lmdata.ingest.ray_store``, after the plan is uploaded); the staging directory then holds only
+the plan, tokenizer, provenance and manifest, which ``publish`` uploads as above, manifest last.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any, Callable
 from lmdata._ownership import refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
+from lmdata.io.atomic import NoSpaceError
 from lmdata.io.cache import keyed_dir
 from lmdata.io.location import Location, location
 from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, RECORD_DIR, TOKENIZER_DIR
@@ -151,13 +156,30 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
     if not resume and staging.exists():
         shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI
     staging.parent.mkdir(parents=True, exist_ok=True)
+    direct = _tasks_write(kwargs)
     if resume and (staging / MANIFEST_NAME).is_file():
         result = None  # the ingest finished before the crash; only the upload is left
     else:
-        result = run(out=staging, resume=resume and staging.exists(), overwrite=False, log=log, **kwargs)
+        try:
+            result = run(out=staging, resume=resume and staging.exists(), overwrite=False, log=log,
+                         **kwargs, **({"write_to": loc.uri} if direct else {}))
+        except LmdataError as exc:
+            if direct and not existing and not isinstance(exc, (output.ResumableError, NoSpaceError)):
+                for x in loc.list(recursive=True):  # bad input in a fresh prefix: the tasks' objects go too
+                    x.loc.delete()
+            raise
     publish(staging, loc, log)
     shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _tasks_write(kwargs: dict[str, Any]) -> bool:
+    """The Ray engine's tasks write the shards into the store themselves (``ray_store``), for the
+    built-in formats; the local engine and plug-in formats are staged and uploaded from here."""
+    from lmdata.store.registry import BUILTIN_FORMATS
+
+    formats = kwargs.get("formats")
+    return kwargs.get("engine") == "ray" and (formats is None or set(formats) <= set(BUILTIN_FORMATS))
 
 
 def remote_state(out: str) -> tuple[bool, bool]:

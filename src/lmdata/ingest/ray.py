@@ -19,8 +19,9 @@ byte offset). A dead driver leaves shard records but no manifest: ``--resume`` c
 with either engine (the ingest plan does not name the engine). A retried write leaves its
 first attempt's files behind; ``cleanup_partial`` removes them before ``finish``.
 
-Cluster use: every node needs lmdata installed and must see the input files and the store
-at the same paths (a shared filesystem): read and write tasks open them by path.
+Cluster use: every node needs lmdata installed. A local store and local inputs must be at the
+same paths on every node (a shared filesystem): read and write tasks open them by path. With
+``s3://`` inputs and store no filesystem is shared: the tasks write the store (``ray_store``).
 Fault injection for tests: with ``LMDATA_RAY_FAULTS=DIR``, a task whose key names a file
 ``DIR/<key>`` renames it to ``<key>.fired`` and kills its worker once (keys:
 ``encode-<file>-<batch>``, ``write-<format>-<shard>``, ``wrote-<format>-<shard>``).
@@ -42,7 +43,7 @@ from lmdata.ingest import encode
 from lmdata.ingest.output import ResumableError
 from lmdata.ingest.ray_reaper import Reaper, ray_processes
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
-from lmdata.sources import SourceSpec, SourceStats, expand, iter_documents
+from lmdata.sources import SourceSpec, SourceStats, describe, expand, iter_documents
 from lmdata.store.protocol import FormatWriter
 from lmdata.io.location import location
 from lmdata.io.s3 import apply_aws_environment, aws_environment
@@ -151,6 +152,11 @@ def _count_documents(spec: SourceSpec, path: str, aws: dict[str, str]) -> int:
     return sum(1 for _ in iter_documents(spec, files=[location(path)]))
 
 
+def _describe(path: str, aws: dict[str, str]) -> dict[str, object]:
+    apply_aws_environment(aws)
+    return describe(location(path))
+
+
 def _write_shard(writer: FormatWriter, label: str, index: int, tokens: np.ndarray, doc_starts: np.ndarray,
                  first_doc: int, first_token: int) -> Any:
     _maybe_fault(f"write-{label}-{index:05d}")
@@ -197,6 +203,20 @@ class RayEngine:
 
     def start(self, store_tokenizer: Path, tokenizer: Any = None) -> None:
         """Nothing to do: the tokenizer was shipped on connecting."""
+
+    def describe_all(self, files: list[Any]) -> list[dict[str, object]]:
+        """The plan's record of each input file (size, sha256), hashed in a task per file where
+        the file is read: the driver never reads the input (``output.make_plan``)."""
+        ray = require_ray()
+        task = ray.remote(max_retries=MAX_RETRIES)(_describe)
+        try:
+            records = ray.get([task.remote(str(f), aws_environment()) for f in files])
+        except Exception as exc:
+            cause = _lmdata_cause(exc)
+            if cause is None:
+                raise
+            raise type(cause)(str(cause).split("\n", 1)[0]) from None  # the task's one line, not Ray's wrapper
+        return [{**r, "path": str(f)} for f, r in zip(files, records)]
 
     def stop(self) -> None:
         if self._started:

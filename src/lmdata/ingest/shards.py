@@ -59,8 +59,12 @@ class ShardCutter:
 
     A writer's ``write_shard`` may return a ``ShardInfo`` or a handle the engine resolves
     later (a Future, a Ray object ref); ``written`` keeps whatever it returned. With a
-    ``provenance`` writer every ``add`` must bring its batch's origins.
+    ``provenance`` writer every ``add`` must bring its batch's origins. ``join`` makes a shard's
+    tokens from its documents' slices of the batches (an engine whose ``tokens`` are references
+    to arrays elsewhere joins the references: ``ray_store``).
     """
+
+    join = staticmethod(np.concatenate)
 
     def __init__(self, writers: dict[str, FormatWriter], done: dict[str, dict[int, ShardInfo]],
                  shard_tokens: int, index: int, first_doc: int, first_token: int,
@@ -94,7 +98,7 @@ class ShardCutter:
     def flush(self) -> None:
         if not self.n:
             return
-        tokens = np.concatenate(self.pieces)
+        tokens = self.join(self.pieces)
         doc_starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=doc_starts[1:])
         if self.provenance is not None:
