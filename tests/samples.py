@@ -53,3 +53,12 @@ def put_object(uri: str, data: bytes) -> str:
     bucket, key = uri[len("s3://"):].split("/", 1)
     boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).put_object(Bucket=bucket, Key=key, Body=data)
     return uri
+
+
+def small_tokenizer(corpus: Path, dest: Path, vocab_size: int = 512) -> Path:
+    """A byte-level BPE tokenizer trained on ``corpus`` with ``<|endoftext|>``, saved at ``dest``."""
+    from lmdata.tokenizer import Tokenizer, train_bpe
+
+    vocab, merges = train_bpe(str(corpus), vocab_size, ["<|endoftext|>"])
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(dest)
+    return dest

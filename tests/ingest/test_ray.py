@@ -23,7 +23,7 @@ from lmdata.sources import SourceSpec
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
 from formats import FORMATS
-from samples import fingerprint
+from samples import fingerprint, small_tokenizer
 SHARD_TOKENS = 30_000  # the sample (vocab 512) spans ~15 shards
 HOLDOUT = ("train", "validation", 6)
 
@@ -68,12 +68,7 @@ def ray_cluster(faults: Path):
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lmdata.tokenizer import Tokenizer, train_bpe
-
-    vocab, merges = train_bpe(str(SAMPLE), 512, ["<|endoftext|>"])
-    out = tmp_path_factory.mktemp("tok") / "tokenizer"
-    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(out)
-    return out
+    return small_tokenizer(SAMPLE, tmp_path_factory.mktemp("tok") / "tokenizer")
 
 
 @pytest.fixture(scope="module")

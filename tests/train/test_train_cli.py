@@ -31,13 +31,19 @@ def test_train_then_sample(sample_store, tmp_path, capsys):
     assert again == text  # the seed fixes the sample
 
 
-def test_sample_uses_the_tokenizer_copy_when_the_store_moved(sample_store, tmp_path, capsys):
+def _run_whose_store_moved(sample_store, tmp_path, capsys):
+    """A 2-step run whose checkpoint names a store path that no longer exists."""
     out = tmp_path / "run"
     assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
     ckpt = out / "checkpoints" / "ckpt-00000002.pt"
     payload = read_checkpoint(ckpt)
     payload["meta"]["store"] = str(tmp_path / "moved-away")
     torch.save(payload, ckpt)
+    return out, ckpt
+
+
+def test_sample_uses_the_tokenizer_copy_when_the_store_moved(sample_store, tmp_path, capsys):
+    out, ckpt = _run_whose_store_moved(sample_store, tmp_path, capsys)
     code, text, err = run_cli(["sample", str(ckpt), "--prompt", "We", "--max-tokens", "5"], capsys)
     assert code == 0, err
     assert text.startswith("We")
@@ -122,12 +128,7 @@ def test_train_refuses_a_store_whose_tokenizer_fails_its_hash(sample_store, tmp_
 
 def test_sample_refuses_a_tokenizer_copy_that_is_not_the_checkpoints(sample_store, tmp_path, capsys):
     """Issue 29.3: sample decoded with whatever tokenizer sat beside the checkpoint once the store moved."""
-    out = tmp_path / "run"
-    assert run_cli(["train", "--store", str(sample_store), "--out", str(out), "--steps", "2", *FLAGS], capsys)[0] == 0
-    ckpt = out / "checkpoints" / "ckpt-00000002.pt"
-    payload = read_checkpoint(ckpt)
-    payload["meta"]["store"] = str(tmp_path / "moved-away")
-    torch.save(payload, ckpt)
+    out, ckpt = _run_whose_store_moved(sample_store, tmp_path, capsys)
     _another_tokenizer(out / "checkpoints" / "tokenizer")
     code, text, err = run_cli(["sample", str(ckpt), "--prompt", "We", "--max-tokens", "5"], capsys)
     assert code == 1 and text == "" and err.count("\n") == 1 and "is not the one checkpoint" in err, err
