@@ -45,8 +45,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _start(args: list[str], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **env: str) -> subprocess.Popen:
     # a session of its own: the SIGINT below goes to the whole process group, workers included, like Ctrl-C
+    # and Ctrl-C's default disposition, as a shell gives it: a child inherits an ignored SIGINT, and
+    # Python then installs no KeyboardInterrupt handler (a test earlier in the same pytest process can
+    # leave SIGINT ignored; the full suite met that on this machine)
     return subprocess.Popen([sys.executable, "-m", "lmdata", *args], stdout=stdout, stderr=stderr, text=True,
-                            env=_env(**env), start_new_session=True)
+                            env=_env(**env), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _ctrl_c(proc: subprocess.Popen, ready, what: str) -> tuple[str, str]:
