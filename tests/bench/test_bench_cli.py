@@ -60,6 +60,32 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def test_bench_json_keeps_every_repeat_and_the_table_its_spread(sample_store, tmp_path, capsys):
+    """Issue 30.6: the verdict comes from repeats of the steady state, the warm-up apart."""
+    import numpy as np
+
+    out = tmp_path / "out"
+    code, stdout, err = run_main(capsys, "bench", "--store", str(sample_store), "--format", "memmap",
+                                 "--loader-workers", "0", "--batch-size", "4", "--seq-len", "64", "--steps", "4",
+                                 "--warmup-steps", "3", "--repeats", "2", "--step-ms", "2", "--gpu", "",
+                                 "--out", str(out), "--no-progress")
+    assert code == 0, err
+    result = json.loads((out / "bench.json").read_text())
+    assert result["config"]["repeats"] == 2 and result["config"]["keep_up_stall"] == 0.05
+    (r,) = result["runs"]
+    assert r["warmup_steps"] == 3 and r["steps"] == 4 and len(r["repeats"]) == 2
+    for rep in r["repeats"]:
+        assert len(rep["wait_ms"]) == len(rep["compute_ms"]) == 4 and len(rep["warmup_wait_ms"]) == 3
+        assert rep["first_batch_ms"] > 0 and 0.0 <= rep["warmup_stall_fraction"] <= 1.0
+    stalls = [rep["stall_fraction"] for rep in r["repeats"]]
+    assert r["stall_fraction"] == np.median(stalls) and (r["stall_min"], r["stall_max"]) == (min(stalls), max(stalls))
+    assert r["verdict"] == ("keeps up" if max(stalls) < 0.05 else "does not" if min(stalls) >= 0.05 else "too noisy")
+    assert len(r["wait_ms"]) == 8  # the CDF plot pools both repeats' steady steps
+    table = (out / "table.txt").read_text()
+    assert "spread" in table and "median over 2 repeats" in table and "under 5%" in table
+    assert f"{min(stalls):.1%}-{max(stalls):.1%}" in stdout
+
+
 def test_real_model_steps_are_timed(sample_store):
     # One cell in this process (the CLI runs it in a spawned one, as the test above shows).
     from lmdata.bench.run import measure_cell
