@@ -129,13 +129,14 @@ class LocalEngine:
         for w in in_order:
             w.write_in_order()  # one BackgroundWriter thread per format, shards in order
         background, written = {fmt: BackgroundWriter(w) for fmt, w in writers.items()}, False
+        origin_writer = BackgroundWriter(provenance) if provenance is not None else None  # off the main thread too
         try:
             with progress_bar(name, source, show_progress) as bar:
                 for doc in itertools.islice(docs, sum(s.n_docs for s in reused)):  # reused: read, not tokenized
                     report.text_bytes += len(doc.text.encode("utf-8"))
                     bar.update(doc.raw_bytes)
                 cutter = ShardCutter(background, done, shard_tokens, len(reused), sum(s.n_docs for s in reused),
-                                     sum(s.n_tokens for s in reused), provenance)
+                                     sum(s.n_tokens for s in reused), origin_writer)
                 origins: deque | None = deque() if provenance is not None else None
                 items = batches(docs, eot, dtype, bar.update, origins)
                 encoded = ((encode_texts(*b) for b in items) if self.pool is None
@@ -147,9 +148,10 @@ class LocalEngine:
                     bar.set_postfix_str(f"{report.tokens / (time.perf_counter() - t0):,.0f} tokens/s", refresh=False)
                 cutter.flush()
             shards = {fmt: prefix[fmt] + BackgroundWriter.results(cutter.written[fmt]) for fmt in writers}
+            BackgroundWriter.results(cutter.origins_written)  # its errors, if any
             written = True
         finally:
-            for w in background.values():
+            for w in [*background.values(), *([origin_writer] if origin_writer else [])]:
                 w.close()
             for w in in_order if not written else []:
                 w.abandon()
