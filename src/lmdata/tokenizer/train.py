@@ -204,7 +204,7 @@ def count_chunks(
     workers, bar = _workers_and_bar(paths, workers, block_bytes, progress)
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
     split = _segments(specials)
-    counters = [fast.ChunkCounter(pattern.c_mode) for _ in range(workers)]
+    counters = [fast.ChunkCounter(pattern.c_mode, pattern.c_program) for _ in range(workers)]
     free: queue.SimpleQueue = queue.SimpleQueue()
     for c in counters:
         free.put(c)

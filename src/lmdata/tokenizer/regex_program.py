@@ -1,0 +1,348 @@
+"""A custom pre-tokenizer regex compiled for the C matcher (``_fastbpe_regex.c``), GIL-free.
+
+Tokenizer regexes (Llama 3's, Qwen2's, Tekken's, DeepSeek's...) are a leftmost-first
+alternation of runs of one-character classes.  This parses that family into a small
+backtracking program, so the C encoder pre-tokenizes them without calling Python:
+
+    atoms        one-character classes: ``[...]``, ``\\p{..}``, ``\\P{..}``, ``\\s \\S \\d \\D \\w \\W``,
+                 ``.``, escapes, literals; under ``(?i)`` / ``(?i:...)`` too
+    quantifiers  ``? * + {m} {m,} {m,n} {,n}`` on a class, greedy, lazy (``?``) or possessive (``+``);
+                 on a group only ``?`` (its three forms)
+    groups       ``(...)``, ``(?:...)``, ``(?i:...)``, ``(?-i:...)``, atomic ``(?>...)``,
+                 look-aheads ``(?=...)`` ``(?!...)``; alternation ``|`` anywhere
+    anchors      ``^`` ``\\A`` (start), ``$`` (end, or before a final newline), ``\\z`` ``\\Z`` (end)
+
+A class's members are computed by the ``regex`` module itself over every code point (a bit
+of a 4-byte-per-code-point table; a class of at most 4 characters is a list), so the C side
+classifies exactly as ``regex`` does.  A pattern outside this subset (look-behind, a repeated
+group, back-references, a pattern that can match the empty string, ...) keeps the Python path;
+``compile_pattern`` says why.  ``tests/tokenizer/test_regex_program.py`` checks the programs
+against ``regex.findall``.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from functools import lru_cache
+
+import regex
+
+# instruction: 8 int32s [op, next, a, b, c, d, 0, 0]
+SUCCEED, SET, SPLIT, ATOMIC, LOOKNEG, LOOKPOS, BOS, EOS, DOLLAR = range(9)
+WIDTH = 8
+MAX_TABLE_CLASSES = 32
+MAX_LIST = 4
+GREEDY, LAZY, POSSESSIVE = 0, 1, 2
+
+
+class Unsupported(Exception):
+    """The pattern is outside the subset the C matcher takes (the message says where)."""
+
+
+_ESCAPE_ASSERT = {"A": ("assert", BOS), "z": ("assert", EOS), "Z": ("assert", EOS)}
+_CLASS_LETTERS = set("sSdDwWnrtfvae")
+_QUANT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+
+
+class _Parser:
+    """Recursive descent over the pattern text into a tuple AST."""
+
+    def __init__(self, text: str) -> None:
+        self.s, self.i = text, 0
+
+    def fail(self, what: str) -> Unsupported:
+        return Unsupported(f"{what} at offset {self.i}")
+
+    def parse(self) -> tuple:
+        ci = False
+        if self.s.startswith("(?i)"):
+            ci, self.i = True, 4
+        node = self.alt(ci)
+        if self.i != len(self.s):
+            raise self.fail("unbalanced ')'")
+        return node
+
+    def alt(self, ci: bool) -> tuple:
+        branches = [self.seq(ci)]
+        while self.i < len(self.s) and self.s[self.i] == "|":
+            self.i += 1
+            branches.append(self.seq(ci))
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def seq(self, ci: bool) -> tuple:
+        items = []
+        while self.i < len(self.s) and self.s[self.i] not in "|)":
+            atom = self.atom(ci)
+            items.append(self.quantified(atom))
+        return items[0] if len(items) == 1 else ("seq", items)
+
+    def atom(self, ci: bool) -> tuple:
+        s, i = self.s, self.i
+        c = s[i]
+        if c == "(":
+            return self.group(ci)
+        if c == "[":
+            end = self.class_end(i + 1)
+            self.i = end
+            return ("set", s[i:end], ci)
+        if c == "\\":
+            return self.escape(ci)
+        if c in "*+?{":
+            raise self.fail(f"a quantifier {c!r} with nothing to repeat")
+        self.i += 1
+        if c == "^":
+            return ("assert", BOS)
+        if c == "$":
+            return ("assert", DOLLAR)
+        return ("set", c, ci)
+
+    def escape(self, ci: bool) -> tuple:
+        s, i = self.s, self.i
+        if i + 1 >= len(s):
+            raise self.fail("a trailing backslash")
+        c = s[i + 1]
+        if c in _ESCAPE_ASSERT:
+            self.i = i + 2
+            return _ESCAPE_ASSERT[c]
+        m = re.compile(r"\\(?:[pPxN]\{[^}]*\}|[pP][A-Za-z]|x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|0[0-7]{0,2})"
+                       ).match(s, i)
+        if m:
+            self.i = m.end()
+            return ("set", m.group(), ci)
+        if c.isalnum() and c not in _CLASS_LETTERS:
+            raise self.fail(f"the escape \\{c}")
+        self.i = i + 2
+        return ("set", s[i:i + 2], ci)
+
+    def class_end(self, j: int) -> int:
+        """The offset just past the ``]`` closing a class whose body starts at ``j``."""
+        s = self.s
+        if j < len(s) and s[j] == "^":
+            j += 1
+        if j < len(s) and s[j] == "]":
+            j += 1
+        while j < len(s) and s[j] != "]":
+            if s[j] == "\\":
+                m = re.compile(r"\\[pPxN]\{[^}]*\}").match(s, j)
+                j = m.end() if m else j + 2
+            elif s[j] == "[":
+                m = re.compile(r"\[:\^?[a-z]+:\]").match(s, j)
+                if not m:
+                    raise Unsupported(f"a nested set at offset {j}")
+                j = m.end()
+            else:
+                j += 1
+        if j >= len(s):
+            raise Unsupported("an unclosed '['")
+        return j + 1
+
+    def group(self, ci: bool) -> tuple:
+        s = self.s
+        self.i += 1
+        kind = "group"
+        m = re.compile(r"\?(-?)i:").match(s, self.i)
+        if m:
+            ci, self.i = m.group(1) != "-", m.end()
+        elif s.startswith("?:", self.i):
+            self.i += 2
+        elif s.startswith(("?>", "?=", "?!"), self.i):
+            kind = {">": "atomic", "=": "lookpos", "!": "lookneg"}[s[self.i + 1]]
+            self.i += 2
+        elif s.startswith("?", self.i):
+            raise self.fail("a group of a kind the C matcher lacks (look-behind, flags, named)")
+        body = self.alt(ci)
+        if self.i >= len(s) or s[self.i] != ")":
+            raise self.fail("an unclosed '('")
+        self.i += 1
+        return body if kind == "group" else (kind, body)
+
+    def quantified(self, atom: tuple) -> tuple:
+        s = self.s
+        if self.i >= len(s):
+            return atom
+        c = s[self.i]
+        if c in "?*+":
+            lo, hi = {"?": (0, 1), "*": (0, -1), "+": (1, -1)}[c]
+            self.i += 1
+        elif c == "{":
+            m = _QUANT.match(s, self.i)
+            if not m or (not m.group(1) and not m.group(3)):
+                raise self.fail("a '{' that is not a quantifier")
+            lo = int(m.group(1) or 0)
+            hi = lo if not m.group(2) else (int(m.group(3)) if m.group(3) else -1)
+            if hi != -1 and hi < lo:
+                raise self.fail("a quantifier {m,n} with n < m")
+            self.i = m.end()
+        else:
+            return atom
+        mode = GREEDY
+        if self.i < len(s) and s[self.i] in "?+":
+            mode = LAZY if s[self.i] == "?" else POSSESSIVE
+            self.i += 1
+        if self.i < len(s) and s[self.i] in "?*+{":
+            raise self.fail("a repeated quantifier")
+        if atom[0] in ("assert", "lookpos", "lookneg"):
+            raise self.fail("a quantified assertion")
+        return ("rep", atom, lo, hi, mode)
+
+
+def nullable(node: tuple) -> bool:
+    """Whether the node can match the empty string."""
+    kind = node[0]
+    if kind == "set":
+        return False
+    if kind == "rep":
+        return node[2] == 0 or nullable(node[1])
+    if kind == "seq":
+        return all(map(nullable, node[1]))
+    if kind == "alt":
+        return any(map(nullable, node[1]))
+    if kind == "atomic":
+        return nullable(node[1])
+    return True  # assertions, look-aheads
+
+
+class _Emitter:
+    """The program, built back to front: ``emit(node, k)`` is the pc that matches node, then goes to k."""
+
+    def __init__(self) -> None:
+        self.code: list[list[int]] = [[SUCCEED, 0, 0, 0, 0, 0, 0, 0]]
+        self.classes: dict[tuple[str, bool], int] = {}  # (source, ci) -> index
+        self.sets: list[tuple[str, bool]] = []
+
+    def op(self, op: int, nxt: int = 0, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
+        self.code.append([op, nxt, a, b, c, d, 0, 0])
+        return len(self.code) - 1
+
+    def set_index(self, src: str, ci: bool) -> int:
+        key = (src, ci)
+        if key not in self.classes:
+            self.classes[key] = len(self.sets)
+            self.sets.append(key)
+        return self.classes[key]
+
+    def emit(self, node: tuple, k: int) -> int:
+        kind = node[0]
+        if kind == "set":
+            return self.op(SET, k, self.set_index(node[1], node[2]), 1, 1, GREEDY)
+        if kind == "seq":
+            for item in reversed(node[1]):
+                k = self.emit(item, k)
+            return k
+        if kind == "alt":
+            pcs = [self.emit(b, k) for b in node[1]]
+            pc = pcs[-1]
+            for x in reversed(pcs[:-1]):
+                pc = self.op(SPLIT, 0, x, pc)
+            return pc
+        if kind == "atomic":
+            return self.op(ATOMIC, k, self.emit(node[1], 0))
+        if kind in ("lookpos", "lookneg"):
+            return self.op(LOOKPOS if kind == "lookpos" else LOOKNEG, k, self.emit(node[1], 0))
+        if kind == "assert":
+            return self.op(node[1], k)
+        return self.emit_rep(node, k)
+
+    def emit_rep(self, node: tuple, k: int) -> int:
+        _, inner, lo, hi, mode = node
+        if hi == 0:
+            return k
+        if inner[0] == "set":
+            return self.op(SET, k, self.set_index(inner[1], inner[2]), lo, hi, mode)
+        if hi != 1:
+            raise Unsupported("a group repeated more than once (only '?' applies to a group)")
+        if mode == POSSESSIVE:
+            return self.op(ATOMIC, k, self.emit(("rep", inner, lo, 1, GREEDY), 0))
+        if lo == 1:
+            return self.emit(inner, k)
+        body = self.emit(inner, k)
+        return self.op(SPLIT, 0, k, body) if mode == LAZY else self.op(SPLIT, 0, body, k)
+
+
+@lru_cache(maxsize=None)
+def _every() -> str:
+    """Every code point 0..0x10FFFF in one str (lone surrogates included)."""
+    return array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
+
+
+@lru_cache(maxsize=256)
+def members(src: str, ci: bool) -> tuple[tuple[int, int], ...]:
+    """The runs [a, b) of code points the one-character class ``src`` matches, by ``regex`` itself."""
+    pat = regex.compile(("(?i:" if ci else "(?:") + src + ")+")
+    return tuple(m.span() for m in pat.finditer(_every()))
+
+
+def assemble(sets: list[tuple[str, bool]], code: list[list[int]]) -> tuple[bytes, bytes | None]:
+    """The program's int32 code (lists of small classes appended) and its class table (or None)."""
+    import numpy as np
+
+    table = None
+    n_table = 0
+    lists: list[int] = []
+    kinds: list[tuple[int, int]] = []  # per set: (0 = table bit | 1 = list, bit or list offset)
+    for src, ci in sets:
+        runs = members(src, ci)
+        size = sum(b - a for a, b in runs)
+        if size <= MAX_LIST:
+            kinds.append((1, len(code) * WIDTH + len(lists)))
+            lists += [size] + [c for a, b in runs for c in range(a, b)]
+            continue
+        if n_table == MAX_TABLE_CLASSES:
+            raise Unsupported(f"more than {MAX_TABLE_CLASSES} distinct character classes")
+        if table is None:
+            table = np.zeros(0x110000, dtype=np.uint32)
+        for a, b in runs:
+            table[a:b] |= np.uint32(1 << n_table)
+        kinds.append((0, n_table))
+        n_table += 1
+    flat = array("i")
+    for ins in code:
+        if ins[0] == SET:
+            kind, arg = kinds[ins[2]]
+            ins = [SET, ins[1], kind, arg, ins[3], ins[4], ins[5], 0]
+        flat.extend(ins)
+    flat.extend(lists)
+    return flat.tobytes(), None if table is None else table.astype("<u4").tobytes()
+
+
+def compile_pattern(text: str) -> tuple[bytes, int, int, bytes | None]:
+    """``(code, n_instr, entry, table)`` for ``_fastbpe.Program``, or Unsupported naming what is outside
+    the subset."""
+    if regex.compile(text).flags & (regex.VERSION1 | regex.VERBOSE | regex.MULTILINE | regex.DOTALL | regex.FULLCASE
+                                    | regex.ASCII | regex.WORD | regex.LOCALE):
+        raise Unsupported("a global flag other than (?i)")
+    ast = _Parser(text).parse()
+    if nullable(ast):
+        raise Unsupported("a pattern that can match the empty string")
+    em = _Emitter()
+    entry = em.emit(ast, 0)
+    code, table = assemble(em.sets, em.code)
+    return code, len(em.code), entry, table
+
+
+_told: set[str] = set()
+
+
+@lru_cache(maxsize=64)
+def program(text: str, probe: str):
+    """The ``_fastbpe.Program`` of a custom pattern, or None: outside the subset (said once per process,
+    in one line on stderr), or no C accelerator.  ``probe`` is matched by both, as a check."""
+    try:
+        from lmdata.tokenizer import _fastbpe
+    except ImportError:
+        return None
+    try:
+        prog = _fastbpe.Program(*compile_pattern(text))
+        if prog.findall(probe) != [m.group() for m in regex.finditer(text, probe)]:
+            raise Unsupported("a mismatch against the regex module on the probe text")
+    except Unsupported as exc:
+        if text not in _told:
+            _told.add(text)
+            import sys
+
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            print(f"lmdata: pattern {shown!r} has {exc}, outside the C pre-tokenizer's subset: it pre-tokenizes "
+                  "in Python (regex module, GIL held)", file=sys.stderr)
+        return None
+    return prog
