@@ -43,20 +43,28 @@
 #define ERR_NOMATCH -4    /* a custom pattern (Program) matches nothing at some character */
 #define ERR_BACKTRACK -5  /* a custom pattern's match ran past its step budget */
 
-static int raise_lmdata_error(const char *msg) {
+/* where a Program last matched nothing, in this thread: the character and its offset in the segment */
+static _Thread_local Py_UCS4 nomatch_char;
+static _Thread_local Py_ssize_t nomatch_at;
+
+static int raise_lmdata_error(PyObject *msg) {
     PyObject *mod = PyImport_ImportModule("lmdata.errors"), *cls = mod ? PyObject_GetAttrString(mod, "LmdataError") : NULL;
-    PyErr_SetString(cls ? cls : PyExc_ValueError, msg);
-    Py_XDECREF(cls); Py_XDECREF(mod);
+    if (msg) PyErr_SetObject(cls ? cls : PyExc_ValueError, msg);
+    Py_XDECREF(cls); Py_XDECREF(mod); Py_XDECREF(msg);
     return -1;
 }
 
 static int raise_err(int rc) {
-    if (rc == ERR_NOMATCH) return raise_lmdata_error(
-        "the pre-tokenizer pattern does not match a character of the text; its pieces would drop text "
-        "(end the pattern with e.g. |\\s+|[^\\s]+)");
-    if (rc == ERR_BACKTRACK) return raise_lmdata_error(
+    if (rc == ERR_NOMATCH) {
+        PyObject *c = PyUnicode_FromOrdinal((int)nomatch_char);
+        PyObject *msg = c ? PyUnicode_FromFormat("the pre-tokenizer pattern does not match the character %R at offset "
+                                                 "%zd; its pieces would drop text", c, nomatch_at) : NULL;
+        Py_XDECREF(c);
+        return raise_lmdata_error(msg);
+    }
+    if (rc == ERR_BACKTRACK) return raise_lmdata_error(PyUnicode_FromString(
         "the pre-tokenizer pattern backtracked past its step budget on this text (catastrophic backtracking); "
-        "simplify the pattern");
+        "simplify the pattern"));
     if (rc == ERR_NOMEM) PyErr_NoMemory();
     else if (rc == ERR_BIG) PyErr_SetString(PyExc_ValueError, "a single pre-token of 2 GiB or more cannot be encoded");
     else if (rc == ERR_SURROGATE) PyErr_SetString(PyExc_ValueError,

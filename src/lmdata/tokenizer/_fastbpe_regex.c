@@ -51,7 +51,8 @@ static Py_ssize_t vm_run(VM *vm, int32_t pc, Py_ssize_t pos) {
             while (k < hi && in_class(p, ins, vm->s[pos + k])) k++;
             if (k < lo) return VM_FAIL;
             int32_t next = ins[1];
-            if (ins[6] == Q_POSSESSIVE || p->code[(size_t)next * INS_W] == OP_SUCCEED) { pos += k; pc = next; break; }
+            if (p->code[(size_t)next * INS_W] == OP_SUCCEED) return pos + (ins[6] == Q_LAZY ? lo : k);
+            if (ins[6] == Q_POSSESSIVE) { pos += k; pc = next; break; }
             if (ins[6] == Q_GREEDY) {
                 for (Py_ssize_t j = k; j > lo; j--)
                     if ((r = vm_run(vm, next, pos + j)) != VM_FAIL) return r;
@@ -95,7 +96,9 @@ static Py_ssize_t prog_match(const Prog *p, const Py_UCS4 *s, Py_ssize_t i, Py_s
     vm.budget += 64 * (int64_t)(n - i);
     Py_ssize_t r = vm_run(&vm, p->entry, i);
     if (r > i) return r - i;
-    return r == VM_BLOWUP ? ERR_BACKTRACK : ERR_NOMATCH;
+    if (r == VM_BLOWUP) return ERR_BACKTRACK;
+    nomatch_char = s[i]; nomatch_at = i;
+    return ERR_NOMATCH;
 }
 
 /* Every pc an instruction names is an instruction below it; lists lie inside the code. */
@@ -162,10 +165,7 @@ static PyObject *Program_findall(ProgramObject *o, PyObject *text) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     PyObject *out = PyList_New(0);
     for (Py_ssize_t i = 0; out && i < n;) {
-        Py_ssize_t len;
-        Py_BEGIN_ALLOW_THREADS
-        len = prog_match(&o->p, c, i, n);
-        Py_END_ALLOW_THREADS
+        Py_ssize_t len = prog_match(&o->p, c, i, n);
         if (len < 0) { raise_err((int)len); Py_CLEAR(out); break; }
         PyObject *w = PyUnicode_Substring(text, i, i + len);
         if (!w || PyList_Append(out, w) < 0) Py_CLEAR(out);

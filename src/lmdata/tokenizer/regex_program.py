@@ -342,7 +342,7 @@ def program(text: str, probe: str):
             import sys
 
             shown = text if len(text) <= 80 else text[:77] + "..."
-            print(f"lmdata: pattern {shown!r} has {exc}, outside the C pre-tokenizer's subset: it pre-tokenizes "
+            print(f"lmdata: pattern '{shown}' has {exc}, outside the C pre-tokenizer's subset: it pre-tokenizes "
                   "in Python (regex module, GIL held)", file=sys.stderr)
         return None
     return prog
