@@ -10,7 +10,8 @@
  *   SET next kind arg lo hi mode  lo..hi (hi -1: any) characters of a class: kind 0 = bit arg
  *                                 of table[c] (uint32 per code point), 1 = the list at code[arg]
  *                                 ([count, c1, ...]); mode 0 greedy, 1 lazy, 2 possessive
- *   SPLIT - x y                   try x, then y
+ *   SPLIT - x y kind arg          try x, then y; with kind >= 0 (a class, as SET's), x only where
+ *                                 the next character is in it (what every match of x starts with)
  *   ATOMIC next sub               the first match of sub, never revisited
  *   LOOKNEG / LOOKPOS next sub    sub must fail / match here; consumes nothing
  *   BOS, EOS, DOLLAR next         start; end; end or before a final "\n"
@@ -29,9 +30,10 @@ typedef struct { PyObject_HEAD Prog p; } ProgramObject;
 
 typedef struct { const Prog *p; const Py_UCS4 *s; Py_ssize_t n; int64_t budget; } VM;
 
-static inline int in_class(const Prog *p, const int32_t *ins, Py_UCS4 c) {
-    if (ins[2] == 0) return c < 0x110000 && (p->table[c] >> ins[3] & 1u);
-    const int32_t *l = p->code + ins[3];
+/* c in the class (kind 0: bit arg of the table; 1: the list at code[arg]) */
+static inline int in_class(const Prog *p, int32_t kind, int32_t arg, Py_UCS4 c) {
+    if (kind == 0) return c < 0x110000 && (p->table[c] >> arg & 1u);
+    const int32_t *l = p->code + arg;
     for (int32_t k = 1; k <= l[0]; k++) if ((Py_UCS4)l[k] == c) return 1;
     return 0;
 }
@@ -48,7 +50,7 @@ static Py_ssize_t vm_run(VM *vm, int32_t pc, Py_ssize_t pos) {
         case OP_SET: {
             Py_ssize_t lo = ins[4], hi = ins[5], k = 0, avail = vm->n - pos;
             if (hi < 0 || hi > avail) hi = avail;
-            while (k < hi && in_class(p, ins, vm->s[pos + k])) k++;
+            while (k < hi && in_class(p, ins[2], ins[3], vm->s[pos + k])) k++;
             if (k < lo) return VM_FAIL;
             int32_t next = ins[1];
             if (p->code[(size_t)next * INS_W] == OP_SUCCEED) return pos + (ins[6] == Q_LAZY ? lo : k);
@@ -65,7 +67,8 @@ static Py_ssize_t vm_run(VM *vm, int32_t pc, Py_ssize_t pos) {
             pc = next;
             break;
         }
-        case OP_SPLIT:
+        case OP_SPLIT:  /* a guard (kind ins[4] >= 0): x can only start with a character of that class */
+            if (ins[4] >= 0 && (pos >= vm->n || !in_class(p, ins[4], ins[5], vm->s[pos]))) { pc = ins[3]; break; }
             if ((r = vm_run(vm, ins[2], pos)) != VM_FAIL) return r;
             pc = ins[3];
             break;
@@ -101,6 +104,13 @@ static Py_ssize_t prog_match(const Prog *p, const Py_UCS4 *s, Py_ssize_t i, Py_s
     return ERR_NOMATCH;
 }
 
+static int class_check(const Prog *p, int32_t kind, int32_t arg) {
+    if (kind == 0) return p->table && arg >= 0 && arg <= 31 ? 0 : -1;
+    if (kind != 1 || arg < p->ninstr * INS_W || arg >= p->ncode || p->code[arg] < 0
+        || arg + 1 + (Py_ssize_t)p->code[arg] > p->ncode) return -1;
+    return 0;
+}
+
 /* Every pc an instruction names is an instruction below it; lists lie inside the code. */
 static int prog_check(const Prog *p) {
     if (p->ninstr < 1 || p->ninstr * INS_W > p->ncode || p->entry < 0 || p->entry >= p->ninstr) return -1;
@@ -113,12 +123,10 @@ static int prog_check(const Prog *p) {
         if ((op == OP_SPLIT || op == OP_ATOMIC || op == OP_LOOKNEG || op == OP_LOOKPOS) && (ins[2] < 0 || ins[2] >= pc))
             return -1;
         if (op == OP_SPLIT && (ins[3] < 0 || ins[3] >= pc)) return -1;
+        if (op == OP_SPLIT && ins[4] != -1 && class_check(p, ins[4], ins[5]) < 0) return -1;
         if (op != OP_SET) continue;
         if (ins[4] < 0 || ins[5] < -1 || (ins[5] >= 0 && ins[5] < ins[4]) || ins[6] < 0 || ins[6] > Q_POSSESSIVE) return -1;
-        if (ins[2] == 0 && (!p->table || ins[3] < 0 || ins[3] > 31)) return -1;
-        if (ins[2] == 1 && (ins[3] < p->ninstr * INS_W || ins[3] >= p->ncode || p->code[ins[3]] < 0
-                            || ins[3] + 1 + (Py_ssize_t)p->code[ins[3]] > p->ncode)) return -1;
-        if (ins[2] != 0 && ins[2] != 1) return -1;
+        if (class_check(p, ins[2], ins[3]) < 0) return -1;
     }
     return 0;
 }

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import regex
 
-# instruction: 8 int32s [op, next, a, b, c, d, 0, 0]
+# instruction: 8 int32s [op, next, a, b, c, d, e, 0] (see _fastbpe_regex.c)
 SUCCEED, SET, SPLIT, ATOMIC, LOOKNEG, LOOKPOS, BOS, EOS, DOLLAR = range(9)
 WIDTH = 8
 MAX_TABLE_CLASSES = 32
@@ -187,6 +187,35 @@ class _Parser:
         return ("rep", atom, lo, hi, mode)
 
 
+def first(node: tuple) -> frozenset | None:
+    """The classes one of which must hold the first character a match of node consumes, or None (node can
+    match the empty string, so what follows decides)."""
+    kind = node[0]
+    if kind == "set":
+        return frozenset([(node[1], node[2])])
+    if kind == "rep":
+        inner = first(node[1])
+        return inner if node[2] > 0 else None
+    if kind == "atomic":
+        return first(node[1])
+    if kind == "alt":
+        parts = [first(b) for b in node[1]]
+        return None if None in parts else frozenset().union(*parts)
+    if kind == "seq":
+        out: frozenset = frozenset()
+        for item in node[1]:
+            if item[0] in ("assert", "lookpos", "lookneg"):
+                continue  # consumes nothing: the first character is the next item's
+            f = first(item[1]) if item[0] == "rep" else first(item)
+            if f is None:
+                return None
+            out |= f
+            if not nullable(item):
+                return out
+        return None
+    return None
+
+
 def nullable(node: tuple) -> bool:
     """Whether the node can match the empty string."""
     kind = node[0]
@@ -215,6 +244,18 @@ class _Emitter:
         self.code.append([op, nxt, a, b, c, d, 0, 0])
         return len(self.code) - 1
 
+    def guard(self, branch: tuple) -> tuple[int, int]:
+        """(1, class index): a SPLIT skips the branch unless the next character is in that class (the
+        union of the classes a match of the branch can start with); (0, 0): no such class."""
+        f = first(branch)
+        if f is None:
+            return 0, 0
+        key = next(iter(f)) if len(f) == 1 else f
+        if key not in self.classes:
+            self.classes[key] = len(self.sets)
+            self.sets.append(key)
+        return 1, self.classes[key]
+
     def set_index(self, src: str, ci: bool) -> int:
         key = (src, ci)
         if key not in self.classes:
@@ -233,8 +274,8 @@ class _Emitter:
         if kind == "alt":
             pcs = [self.emit(b, k) for b in node[1]]
             pc = pcs[-1]
-            for x in reversed(pcs[:-1]):
-                pc = self.op(SPLIT, 0, x, pc)
+            for x, branch in zip(reversed(pcs[:-1]), reversed(node[1][:-1])):
+                pc = self.op(SPLIT, 0, x, pc, *self.guard(branch))
             return pc
         if kind == "atomic":
             return self.op(ATOMIC, k, self.emit(node[1], 0))
@@ -257,7 +298,7 @@ class _Emitter:
         if lo == 1:
             return self.emit(inner, k)
         body = self.emit(inner, k)
-        return self.op(SPLIT, 0, k, body) if mode == LAZY else self.op(SPLIT, 0, body, k)
+        return self.op(SPLIT, 0, k, body) if mode == LAZY else self.op(SPLIT, 0, body, k, *self.guard(inner))
 
 
 @lru_cache(maxsize=None)
@@ -273,34 +314,56 @@ def members(src: str, ci: bool) -> tuple[tuple[int, int], ...]:
     return tuple(m.span() for m in pat.finditer(_every()))
 
 
-def assemble(sets: list[tuple[str, bool]], code: list[list[int]]) -> tuple[bytes, bytes | None]:
-    """The program's int32 code (lists of small classes appended) and its class table (or None)."""
+def _runs(key) -> tuple[tuple[int, int], ...]:
+    """The member runs of a class (src, ci) or of a union of them (a frozenset: a SPLIT's guard)."""
+    if isinstance(key, tuple):
+        return members(*key)
+    import numpy as np
+
+    mask = np.zeros(0x110001, dtype=bool)
+    for src, ci in key:
+        for a, b in members(src, ci):
+            mask[a:b] = True
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask[:0x110000], [False]]).astype(np.int8)))
+    return tuple(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
+def assemble(sets: list, code: list[list[int]]) -> tuple[bytes, bytes | None]:
+    """The program's int32 code (lists of small classes appended) and its class table (or None).  Guards
+    (unions, for SPLITs) that find no table bit left are dropped: they only save time."""
     import numpy as np
 
     table = None
     n_table = 0
     lists: list[int] = []
-    kinds: list[tuple[int, int]] = []  # per set: (0 = table bit | 1 = list, bit or list offset)
-    for src, ci in sets:
-        runs = members(src, ci)
+    # per set: (0 = table bit | 1 = list | -1 = none, bit or list offset)
+    kinds: list[tuple[int, int]] = [(-1, 0)] * len(sets)
+    order = sorted(range(len(sets)), key=lambda i: isinstance(sets[i], frozenset))  # classes before guards
+    for i in order:
+        runs = _runs(sets[i])
         size = sum(b - a for a, b in runs)
         if size <= MAX_LIST:
-            kinds.append((1, len(code) * WIDTH + len(lists)))
+            kinds[i] = (1, len(code) * WIDTH + len(lists))
             lists += [size] + [c for a, b in runs for c in range(a, b)]
             continue
         if n_table == MAX_TABLE_CLASSES:
+            if isinstance(sets[i], frozenset):
+                continue
             raise Unsupported(f"more than {MAX_TABLE_CLASSES} distinct character classes")
         if table is None:
             table = np.zeros(0x110000, dtype=np.uint32)
         for a, b in runs:
             table[a:b] |= np.uint32(1 << n_table)
-        kinds.append((0, n_table))
+        kinds[i] = (0, n_table)
         n_table += 1
     flat = array("i")
     for ins in code:
         if ins[0] == SET:
             kind, arg = kinds[ins[2]]
             ins = [SET, ins[1], kind, arg, ins[3], ins[4], ins[5], 0]
+        elif ins[0] == SPLIT:
+            kind, arg = kinds[ins[5]] if ins[4] else (-1, 0)  # ins[4]: 1 = guarded by class ins[5]
+            ins = [SPLIT, 0, ins[2], ins[3], kind, arg, 0, 0]
         flat.extend(ins)
     flat.extend(lists)
     return flat.tobytes(), None if table is None else table.astype("<u4").tobytes()
