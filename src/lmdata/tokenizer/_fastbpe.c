@@ -13,6 +13,8 @@
  *   - the special tokens (set_specials), split off in C by encode and encode_many;
  *   - mode: the pre-tokenizer. 0 = GPT-2, 1 = cl100k, 2 = o200k: done here, in C, with the
  *     character classes of the `regex` module (set_classes), and with the GIL released;
+ *     3 = a custom regex compiled to a Program (program=; _fastbpe_regex.c), GIL released,
+ *     its pre-tokens the cache's chunks (no cut points are known for it);
  *     -1 = any other regex: pretokenize(text) (its findall) is called, GIL held.
  * encode(text) cuts text into chunks exactly as patterns.Pattern.split_pieces does (before a
  * " " followed by a character that is not str.isspace(); for cl100k also after one), looks

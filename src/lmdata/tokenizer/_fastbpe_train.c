@@ -1,9 +1,10 @@
 /* _fastbpe_train.c: the compiled BPE trainer, #included by _fastbpe.c (one translation unit:
  * it shares the pattern matchers, mix64 and the error codes).  Built by setup.py with it.
  *
- * ChunkCounter(mode): a table of distinct chunks (code points -> count).  add(segments)
- *   cuts each str exactly as the encoder does (CHUNK_LOOP: before a " " followed by a
- *   non-space; cl100k also after a non-space) and counts each chunk, with the GIL released.
+ * ChunkCounter(mode, program=None): a table of distinct chunks (code points -> count).
+ *   add(segments) cuts each str exactly as the encoder does (CHUNK_LOOP: before a " " followed
+ *   by a non-space; cl100k also after a non-space; mode 3: the Program's pre-tokens, which
+ *   train() then takes whole) and counts each chunk, with the GIL released.
  *   One counter per thread; absorb(other) adds another's counts (then empties it).
  * train(counter, pretokens, num_merges) -> (merges, distinct_pretokens, table_bytes):
  *   pre-tokenizes every distinct chunk once (C matchers), adds the optional dict
