@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import Tokenizer
 from lmdata.tokenizer.patterns import ALIASES, HF_CL100K_PATTERN, NAMED, PROBE, Pattern
-from lmdata.tokenizer.regex_program import Unsupported, compile_pattern
+from lmdata.tokenizer.regex_program import Unsupported, compile_pattern, reference
 
 from text_strategies import PIECES, texts
 
@@ -25,6 +25,7 @@ TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo
           r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 DEEPSEEK = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
             r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+DEEPSEEK_CHAIN = [r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", DEEPSEEK]  # DeepSeek V3's three isolating Splits
 REAL = {"llama3": LLAMA3, "qwen2": QWEN2, "tekken": TEKKEN, "deepseek": DEEPSEEK,
         **NAMED, "hf-cl100k": HF_CL100K_PATTERN, **{f"alias{i}": p for i, p in enumerate(ALIASES)}}
 # every construct of the subset, each beside a catch-all so the pieces cover any text
@@ -106,15 +107,32 @@ def test_the_shipped_and_real_patterns_compile_to_c():
 
 
 def test_a_malformed_program_is_refused():
-    code, n, entry, table = compile_pattern(LLAMA3)
+    code, n, entries, table = compile_pattern(LLAMA3)
     with pytest.raises(ValueError, match="malformed"):
-        fastbpe.Program(code, n, n, table)  # entry past the instructions
+        fastbpe.Program(code, n, [n], table)  # entry past the instructions
     with pytest.raises(ValueError, match="malformed"):
-        fastbpe.Program(code, n, entry, None)  # classes without their table
+        fastbpe.Program(code, n, entries * 9, table)  # more steps than a chain may have
+    with pytest.raises(ValueError, match="malformed"):
+        fastbpe.Program(code, n, entries, None)  # classes without their table
     forward = bytearray(code)
     forward[4 * 8 + 4:4 * 8 + 8] = (n - 1).to_bytes(4, "little")  # instruction 1 pointing forward
     with pytest.raises(ValueError, match="malformed"):
-        fastbpe.Program(bytes(forward), n, entry, table)
+        fastbpe.Program(bytes(forward), n, entries, table)
+
+
+CHAINS = [DEEPSEEK_CHAIN, [r"\p{N}{1,3}", LLAMA3], [r"\s+(?!\S)", r"\p{L}+", r"(?i:the)"], [r"$", r"\d+"][1:] * 2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts | hard | st.text(max_size=30), st.sampled_from(range(len(CHAINS))))
+def test_chains_equal_the_regex_pieces(text, which):
+    steps = CHAINS[which]
+    prog = fastbpe.Program(*compile_pattern(steps))
+    assert prog.findall(text) == reference(tuple(steps), text) == Pattern.get(steps).findall(text)
+
+
+def test_a_chain_compiles_to_c():
+    assert Pattern.get(DEEPSEEK_CHAIN).c_mode == 3
 
 
 def test_catastrophic_backtracking_is_an_error_not_a_hang():

@@ -108,7 +108,8 @@ typedef struct Cache {
 } Cache;
 
 /* a compiled custom pattern (_fastbpe_regex.c) */
-typedef struct Prog { int32_t *code; Py_ssize_t ncode, ninstr; int32_t entry; uint32_t *table; } Prog;
+#define MAX_STEPS 8  /* regexes of a chain */
+typedef struct Prog { int32_t *code; Py_ssize_t ncode, ninstr; int32_t entry[MAX_STEPS]; int nsteps; uint32_t *table; } Prog;
 
 typedef struct {
     PyObject_HEAD

@@ -1,6 +1,8 @@
 /* _fastbpe_regex.c: the C matcher for a custom pre-tokenizer regex, #included by _fastbpe.c.
  *
- * Program(code, n_instr, entry, table) holds what regex_program.py compiled from the pattern:
+ * Program(code, n_instr, entries, table) holds what regex_program.py compiled from the pattern
+ * (one entry), or from a chain of regexes (one entry each: every piece the steps before made is
+ * cut into the next one's matches and the text between them, as Hugging Face's isolating Splits do):
  * instructions of 8 int32s [op, next, a, b, c, d, e, 0], built back to front, so every pc an
  * instruction names is below its own (no cycles: the recursion depth is at most n_instr, and
  * a repeat of one class is a loop, not a recursion).  A backtracking matcher with the
@@ -93,11 +95,48 @@ static Py_ssize_t vm_run(VM *vm, int32_t pc, Py_ssize_t pos) {
     }
 }
 
-/* The length of the match at s[i] (> 0), or ERR_NOMATCH / ERR_BACKTRACK. */
+/* The length of step k's match at s[i] (> 0), or 0 (none), or ERR_BACKTRACK. */
+static Py_ssize_t step_match(const Prog *p, int k, const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
+    VM vm = {p, s, n, ((int64_t)1 << 20) + 64 * (int64_t)(n - i)};
+    Py_ssize_t r = vm_run(&vm, p->entry[k], i);
+    return r > i ? r - i : r == VM_BLOWUP ? ERR_BACKTRACK : 0;
+}
+
+typedef struct { Py_ssize_t *v; Py_ssize_t n, cap; } Ends;
+
+static int ends_push(Ends *e, Py_ssize_t x) {
+    if (e->n == e->cap) {
+        Py_ssize_t cap = e->cap ? 2 * e->cap : 256;
+        Py_ssize_t *v = PyMem_RawRealloc(e->v, (size_t)cap * sizeof(Py_ssize_t));
+        if (!v) return ERR_NOMEM;
+        e->v = v; e->cap = cap;
+    }
+    e->v[e->n++] = x;
+    return 0;
+}
+
+/* A chain: the ends of the pieces steps k.. cut s[a:b) into (each step sees a piece as its whole text). */
+static int chain_split(const Prog *p, int k, const Py_UCS4 *s, Py_ssize_t a, Py_ssize_t b, Ends *out) {
+    if (k == p->nsteps) return ends_push(out, b);
+    Py_ssize_t at = 0, n = b - a;
+    int rc = 0;
+    for (Py_ssize_t pos = 0; pos < n && rc == 0;) {
+        Py_ssize_t r = step_match(p, k, s + a, pos, n);
+        if (r < 0) return (int)r;
+        if (r == 0) { pos++; continue; }
+        if (pos > at) rc = chain_split(p, k + 1, s, a + at, a + pos, out);
+        if (rc == 0) rc = chain_split(p, k + 1, s, a + pos, a + pos + r, out);
+        at = pos += r;
+    }
+    if (rc == 0 && at < n) rc = chain_split(p, k + 1, s, a + at, b, out);
+    return rc;
+}
+
+/* The length of the match at s[i] (> 0), or ERR_NOMATCH / ERR_BACKTRACK (one regex, not a chain). */
 static Py_ssize_t prog_match(const Prog *p, const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
     VM vm = {p, s, n, (int64_t)1 << 20};
     vm.budget += 64 * (int64_t)(n - i);
-    Py_ssize_t r = vm_run(&vm, p->entry, i);
+    Py_ssize_t r = vm_run(&vm, p->entry[0], i);
     if (r > i) return r - i;
     if (r == VM_BLOWUP) return ERR_BACKTRACK;
     nomatch_char = s[i]; nomatch_at = i;
@@ -113,7 +152,8 @@ static int class_check(const Prog *p, int32_t kind, int32_t arg) {
 
 /* Every pc an instruction names is an instruction below it; lists lie inside the code. */
 static int prog_check(const Prog *p) {
-    if (p->ninstr < 1 || p->ninstr * INS_W > p->ncode || p->entry < 0 || p->entry >= p->ninstr) return -1;
+    if (p->ninstr < 1 || p->ninstr * INS_W > p->ncode || p->nsteps < 1 || p->nsteps > MAX_STEPS) return -1;
+    for (int k = 0; k < p->nsteps; k++) if (p->entry[k] < 0 || p->entry[k] >= p->ninstr) return -1;
     if (p->code[0] != OP_SUCCEED) return -1;
     for (Py_ssize_t pc = 1; pc < p->ninstr; pc++) {
         const int32_t *ins = p->code + pc * INS_W;
@@ -132,14 +172,20 @@ static int prog_check(const Prog *p) {
 }
 
 static int Program_init(ProgramObject *o, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"code", "n_instr", "entry", "table", NULL};
+    static char *kwlist[] = {"code", "n_instr", "entries", "table", NULL};
     Py_buffer code, table = {0};
-    Py_ssize_t ninstr, entry;
-    PyObject *table_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nnO", kwlist, &code, &ninstr, &entry, &table_obj)) return -1;
+    Py_ssize_t ninstr, entry[MAX_STEPS];
+    PyObject *table_obj, *entries;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nOO", kwlist, &code, &ninstr, &entries, &table_obj)) return -1;
     if (o->p.code) { PyBuffer_Release(&code); PyErr_SetString(PyExc_RuntimeError, "Program is already initialised"); return -1; }
+    PyObject *seq = PySequence_Fast(entries, "entries must be a sequence of ints");
+    Py_ssize_t nsteps = seq ? PySequence_Fast_GET_SIZE(seq) : -1;
+    for (Py_ssize_t k = 0; k < nsteps && k < MAX_STEPS; k++) entry[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, k));
+    Py_XDECREF(seq);
+    if (PyErr_Occurred()) { PyBuffer_Release(&code); return -1; }
     if (table_obj != Py_None && PyObject_GetBuffer(table_obj, &table, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&code); return -1; }
-    int bad = code.len % 4 || (table_obj != Py_None && table.len != 0x110000 * 4) || entry > 0x7fffffff;
+    int bad = code.len % 4 || (table_obj != Py_None && table.len != 0x110000 * 4) || nsteps < 1 || nsteps > MAX_STEPS;
+    for (Py_ssize_t k = 0; !bad && k < nsteps; k++) bad = entry[k] < 0 || entry[k] > 0x7fffffff;
     if (!bad) {
         o->p.code = PyMem_RawMalloc((size_t)code.len + 4);
         o->p.table = table_obj == Py_None ? NULL : PyMem_RawMalloc(0x110000 * 4);
@@ -149,7 +195,8 @@ static int Program_init(ProgramObject *o, PyObject *args, PyObject *kwds) {
         }
         memcpy(o->p.code, code.buf, (size_t)code.len);
         if (o->p.table) memcpy(o->p.table, table.buf, 0x110000 * 4);
-        o->p.ncode = code.len / 4; o->p.ninstr = ninstr; o->p.entry = (int32_t)entry;
+        o->p.ncode = code.len / 4; o->p.ninstr = ninstr; o->p.nsteps = (int)nsteps;
+        for (Py_ssize_t k = 0; k < nsteps; k++) o->p.entry[k] = (int32_t)entry[k];
         bad = prog_check(&o->p);
     }
     PyBuffer_Release(&code);
@@ -171,16 +218,22 @@ static PyObject *Program_findall(ProgramObject *o, PyObject *text) {
     Py_UCS4 *c = PyUnicode_AsUCS4Copy(text);
     if (!c) return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out && i < n;) {
+    Ends ends = {NULL, 0, 0};
+    int rc = 0;
+    if (o->p.nsteps > 1) rc = chain_split(&o->p, 0, c, 0, n, &ends);
+    for (Py_ssize_t i = 0; o->p.nsteps == 1 && rc == 0 && i < n;) {
         Py_ssize_t len = prog_match(&o->p, c, i, n);
-        if (len < 0) { raise_err((int)len); Py_CLEAR(out); break; }
-        PyObject *w = PyUnicode_Substring(text, i, i + len);
-        if (!w || PyList_Append(out, w) < 0) Py_CLEAR(out);
-        Py_XDECREF(w);
+        if (len < 0 || (rc = ends_push(&ends, i + len)) < 0) rc = len < 0 ? (int)len : rc;
         i += len;
     }
     PyMem_Free(c);
+    PyObject *out = rc < 0 ? (raise_err(rc), NULL) : PyList_New(ends.n);
+    for (Py_ssize_t k = 0; out && k < ends.n; k++) {
+        PyObject *w = PyUnicode_Substring(text, k ? ends.v[k - 1] : 0, ends.v[k]);
+        if (!w) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, k, w);
+    }
+    PyMem_RawFree(ends.v);
     return out;
 }
 
@@ -194,7 +247,7 @@ static PyTypeObject ProgramType = {
     .tp_name = "lmdata.tokenizer._fastbpe.Program",
     .tp_basicsize = sizeof(ProgramObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Program(code: bytes, n_instr, entry, table: bytes | None): a compiled pre-tokenizer regex.",
+    .tp_doc = "Program(code: bytes, n_instr, entries, table: bytes | None): a compiled pre-tokenizer regex or chain.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Program_init,
     .tp_dealloc = (destructor)Program_dealloc,
@@ -222,12 +275,15 @@ static int encode_text_prog(const Encoder *e, Cache *cache, int kind, const void
     Py_UCS4 small[1024], *cp = small;
     Py_ssize_t cap = 1024, qs[BATCH + 1];
     uint64_t qh[BATCH];
-    int rc = to_ucs4(kind, data, len, &cp, &cap, small);
+    int rc = to_ucs4(kind, data, len, &cp, &cap, small), chain = e->prog->nsteps > 1;
+    Ends ends = {NULL, 0, 0};  /* a chain: every piece's end, first */
+    Py_ssize_t next = 0;
+    if (rc == 0 && chain) rc = chain_split(e->prog, 0, cp, 0, len, &ends);
     for (Py_ssize_t i = 0; i < len && rc == 0;) {
         int nq = 0, r2;
         qs[0] = i;
         while (nq < BATCH && i < len) {
-            Py_ssize_t m = prog_match(e->prog, cp, i, len);
+            Py_ssize_t m = chain ? ends.v[next++] - i : prog_match(e->prog, cp, i, len);
             if (m < 0) { rc = (int)m; break; }
             uint64_t hash = 0xcbf29ce484222325ULL;
             for (Py_ssize_t q = i; q < i + m; q++) hash = (hash ^ cp[q]) * 0x100000001b3ULL;
@@ -239,5 +295,6 @@ static int encode_text_prog(const Encoder *e, Cache *cache, int kind, const void
             if ((r2 = encode_cached(e, cache, cp + qs[k], qs[k + 1] - qs[k], qh[k], out)) < 0) rc = r2;
     }
     if (cp != small) PyMem_RawFree(cp);
+    PyMem_RawFree(ends.v);
     return rc;
 }

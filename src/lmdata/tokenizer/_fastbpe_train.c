@@ -164,15 +164,19 @@ static int count_text(CTable *t, int strict, int kind, const void *data, Py_ssiz
 static int count_text_prog(CTable *t, const Prog *p, int kind, const void *data, Py_ssize_t len, int64_t *chunks) {
     Py_UCS4 small[1024], *cp = small;
     Py_ssize_t cap = 1024;
-    int rc = to_ucs4(kind, data, len, &cp, &cap, small);
+    int rc = to_ucs4(kind, data, len, &cp, &cap, small), chain = p->nsteps > 1;
+    Ends ends = {NULL, 0, 0};  /* a chain: every piece's end, first */
+    Py_ssize_t next = 0;
+    if (rc == 0 && chain) rc = chain_split(p, 0, cp, 0, len, &ends);
     for (Py_ssize_t i = 0; i < len && rc == 0;) {
-        Py_ssize_t m = prog_match(p, cp, i, len);
+        Py_ssize_t m = chain ? ends.v[next++] - i : prog_match(p, cp, i, len);
         if (m < 0) { rc = (int)m; break; }
         rc = ct_add4(t, cp + i, m, cp_hash(cp + i, m), 1);
         ++*chunks;
         i += m;
     }
     if (cp != small) PyMem_RawFree(cp);
+    PyMem_RawFree(ends.v);
     return rc;
 }
 

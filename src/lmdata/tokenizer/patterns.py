@@ -183,13 +183,13 @@ class Pattern:
 
     @property
     def c_program(self):
-        """A custom regex compiled for the C matcher (``regex_program``), or None: a named pattern, a chain,
-        no accelerator, or a regex outside the matcher's subset."""
-        if self.name is not None or self.splits:
+        """A custom regex (or chain) compiled for the C matcher (``regex_program``), or None: a named
+        pattern, no accelerator, or a regex outside the matcher's subset."""
+        if self.name is not None:
             return None
         from lmdata.tokenizer.regex_program import program
 
-        return program(self.text, PROBE)
+        return program(tuple(self.splits or [self.text]), PROBE)
 
     def split_pieces(self, text: str) -> list[str]:
         """Chunks of ``text``: the first as is, each later one standing for ``" " + piece``."""

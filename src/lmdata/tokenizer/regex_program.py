@@ -369,35 +369,65 @@ def assemble(sets: list, code: list[list[int]]) -> tuple[bytes, bytes | None]:
     return flat.tobytes(), None if table is None else table.astype("<u4").tobytes()
 
 
-def compile_pattern(text: str) -> tuple[bytes, int, int, bytes | None]:
-    """``(code, n_instr, entry, table)`` for ``_fastbpe.Program``, or Unsupported naming what is outside
-    the subset."""
-    if regex.compile(text).flags & (regex.VERSION1 | regex.VERBOSE | regex.MULTILINE | regex.DOTALL | regex.FULLCASE
-                                    | regex.ASCII | regex.WORD | regex.LOCALE):
-        raise Unsupported("a global flag other than (?i)")
-    ast = _Parser(text).parse()
-    if nullable(ast):
-        raise Unsupported("a pattern that can match the empty string")
+MAX_STEPS = 8
+
+
+def compile_pattern(text: "str | list[str] | tuple[str, ...]") -> tuple[bytes, int, list[int], bytes | None]:
+    """``(code, n_instr, entries, table)`` for ``_fastbpe.Program`` from a regex or a chain of them (one
+    entry each), or Unsupported naming what is outside the subset."""
+    steps = [text] if isinstance(text, str) else list(text)
+    if len(steps) > MAX_STEPS:
+        raise Unsupported(f"a chain of more than {MAX_STEPS} regexes")
     em = _Emitter()
-    entry = em.emit(ast, 0)
+    entries = []
+    for step in steps:
+        if regex.compile(step).flags & (regex.VERSION1 | regex.VERBOSE | regex.MULTILINE | regex.DOTALL
+                                        | regex.FULLCASE | regex.ASCII | regex.WORD | regex.LOCALE):
+            raise Unsupported("a global flag other than (?i)")
+        ast = _Parser(step).parse()
+        if nullable(ast):
+            raise Unsupported("a pattern that can match the empty string")
+        entries.append(em.emit(ast, 0))
     code, table = assemble(em.sets, em.code)
-    return code, len(em.code), entry, table
+    return code, len(em.code), entries, table
 
 
 _told: set[str] = set()
 
 
+def reference(steps: tuple[str, ...], text: str) -> list[str]:
+    """What ``regex`` makes of text: one regex's matches, or a chain's pieces (``Pattern._chain_findall``)."""
+    if len(steps) == 1:
+        return [m.group() for m in regex.finditer(steps[0], text)]
+    pieces = [text]
+    for step in steps:
+        out = []
+        for piece in pieces:
+            at = 0
+            for m in regex.finditer(step, piece):
+                if m.start() > at:
+                    out.append(piece[at:m.start()])
+                if m.end() > m.start():
+                    out.append(m.group())
+                    at = m.end()
+            if at < len(piece):
+                out.append(piece[at:])
+        pieces = out
+    return pieces
+
+
 @lru_cache(maxsize=64)
-def program(text: str, probe: str):
-    """The ``_fastbpe.Program`` of a custom pattern, or None: outside the subset (said once per process,
-    in one line on stderr), or no C accelerator.  ``probe`` is matched by both, as a check."""
+def program(steps: tuple[str, ...], probe: str):
+    """The ``_fastbpe.Program`` of a custom pattern (or chain), or None: outside the subset (said once per
+    process, in one line on stderr), or no C accelerator.  ``probe`` is cut by both, as a check."""
     try:
         from lmdata.tokenizer import _fastbpe
     except ImportError:
         return None
+    text = steps[0] if len(steps) == 1 else repr(list(steps))
     try:
-        prog = _fastbpe.Program(*compile_pattern(text))
-        if prog.findall(probe) != [m.group() for m in regex.finditer(text, probe)]:
+        prog = _fastbpe.Program(*compile_pattern(steps))
+        if prog.findall(probe) != reference(steps, probe):
             raise Unsupported("a mismatch against the regex module on the probe text")
     except Unsupported as exc:
         if text not in _told:
