@@ -36,7 +36,8 @@ FEATURES = [
     r"(?i)the|[a-z]+(?=\s)|\S|\s",  # global (?i), look-ahead
     r"(?i:ab(?-i:c)|k)|\w+$|\w+\Z|\w+\z|^\s+|\A\W|[\s\S]",  # scoped flags, anchors
     r"\x41+|\u00e9+|[\U0001F600-\U0001F64F]+|\N{DIGIT ONE}|[^\p{L}\s]|\p{L}+|\s+",  # escapes, ranges
-    r"'(?:[sdmt]|ll|ve|re)?+| ?(?:\p{L})+| ?\p{N}++| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",  # group ?+, a group of one class repeated
+    # a group under ?+, a group of one class repeated
+    r"'(?:[sdmt]|ll|ve|re)?+| ?(?:\p{L})+| ?\p{N}++| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
     r"[[:alpha:]]+|[\d\-.]+|[\]\\^a]|\.|(a|b)?c|[\s\S]",  # POSIX class, escapes in a set, capture group
 ]
 HARD_TEXT = PIECES + ["ABc", "aBC", "x1", "ab1", "12345", "abc", "ABC", "THE", "The", "ſ", "K", "é", "ÉÉ",
@@ -163,3 +164,17 @@ def tiny_vocab():
         merges.append((a, b))
         vocab[len(vocab)] = a + b
     return vocab, merges
+
+
+@pytest.mark.parametrize("pattern", [LLAMA3, TEKKEN, DEEPSEEK_CHAIN], ids=["llama3", "tekken", "deepseek-chain"])
+def test_training_counts_custom_patterns_in_c_as_python_does(tmp_path, monkeypatch, pattern):
+    from lmdata.tokenizer import patterns, train_bpe
+
+    path = tmp_path / "in.txt"
+    text = "It's THE end, isn't it?\n\n  Über 123456 日本語 😀 don'T\t\n" * 40 + "x" * 300
+    path.write_text(text, encoding="utf-8")
+    assert Pattern.get(pattern).c_mode == 3
+    c = train_bpe(path, 400, ["<|endoftext|>"], workers=2, block_bytes=256, pattern=pattern)
+    monkeypatch.setattr(patterns.Pattern, "c_program", property(lambda self: None))  # counted in Python
+    assert Pattern.get(pattern).c_mode is None
+    assert train_bpe(path, 400, ["<|endoftext|>"], workers=2, block_bytes=256, pattern=pattern) == c

@@ -2,8 +2,9 @@
 
 A pattern is a property of a tokenizer and part of its hash.  The three named patterns
 have hand-written C pre-tokenizers (``_fastbpe``; any other regex of the family tokenizer
-regexes are written in is compiled for its C matcher, ``regex_program``) and a "chunk" rule: positions where text can be cut
-without changing its pre-tokens, so each distinct chunk needs the regex only once.
+regexes are written in is compiled for its C matcher, ``regex_program``) and a "chunk" rule:
+positions where text can be cut without changing its pre-tokens, so each distinct chunk needs
+the regex only once.
 
     gpt2, o200k   cut before a " " followed by a non-space:        "a b" -> "a" | " b"
     cl100k        the same, but only after a non-space too: in cl100k ``\\s++$`` makes

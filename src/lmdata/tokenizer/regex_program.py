@@ -1,4 +1,4 @@
-"""A custom pre-tokenizer regex compiled for the C matcher (``_fastbpe_regex.c``), GIL-free.
+"""A custom pre-tokenizer regex (or chain of them) compiled for the C matcher (``_fastbpe_regex.c``), GIL-free.
 
 Tokenizer regexes (Llama 3's, Qwen2's, Tekken's, DeepSeek's...) are a leftmost-first
 alternation of runs of one-character classes.  This parses that family into a small
@@ -11,6 +11,7 @@ backtracking program, so the C encoder pre-tokenizes them without calling Python
     groups       ``(...)``, ``(?:...)``, ``(?i:...)``, ``(?-i:...)``, atomic ``(?>...)``,
                  look-aheads ``(?=...)`` ``(?!...)``; alternation ``|`` anywhere
     anchors      ``^`` ``\\A`` (start), ``$`` (end, or before a final newline), ``\\z`` ``\\Z`` (end)
+    chains       up to 8 such regexes applied one after another (Hugging Face's isolating Splits)
 
 A class's members are computed by the ``regex`` module itself over every code point (a bit
 of a 4-byte-per-code-point table; a class of at most 4 characters is a list), so the C side
@@ -370,6 +371,7 @@ def assemble(sets: list, code: list[list[int]]) -> tuple[bytes, bytes | None]:
 
 
 MAX_STEPS = 8
+MAX_INSTR = 1 << 14
 
 
 def compile_pattern(text: "str | list[str] | tuple[str, ...]") -> tuple[bytes, int, list[int], bytes | None]:
@@ -388,6 +390,8 @@ def compile_pattern(text: "str | list[str] | tuple[str, ...]") -> tuple[bytes, i
         if nullable(ast):
             raise Unsupported("a pattern that can match the empty string")
         entries.append(em.emit(ast, 0))
+    if len(em.code) > MAX_INSTR:  # (the matcher recurses along a path of the program)
+        raise Unsupported(f"more than {MAX_INSTR} instructions")
     code, table = assemble(em.sets, em.code)
     return code, len(em.code), entries, table
 
@@ -429,7 +433,7 @@ def program(steps: tuple[str, ...], probe: str):
         prog = _fastbpe.Program(*compile_pattern(steps))
         if prog.findall(probe) != reference(steps, probe):
             raise Unsupported("a mismatch against the regex module on the probe text")
-    except Unsupported as exc:
+    except (Unsupported, regex.error, ValueError) as exc:
         if text not in _told:
             _told.add(text)
             import sys
