@@ -434,7 +434,9 @@ def program(steps: tuple[str, ...], probe: str):
         if prog.findall(probe) != reference(steps, probe):
             raise Unsupported("a mismatch against the regex module on the probe text")
     except (Unsupported, regex.error, ValueError) as exc:
-        if text not in _told:
+        import multiprocessing
+
+        if text not in _told and multiprocessing.parent_process() is None:  # (not again in each pool worker)
             _told.add(text)
             import sys
 
