@@ -5,6 +5,8 @@ input with that pattern (our C trainer; the custom regex runs in lmdata's C matc
 encoder encodes the documents (split at <|endoftext|>, specials not looked for), on 1 and 2 threads,
 each run a fresh process pinned to 1 or 2 cores, best of --repeat:
   ours      Tokenizer.encode_arrays(docs, num_workers=k): what ingest's encoders call
+  ours-regex  the same with the pattern kept off the C matcher (the `regex` module, GIL held: the
+            path custom patterns took before it; encode_arrays then uses one thread)
   tiktoken  tiktoken.Encoding(pat_str=the pattern, mergeable_ranks=our vocab).encode_ordinary_batch(docs, k)
   hf        tokenizers loading the tokenizer.json our save writes (Split(Regex) + ByteLevel(use_regex=False)),
             encode_batch(docs) with RAYON_NUM_THREADS=k
@@ -34,7 +36,7 @@ PATTERNS = {
                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
 }
-TOOLS = ["ours", "tiktoken", "hf"]
+TOOLS = ["ours", "ours-regex", "tiktoken", "hf"]
 
 
 def _docs(path: str) -> list[str]:
@@ -47,12 +49,14 @@ def _digest(tokens) -> str:
     return hashlib.sha256(np.ascontiguousarray(np.asarray(tokens, dtype=np.uint32), "<u4").data).hexdigest()[:12]
 
 
-def _ours(d: Path, docs: list[str], threads: int):
-    from lmdata.tokenizer import Tokenizer
+def _ours(d: Path, docs: list[str], threads: int, on_c: bool = True):
+    from lmdata.tokenizer import Tokenizer, patterns
 
+    if not on_c:
+        patterns.Pattern.c_program = property(lambda self: None)  # the regex module's path
     tok = Tokenizer.load(d)
-    if not tok.gil_free:
-        sys.exit(f"{d}: the custom pattern is not on the C matcher (gil_free False)")
+    if tok.gil_free != on_c:
+        sys.exit(f"{d}: gil_free is {tok.gil_free}; expected {on_c} (is the pattern on the C matcher?)")
     return lambda: tok.encode_arrays(docs, num_workers=threads).tokens
 
 
@@ -79,7 +83,8 @@ def run_task(args) -> dict:
     threads = args.run_threads
     os.sched_setaffinity(0, set(range(threads)))
     docs = _docs(args.input)
-    encode = {"ours": _ours, "tiktoken": _tiktoken, "hf": _hf}[args.tool](Path(args.tokdir), docs, threads)
+    tools = {"ours": _ours, "ours-regex": lambda *a: _ours(*a, on_c=False), "tiktoken": _tiktoken, "hf": _hf}
+    encode = tools[args.tool](Path(args.tokdir), docs, threads)
     start, cpu = time.perf_counter(), time.process_time()
     ids = encode()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
