@@ -104,7 +104,7 @@ class LanceWriter(base.RecordedShardWriter):
         from lance.fragment import LanceFragment
 
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
-        table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
+        table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token)).cast(lance_schema(self.dtype))
         stale = base.forget(self.format_dir, index)
         if self._in_order:
             return self._stream_shard(index, table, tokens, doc_starts, first_doc, first_token)

@@ -46,9 +46,12 @@ STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what 
 
 
 def lance_schema(dtype: np.dtype) -> Any:
+    """The rows' schema. ``tokens`` (for DuckDB and the contract; the loader reads ``token_bytes``)
+    is stored uncompressed: Lance's default bit-packing took 11.3 of the 12.5 ms a 1 Mi-token
+    shard cost to write, uncompressed 4.6 ms, for 20% more bytes in that column (1.87 -> 2.24 MB)."""
     import pyarrow as pa
 
-    token = pa.from_numpy_dtype(np.dtype(dtype))
+    token = pa.field("item", pa.from_numpy_dtype(np.dtype(dtype)), metadata={"lance-encoding:compression": "none"})
     return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token)),
                       ("token_bytes", pa.large_binary())])
 
