@@ -123,6 +123,40 @@ def _damaged_shard(reader: FormatReader) -> str | None:
     return None
 
 
+def _interruptible(con: Any, call: Callable[[], Any]) -> Any:
+    """``call()`` (a DuckDB execute or fetch) on a thread while the main thread waits in Python.
+
+    DuckDB looks for Ctrl-C only now and then: a running query ignored it, or raised
+    ``RuntimeError: Query interrupted`` with a traceback (issue 29.11). Waiting in short joins,
+    the main thread takes the KeyboardInterrupt at once; the query is interrupted and the CLI
+    prints its one line (exit 130).
+    """
+    import threading
+
+    box: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.join: a join a KeyboardInterrupt broke can report a live thread gone
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the main thread as it was
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="lmdata-sql", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        con.interrupt()
+        done.wait(10)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 @contextmanager
 def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
     """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
@@ -146,7 +180,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
     con = connect(store, errors, sources)
     try:
         try:
-            cur = con.execute(statements[0])
+            cur = _interruptible(con, lambda: con.execute(statements[0]))
         except duckdb.Error as exc:
             raise error(exc) from None
         columns = [d[0] for d in cur.description] if cur.description is not None else []
@@ -154,7 +188,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         def batches() -> Iterator[list[tuple]]:
             while columns:
                 try:
-                    rows = cur.fetchmany(4096)
+                    rows = _interruptible(con, lambda: cur.fetchmany(4096))
                 except duckdb.Error as exc:
                     raise error(exc) from None
                 if not rows:
