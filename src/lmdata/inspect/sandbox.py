@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lmdata.errors import LmdataError
+from lmdata.io.bounded import Bounded
 from lmdata.inspect.tables import doc_batches, docs_schema, formats_with
 from lmdata.store.store import open_store
 from lmdata.store.protocol import FormatReader
@@ -127,34 +128,18 @@ def _interruptible(con: Any, call: Callable[[], Any]) -> Any:
     """``call()`` (a DuckDB execute or fetch) on a thread while the main thread waits in Python.
 
     DuckDB looks for Ctrl-C only now and then: a running query ignored it, or raised
-    ``RuntimeError: Query interrupted`` with a traceback (issue 29.11). Waiting in short joins,
-    the main thread takes the KeyboardInterrupt at once; the query is interrupted and the CLI
+    ``RuntimeError: Query interrupted`` with a traceback (issue 29.11). Waiting in Python, the
+    main thread takes the KeyboardInterrupt at once; the query is interrupted and the CLI
     prints its one line (exit 130).
     """
-    import threading
-
-    box: dict[str, Any] = {}
-    done = threading.Event()  # not Thread.join: a join a KeyboardInterrupt broke can report a live thread gone
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the main thread as it was
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="lmdata-sql", daemon=True).start()
+    running = Bounded(call, "lmdata-sql")
     try:
-        while not done.wait(0.1):
-            pass
+        running.wait()
     except KeyboardInterrupt:
         con.interrupt()
-        done.wait(10)
+        running.wait(10)  # the connection closes only once the query has stopped
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return running.result()
 
 
 @contextmanager

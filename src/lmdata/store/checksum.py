@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.s3 import EndpointError
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 _CHUNK = 1 << 20
@@ -173,4 +174,5 @@ def at_offsets(exc: LmdataError, starts: Any, length: int) -> LmdataError:
     """``exc`` with the global window offsets that were being read appended."""
     offsets = np.asarray(starts).reshape(-1).tolist()
     shown, more = offsets[:8], "..." if len(offsets) > 8 else ""
-    return LmdataError(f"{exc} [reading windows of {length} tokens at offsets {shown}{more}]")
+    kind = EndpointError if isinstance(exc, EndpointError) else LmdataError  # the endpoint's failure stays one
+    return kind(f"{exc} [reading windows of {length} tokens at offsets {shown}{more}]")

@@ -61,6 +61,7 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
+from lmdata.io.s3 import EndpointError, remote_error, within_timeout
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
@@ -260,6 +261,12 @@ class LanceReader(base.ShardReader):
             index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1], crcs)
         return index
 
+    def _read_error(self, shard: ShardInfo, exc: BaseException) -> LmdataError:
+        """A failed read of ``shard``: the endpoint's failure as such (remote), else the shard named as damaged."""
+        if self.remote and isinstance(err := remote_error(exc, str(self._data_path(shard))), EndpointError):
+            return err
+        return read_error(self._data_path(shard), shard, exc)
+
     def _data_path(self, shard: ShardInfo) -> Any:
         if self.remote:
             return self.format_dir / shard.files[0].path
@@ -300,9 +307,12 @@ class LanceReader(base.ShardReader):
             self.check()
             try:
                 if self.remote:
-                    ds = lance.dataset(self.format_dir.uri, storage_options=self.format_dir.storage_options())
+                    uri, options = self.format_dir.uri, self.format_dir.storage_options()
+                    ds = within_timeout(lambda: lance.dataset(uri, storage_options=options), uri)
                 else:
                     ds = lance.dataset(str(self.format_dir))
+            except EndpointError:
+                raise
             except Exception as exc:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
@@ -342,14 +352,18 @@ class LanceReader(base.ShardReader):
         columns = [self._column]
         try:
             if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
-                table = self._fragments[first].take(rows - self._row_base[first], columns=columns)
+                frag, local = self._fragments[first], rows - self._row_base[first]
+                take = lambda: frag.take(local, columns=columns)  # noqa: E731
             else:
-                table = ds.take(pa.array(rows, type=pa.int64()), columns=columns)
+                take = lambda: ds.take(pa.array(rows, type=pa.int64()), columns=columns)  # noqa: E731
+            # remote: bounded by LMDATA_S3_TIMEOUT (Lance retries each GET under its own timeout)
+            table = within_timeout(take, str(self._data_path(self.shards[first]))) if self.remote else take()
             column = table.column(0)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
+        except EndpointError:
+            raise
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
-            shard = self.shards[first]
-            raise read_error(self._data_path(shard), shard, exc) from exc
+            raise self._read_error(self.shards[first], exc) from exc
         odd = 0
         if self._column == "token_bytes":  # byte offsets: whole tokens, values viewed in place
             _, byte_offsets, data = column.buffers()
