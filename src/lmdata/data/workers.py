@@ -140,7 +140,9 @@ def _await_exit(pid: int) -> None:
     except (AttributeError, OSError):
         fd = None
     if fd is not None:
-        select.select([fd], [], [])
+        waiter = select.poll()  # not select.select: a descriptor past 1023 is out of its reach
+        waiter.register(fd, select.POLLIN)
+        waiter.poll()
     else:
         while _alive(pid):
             time.sleep(LIVENESS_S)
