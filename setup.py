@@ -2,7 +2,8 @@
 
 ``optional=True``: without a C compiler the install still succeeds and
 ``lmdata.tokenizer`` uses its pure-Python encoder and trainer (same results, slower).
-``_fastbpe_train.c`` (the trainer) is #included by ``_fastbpe.c``: one translation unit.
+``_fastbpe_train.c`` (the trainer) and ``_fastbpe_regex.c`` (the matcher of a custom pattern) are
+#included by ``_fastbpe.c``: one translation unit.
 """
 
 from setuptools import Extension, setup
@@ -10,7 +11,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(
     "lmdata.tokenizer._fastbpe",
     ["src/lmdata/tokenizer/_fastbpe.c"],
-    depends=["src/lmdata/tokenizer/_fastbpe_train.c"],
+    depends=["src/lmdata/tokenizer/_fastbpe_train.c", "src/lmdata/tokenizer/_fastbpe_regex.c"],
     extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
     optional=True,
 )])

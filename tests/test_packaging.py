@@ -62,7 +62,7 @@ def test_sdist_carries_tests_data_and_scripts(dist):
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
     for needed in ("LICENSE", "README.md", "data/sample.txt", "pipelines/sample.toml", "scripts/test.sh",
                    "scripts/setup.sh", "bench/loader.py", "tests/tokenizer/bpe_reference.py",
-                   "src/lmdata/tokenizer/_fastbpe.c", "setup.py"):
+                   "src/lmdata/tokenizer/_fastbpe.c", "src/lmdata/tokenizer/_fastbpe_regex.c", "setup.py"):
         assert needed in names, needed
     assert not any("__pycache__" in n for n in names)
 

@@ -1,5 +1,6 @@
 """The local engine's encoders: threads where the tokenizer encodes without the GIL,
-processes for a custom regex; the store is the same bytes either way and for any count."""
+processes for a custom regex outside the C matcher's subset; the store is the same bytes either
+way and for any count."""
 
 from __future__ import annotations
 
@@ -23,11 +24,24 @@ def _ingest(tokenizer_dir, out, workers):
 
 @pytest.fixture(scope="module")
 def regex_tokenizer_dir(tokenizer_dir, tmp_path_factory):
-    """The session tokenizer's merges under a custom regex (pre-tokenized in Python)."""
+    """The session tokenizer's merges under a custom regex with a look-behind (outside the C matcher's
+    subset: pre-tokenized in Python)."""
     tok = Tokenizer.load(tokenizer_dir)
     out = tmp_path_factory.mktemp("regex") / "tokenizer"
-    Tokenizer(tok.vocab, tok.merges, tok.special_tokens, pattern=r" ?\w+| ?[^\s\w]+|\s+").save(out)
+    Tokenizer(tok.vocab, tok.merges, tok.special_tokens, pattern=r"(?<=\d)\w+| ?\w+| ?[^\s\w]+|\s+").save(out)
     return out
+
+
+def test_a_custom_regex_on_the_c_matcher_encodes_on_threads(tokenizer_dir, tmp_path):
+    tok = Tokenizer.load(tokenizer_dir)
+    Tokenizer(tok.vocab, tok.merges, tok.special_tokens, pattern=r" ?\w+| ?[^\s\w]+|\s+").save(tmp_path / "tok")
+    assert Tokenizer.load(tmp_path / "tok").gil_free
+    engine = LocalEngine(tmp_path / "tok", 2)
+    engine.start(tmp_path / "tok")
+    try:
+        assert isinstance(engine.pool, ThreadPool)
+    finally:
+        engine.stop()
 
 
 def test_a_c_tokenizer_encodes_on_threads(tokenizer_dir):

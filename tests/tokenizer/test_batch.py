@@ -63,9 +63,13 @@ def test_arrays_equal_one_at_a_time_on_any_text(tok, pure, docs, eot_choice, ord
         assert batch.text_bytes == sum(len(d.encode("utf-8")) for d in docs)
 
 
-def test_a_custom_regex_is_encoded_in_python_with_the_same_ids(tok):
-    custom = Tokenizer(tok.vocab, tok.merges, SPECIALS, pattern=r"\s+|\w+|[^\s\w]+")
-    assert not custom.gil_free
+@pytest.mark.parametrize("pattern, gil_free", [
+    (r"(?<=\S)\s+|\s+|\w+|[^\s\w]+", False),  # a look-behind: outside the C matcher, regex in Python
+    (r"\s+|\w+|[^\s\w]+", True),  # compiled for the C matcher
+])
+def test_a_custom_regex_gives_the_same_ids(tok, pattern, gil_free):
+    custom = Tokenizer(tok.vocab, tok.merges, SPECIALS, pattern=pattern)
+    assert custom.gil_free is (gil_free and custom.accelerated)
     docs = ["a custom regex, then", "ünï 😀  two", EOT]
     batch = custom.encode_arrays(docs, eot=0, num_workers=2, pool_min_chars=0)
     assert batch.tokens.tolist() == _one_at_a_time(custom, docs, 0, False)[0]

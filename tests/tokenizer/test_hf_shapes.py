@@ -56,6 +56,8 @@ def test_imported_shapes_give_hugging_faces_ids(imported):
     shape, tok, hf = imported
     if shape == "deepseek":
         assert len(json.loads(tok.pattern)) == 3  # a chain of three regexes
+    # Split(Regex) steps + ByteLevel(use_regex=False): the regexes run in the C matcher, GIL released
+    assert tok.gil_free == tok.accelerated
     for text in [SAMPLE.read_text(encoding="utf-8")[:60_000], *ADVERSARIAL]:
         assert tok.encode(text) == _ids(hf, text), text[:60]
     assert tok.encode_batch(ADVERSARIAL, 2, pool_min_chars=0) == [_ids(hf, t) for t in ADVERSARIAL]

@@ -75,4 +75,5 @@ def test_ctrl_c_stops_a_backtracking_encode(tmp_path, pure):
             _, err = proc.communicate(timeout=60)
         finally:
             proc.kill()
-    assert proc.returncode == 130 and err.decode().strip() == "interrupted", err
+    # (before it, one line says the pattern is outside the C matcher's subset)
+    assert proc.returncode == 130 and err.decode().strip().splitlines()[-1] == "interrupted", err

@@ -23,6 +23,7 @@ from lmdata._mp import clean_method, worker_pool
 from lmdata.ingest.encode import batches, encode_texts, init_worker, use_tokenizer
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceStats, SplitSource, iter_documents
+from lmdata.store.formats.base import RecordedShardWriter
 from lmdata.store.protocol import FormatWriter, ShardInfo
 from lmdata.store.provenance import ProvenanceWriter
 
@@ -124,14 +125,18 @@ class LocalEngine:
         reused = next(iter(prefix.values()))
         stats, report = SourceStats(), SplitReport(name, reused_shards=len(reused))
         docs = itertools.islice(iter_documents(source.spec, stats), source.start, source.stop)
-        background = {fmt: BackgroundWriter(w) for fmt, w in writers.items()}
+        in_order = [w for w in writers.values() if isinstance(w, RecordedShardWriter)]
+        for w in in_order:
+            w.write_in_order()  # one BackgroundWriter thread per format, shards in order
+        background, written = {fmt: BackgroundWriter(w) for fmt, w in writers.items()}, False
+        origin_writer = BackgroundWriter(provenance) if provenance is not None else None  # off the main thread too
         try:
             with progress_bar(name, source, show_progress) as bar:
                 for doc in itertools.islice(docs, sum(s.n_docs for s in reused)):  # reused: read, not tokenized
                     report.text_bytes += len(doc.text.encode("utf-8"))
                     bar.update(doc.raw_bytes)
                 cutter = ShardCutter(background, done, shard_tokens, len(reused), sum(s.n_docs for s in reused),
-                                     sum(s.n_tokens for s in reused), provenance)
+                                     sum(s.n_tokens for s in reused), origin_writer)
                 origins: deque | None = deque() if provenance is not None else None
                 items = batches(docs, eot, dtype, bar.update, origins)
                 encoded = ((encode_texts(*b) for b in items) if self.pool is None
@@ -143,9 +148,13 @@ class LocalEngine:
                     bar.set_postfix_str(f"{report.tokens / (time.perf_counter() - t0):,.0f} tokens/s", refresh=False)
                 cutter.flush()
             shards = {fmt: prefix[fmt] + BackgroundWriter.results(cutter.written[fmt]) for fmt in writers}
+            BackgroundWriter.results(cutter.origins_written)  # its errors, if any
+            written = True
         finally:
-            for w in background.values():
+            for w in [*background.values(), *([origin_writer] if origin_writer else [])]:
                 w.close()
+            for w in in_order if not written else []:
+                w.abandon()
         first = next(iter(shards.values()))
         report.documents, report.tokens = sum(s.n_docs for s in first), sum(s.n_tokens for s in first)
         report.shards, report.replaced = len(first), stats.replaced

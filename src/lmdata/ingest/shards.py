@@ -68,7 +68,7 @@ class ShardCutter:
 
     def __init__(self, writers: dict[str, FormatWriter], done: dict[str, dict[int, ShardInfo]],
                  shard_tokens: int, index: int, first_doc: int, first_token: int,
-                 provenance: ProvenanceWriter | None = None) -> None:
+                 provenance: Any = None) -> None:  # a ProvenanceWriter, or one behind a BackgroundWriter
         self.writers, self.done, self.shard_tokens = writers, done, shard_tokens
         self.index, self.first_doc, self.first_token = index, first_doc, first_token
         self.provenance = provenance
@@ -77,6 +77,7 @@ class ShardCutter:
         self.origins: list[np.ndarray] = []
         self.n = 0
         self.written: dict[str, list[Any]] = {fmt: [] for fmt in writers}
+        self.origins_written: list[Any] = []  # what ``provenance.write_shard`` returned (a Future, say)
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray, origins: np.ndarray | None = None) -> None:
         if self.provenance is not None and (origins is None or len(origins) != len(lengths)):
@@ -117,11 +118,13 @@ class ShardCutter:
         self.pieces, self.lengths, self.origins, self.n = [], [], [], 0
 
     def _write_origins(self) -> None:
-        """This shard's origins, durable before any format has the shard (skipped when on disk)."""
+        """This shard's origins (skipped when on disk). Their record need not come first: a shard
+        whose origins are not recorded is not in the reusable prefix, so a resume redoes it."""
         have = self.done.get(PROVENANCE_DIR, {}).get(self.index)
         if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (len(self.lengths), self.n, self.first_doc):
             return  # the interrupted run wrote it (the plan is the same, so are the origins)
-        self.provenance.write_shard(self.index, np.concatenate(self.origins), self.n, self.first_doc, self.first_token)
+        self.origins_written.append(self.provenance.write_shard(self.index, np.concatenate(self.origins), self.n,
+                                                                self.first_doc, self.first_token))
 
 
 def reusable_prefix(done: dict[str, dict[int, ShardInfo]]) -> dict[str, list[ShardInfo]]:

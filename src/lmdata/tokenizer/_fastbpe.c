@@ -13,6 +13,8 @@
  *   - the special tokens (set_specials), split off in C by encode and encode_many;
  *   - mode: the pre-tokenizer. 0 = GPT-2, 1 = cl100k, 2 = o200k: done here, in C, with the
  *     character classes of the `regex` module (set_classes), and with the GIL released;
+ *     3 = a custom regex compiled to a Program (program=; _fastbpe_regex.c), GIL released,
+ *     its pre-tokens the cache's chunks (no cut points are known for it);
  *     -1 = any other regex: pretokenize(text) (its findall) is called, GIL held.
  * encode(text) cuts text into chunks exactly as patterns.Pattern.split_pieces does (before a
  * " " followed by a character that is not str.isspace(); for cl100k also after one), looks
@@ -40,8 +42,31 @@
 #define ERR_NOMEM -1
 #define ERR_BIG -2
 #define ERR_SURROGATE -3
+#define ERR_NOMATCH -4    /* a custom pattern (Program) matches nothing at some character */
+#define ERR_BACKTRACK -5  /* a custom pattern's match ran past its step budget */
+
+/* where a Program last matched nothing, in this thread: the character and its offset in the segment */
+static _Thread_local Py_UCS4 nomatch_char;
+static _Thread_local Py_ssize_t nomatch_at;
+
+static int raise_lmdata_error(PyObject *msg) {
+    PyObject *mod = PyImport_ImportModule("lmdata.errors"), *cls = mod ? PyObject_GetAttrString(mod, "LmdataError") : NULL;
+    if (msg) PyErr_SetObject(cls ? cls : PyExc_ValueError, msg);
+    Py_XDECREF(cls); Py_XDECREF(mod); Py_XDECREF(msg);
+    return -1;
+}
 
 static int raise_err(int rc) {
+    if (rc == ERR_NOMATCH) {
+        PyObject *c = PyUnicode_FromOrdinal((int)nomatch_char);
+        PyObject *msg = c ? PyUnicode_FromFormat("the pre-tokenizer pattern does not match the character %R at offset "
+                                                 "%zd; its pieces would drop text", c, nomatch_at) : NULL;
+        Py_XDECREF(c);
+        return raise_lmdata_error(msg);
+    }
+    if (rc == ERR_BACKTRACK) return raise_lmdata_error(PyUnicode_FromString(
+        "the pre-tokenizer pattern backtracked past its step budget on this text (catastrophic backtracking); "
+        "simplify the pattern"));
     if (rc == ERR_NOMEM) PyErr_NoMemory();
     else if (rc == ERR_BIG) PyErr_SetString(PyExc_ValueError, "a single pre-token of 2 GiB or more cannot be encoded");
     else if (rc == ERR_SURROGATE) PyErr_SetString(PyExc_ValueError,
@@ -82,6 +107,10 @@ typedef struct Cache {
     struct Cache *next;
 } Cache;
 
+/* a compiled custom pattern (_fastbpe_regex.c) */
+#define MAX_STEPS 8  /* regexes of a chain */
+typedef struct Prog { int32_t *code; Py_ssize_t ncode, ninstr; int32_t entry[MAX_STEPS]; int nsteps; uint32_t *table; } Prog;
+
 typedef struct {
     PyObject_HEAD
     MergeSlot *merges;
@@ -103,7 +132,8 @@ typedef struct {
     Py_UCS4 **spec; Py_ssize_t *spec_len; int32_t *spec_id;
     uint8_t first[256]; int first_wide; Py_UCS4 only_first;  /* first characters; the one, if one */
     Py_ssize_t cache_limit, max_cached_chunk;
-    int mode;
+    int mode;  /* 0 gpt2, 1 cl100k, 2 o200k, 3 a Program (prog), -1 the pretokenize callback */
+    PyObject *program; const Prog *prog;
 } Encoder;
 
 /* ---------------------------------------------------------------- growable id buffer */
@@ -443,8 +473,11 @@ static Py_ssize_t match_o200k(const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) {
     return j - i - 1;
 }
 
+/* mode 3 (a Program): a chunk is one pre-token already */
+static Py_ssize_t match_whole(const Py_UCS4 *s, Py_ssize_t i, Py_ssize_t n) { return n - i; }
+
 typedef Py_ssize_t (*Matcher)(const Py_UCS4 *, Py_ssize_t, Py_ssize_t);
-static const Matcher MATCHERS[3] = {match_gpt2, match_cl100k, match_o200k};
+static const Matcher MATCHERS[4] = {match_gpt2, match_cl100k, match_o200k, match_whole};
 
 static inline int utf8_put(Py_UCS4 c, unsigned char *o) {
     if (c < 0x80) { o[0] = (unsigned char)c; return 1; }
@@ -713,8 +746,11 @@ static int encode_cached(const Encoder *e, Cache *cache, const Py_UCS4 *c, Py_ss
         }                                                                                        \
     } while (0)
 
+#include "_fastbpe_regex.c"  /* Program: a custom pattern's matcher, encode_text_prog */
+
 /* Append the ids of a str (its data read without the GIL: the caller holds a reference). */
 static int encode_text(const Encoder *e, Cache *cache, int kind, const void *data, Py_ssize_t len, IdBuf *out) {
+    if (e->mode == 3) return encode_text_prog(e, cache, kind, data, len, out);
     Py_UCS4 small[256], *cp = small;
     Py_ssize_t cap = 256;
     int rc = 0, strict = e->mode == 1;  /* cl100k: cut only after a non-space */
@@ -1100,17 +1136,22 @@ static PyObject *Encoder_cached(Encoder *e, PyObject *Py_UNUSED(ignored)) {
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"merges", "byte_ids", "pretokenize", "cache_entries", "max_cached_chunk", "mode",
-                             "n_ids", NULL};
-    PyObject *merges, *byte_ids, *pretokenize;
+                             "n_ids", "program", NULL};
+    PyObject *merges, *byte_ids, *pretokenize, *program = Py_None;
     Py_ssize_t cache_entries = 1 << 19, max_cached = 128, n_ids = 0;
     int mode = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nnin", kwlist, &merges, &byte_ids, &pretokenize,
-                                     &cache_entries, &max_cached, &mode, &n_ids))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|nninO", kwlist, &merges, &byte_ids, &pretokenize,
+                                     &cache_entries, &max_cached, &mode, &n_ids, &program))
         return -1;
     if (e->merges) { PyErr_SetString(PyExc_RuntimeError, "Encoder is already initialised"); return -1; }
-    if (mode < -1 || mode > 2) { PyErr_SetString(PyExc_ValueError, "mode must be -1, 0, 1 or 2"); return -1; }
-    if (mode >= 0 && !uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
+    if (mode < -1 || mode > 3) { PyErr_SetString(PyExc_ValueError, "mode must be -1, 0, 1, 2 or 3"); return -1; }
+    if (mode >= 0 && mode < 3 && !uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
+    if ((mode == 3) != PyObject_TypeCheck(program, &ProgramType) || (mode == 3 && !((ProgramObject *)program)->p.code)) {
+        PyErr_SetString(PyExc_ValueError, "mode 3 takes an initialised Program (program=), other modes none");
+        return -1;
+    }
     e->mode = mode;
+    if (mode == 3) { Py_INCREF(program); e->program = program; e->prog = &((ProgramObject *)program)->p; }
     e->only_first = 0x110000;
     PyObject *seq = PySequence_Fast(merges, "merges must be a sequence of (left, right, merged) ids");
     if (!seq) return -1;
@@ -1174,6 +1215,7 @@ static void Encoder_dealloc(Encoder *e) {
         PyMem_Free(e->id_objs);
     }
     Py_XDECREF(e->pretokenize);
+    Py_XDECREF(e->program);
     free_specials(e);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -1213,7 +1255,8 @@ static PyTypeObject EncoderType = {
     .tp_name = "lmdata.tokenizer._fastbpe.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128, mode=0, n_ids=0)",
+    .tp_doc = "Encoder(merges, byte_ids, pretokenize, cache_entries=524288, max_cached_chunk=128, mode=0, n_ids=0, "
+               "program=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Encoder_init,
     .tp_dealloc = (destructor)Encoder_dealloc,
@@ -1278,6 +1321,13 @@ PyMODINIT_FUNC PyInit__fastbpe(void) {
     Py_INCREF(&EncoderType);
     if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) {
         Py_DECREF(&EncoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&ProgramType) < 0) { Py_DECREF(m); return NULL; }
+    Py_INCREF(&ProgramType);
+    if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(&ProgramType);
         Py_DECREF(m);
         return NULL;
     }

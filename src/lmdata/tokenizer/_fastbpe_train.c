@@ -1,9 +1,10 @@
 /* _fastbpe_train.c: the compiled BPE trainer, #included by _fastbpe.c (one translation unit:
  * it shares the pattern matchers, mix64 and the error codes).  Built by setup.py with it.
  *
- * ChunkCounter(mode): a table of distinct chunks (code points -> count).  add(segments)
- *   cuts each str exactly as the encoder does (CHUNK_LOOP: before a " " followed by a
- *   non-space; cl100k also after a non-space) and counts each chunk, with the GIL released.
+ * ChunkCounter(mode, program=None): a table of distinct chunks (code points -> count).
+ *   add(segments) cuts each str exactly as the encoder does (CHUNK_LOOP: before a " " followed
+ *   by a non-space; cl100k also after a non-space; mode 3: the Program's pre-tokens, which
+ *   train() then takes whole) and counts each chunk, with the GIL released.
  *   One counter per thread; absorb(other) adds another's counts (then empties it).
  * train(counter, pretokens, num_merges) -> (merges, distinct_pretokens, table_bytes):
  *   pre-tokenizes every distinct chunk once (C matchers), adds the optional dict
@@ -126,6 +127,7 @@ typedef struct {
     CTable t;
     int mode, busy;
     int64_t chunks;  /* chunks counted, repeats included */
+    PyObject *program; const Prog *prog;  /* mode 3: the Program, whose pre-tokens are the "chunks" */
 } ChunkCounter;
 
 #define COUNT_LOOP(TYPE, ADD)                                                                     \
@@ -158,20 +160,47 @@ static int count_text(CTable *t, int strict, int kind, const void *data, Py_ssiz
     return rc;
 }
 
+/* count_text for a Program: each pre-token counted as one "chunk" */
+static int count_text_prog(CTable *t, const Prog *p, int kind, const void *data, Py_ssize_t len, int64_t *chunks) {
+    Py_UCS4 small[1024], *cp = small;
+    Py_ssize_t cap = 1024;
+    int rc = to_ucs4(kind, data, len, &cp, &cap, small), chain = p->nsteps > 1;
+    Ends ends = {NULL, 0, 0};  /* a chain: every piece's end, first */
+    Py_ssize_t next = 0;
+    if (rc == 0 && chain) rc = chain_split(p, 0, cp, 0, len, &ends);
+    for (Py_ssize_t i = 0; i < len && rc == 0;) {
+        Py_ssize_t m = chain ? ends.v[next++] - i : prog_match(p, cp, i, len);
+        if (m < 0) { rc = (int)m; break; }
+        rc = ct_add4(t, cp + i, m, cp_hash(cp + i, m), 1);
+        ++*chunks;
+        i += m;
+    }
+    if (cp != small) PyMem_RawFree(cp);
+    PyMem_RawFree(ends.v);
+    return rc;
+}
+
 static int ChunkCounter_init(ChunkCounter *c, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"mode", NULL};
+    static char *kwlist[] = {"mode", "program", NULL};
     int mode;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i", kwlist, &mode)) return -1;
-    if (mode < 0 || mode > 2) { PyErr_SetString(PyExc_ValueError, "mode must be 0, 1 or 2"); return -1; }
-    if (!uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
+    PyObject *program = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|O", kwlist, &mode, &program)) return -1;
+    if (mode < 0 || mode > 3) { PyErr_SetString(PyExc_ValueError, "mode must be 0, 1, 2 or 3"); return -1; }
+    if ((mode == 3) != PyObject_TypeCheck(program, &ProgramType) || (mode == 3 && !((ProgramObject *)program)->p.code)) {
+        PyErr_SetString(PyExc_ValueError, "mode 3 takes an initialised Program (program=), other modes none");
+        return -1;
+    }
+    if (mode < 3 && !uclass) { PyErr_SetString(PyExc_RuntimeError, "call set_classes() first"); return -1; }
     if (c->t.index) { PyErr_SetString(PyExc_RuntimeError, "ChunkCounter is already initialised"); return -1; }
     if (ct_init(&c->t) < 0) { PyErr_NoMemory(); return -1; }
     c->mode = mode;
+    if (mode == 3) { Py_INCREF(program); c->program = program; c->prog = &((ProgramObject *)program)->p; }
     return 0;
 }
 
 static void ChunkCounter_dealloc(ChunkCounter *c) {
     ct_free(&c->t);
+    Py_XDECREF(c->program);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -198,7 +227,10 @@ static PyObject *ChunkCounter_add(ChunkCounter *c, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < nt && rc == 0; k++) {
         PyObject *s = PyTuple_GET_ITEM(seq, k);
-        rc = count_text(&c->t, strict, PyUnicode_KIND(s), PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s), &c->chunks);
+        if (c->mode == 3)
+            rc = count_text_prog(&c->t, c->prog, PyUnicode_KIND(s), PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s), &c->chunks);
+        else
+            rc = count_text(&c->t, strict, PyUnicode_KIND(s), PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s), &c->chunks);
     }
     Py_END_ALLOW_THREADS
     c->busy = 0;
@@ -215,7 +247,7 @@ static PyObject *ChunkCounter_absorb(ChunkCounter *c, PyObject *arg) {
     ChunkCounter *o = (ChunkCounter *)arg;
     if (o == c) { PyErr_SetString(PyExc_ValueError, "a counter cannot absorb itself"); return NULL; }
     if (counter_ready(c) < 0 || counter_ready(o) < 0) return NULL;
-    if (o->mode != c->mode) { PyErr_SetString(PyExc_ValueError, "counters of different patterns"); return NULL; }
+    if (o->mode != c->mode || o->prog != c->prog) { PyErr_SetString(PyExc_ValueError, "counters of different patterns"); return NULL; }
     int rc = 0;
     c->busy = o->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -263,7 +295,8 @@ static PyTypeObject ChunkCounterType = {
     .tp_name = "lmdata.tokenizer._fastbpe.ChunkCounter",
     .tp_basicsize = sizeof(ChunkCounter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ChunkCounter(mode): distinct chunks of text and their counts (0 gpt2, 1 cl100k, 2 o200k).",
+    .tp_doc = "ChunkCounter(mode, program=None): distinct chunks of text and their counts (0 gpt2, 1 cl100k, 2 o200k, "
+               "3 the Program's pre-tokens).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)ChunkCounter_init,
     .tp_dealloc = (destructor)ChunkCounter_dealloc,

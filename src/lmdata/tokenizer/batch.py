@@ -4,8 +4,8 @@
 Threads share the encoder's one chunk cache, so a chunk is encoded once whichever thread
 meets it first.  The texts are cut, in order, into many runs of equal characters so both
 threads stay busy to the end; results come back in input order, so they never depend on
-the number of threads.  Without the C encoder (or for a custom regex, whose pre-tokenizer
-runs in Python), lists of 8 M characters or more go to a process pool instead.
+the number of threads.  Without the C encoder (or for a regex outside the C matcher, whose
+pre-tokenizer runs in Python), lists of 8 M characters or more go to a process pool instead.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
 Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
 it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
-pre-tokenization (gpt2, cl100k, o200k; the ``regex`` module's classes), special tokens and
+pre-tokenization (gpt2, cl100k, o200k, a custom regex compiled by ``regex_program``; the
+``regex`` module's classes), special tokens and
 BPE -- runs in C with the GIL released (``encode_batch``: threads sharing one chunk cache; a
-custom regex is called from C, GIL held), giving the ids of the pure-Python path, the fallback.
+regex outside the C matcher's subset is called from C, GIL held), giving the ids of the pure-Python path, the fallback.
 ``LMDATA_PURE_PYTHON=1`` forces pure Python (``Tokenizer.accelerated``; ``accelerator``).
 """
 
@@ -110,7 +111,8 @@ class Tokenizer:
         if mode is not None:
             unicode_classes.install(_fastbpe)
         fast = _fastbpe.Encoder(triples, self._byte_ids, self._pattern.findall, _CACHE_ENTRIES,
-                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, self._vocab_size)
+                                _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, self._vocab_size,
+                                self._pattern.c_program if mode == 3 else None)
         if mode is not None:
             fast.set_specials(list(self.special_ids.items()))  # split off in C as well
         if self._whole:  # (a ranked tokenizer arriving in a worker)
@@ -140,7 +142,8 @@ class Tokenizer:
     @property
     def gil_free(self) -> bool:
         """Whether encoding runs in C with the GIL released (so threads scale): the C
-        accelerator and a named pattern; a custom regex pre-tokenizes in Python."""
+        accelerator and a named pattern or a custom regex its matcher takes (``regex_program``);
+        any other regex pre-tokenizes in Python."""
         return self._fast is not None and self._pattern.c_mode is not None
 
     # -- construction and files ------------------------------------------------------

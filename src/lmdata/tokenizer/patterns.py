@@ -1,8 +1,10 @@
 """Pre-tokenizer patterns: GPT-2's (the default), GPT-4's cl100k and o200k, or any regex.
 
 A pattern is a property of a tokenizer and part of its hash.  The three named patterns
-have a C fast path (``_fastbpe``) and a "chunk" rule: positions where text can be cut
-without changing its pre-tokens, so each distinct chunk needs the regex only once.
+have hand-written C pre-tokenizers (``_fastbpe``; any other regex of the family tokenizer
+regexes are written in is compiled for its C matcher, ``regex_program``) and a "chunk" rule:
+positions where text can be cut without changing its pre-tokens, so each distinct chunk needs
+the regex only once.
 
     gpt2, o200k   cut before a " " followed by a non-space:        "a b" -> "a" | " b"
     cl100k        the same, but only after a non-space too: in cl100k ``\\s++$`` makes
@@ -174,8 +176,21 @@ class Pattern:
 
     @property
     def c_mode(self) -> int | None:
-        """The C pre-tokenizer's number for this pattern, or None (the regex is called)."""
-        return C_MODES.get(self.name)
+        """The C pre-tokenizer's number for this pattern: 0..2 the named ones, 3 a custom regex compiled
+        for the C matcher (``c_program``), None (the regex is called, GIL held)."""
+        if self.name is not None:
+            return C_MODES[self.name]
+        return None if self.c_program is None else 3
+
+    @property
+    def c_program(self):
+        """A custom regex (or chain) compiled for the C matcher (``regex_program``), or None: a named
+        pattern, no accelerator, or a regex outside the matcher's subset."""
+        if self.name is not None:
+            return None
+        from lmdata.tokenizer.regex_program import program
+
+        return program(tuple(self.splits or [self.text]), PROBE)
 
     def split_pieces(self, text: str) -> list[str]:
         """Chunks of ``text``: the first as is, each later one standing for ``" " + piece``."""

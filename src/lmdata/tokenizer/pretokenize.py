@@ -6,7 +6,8 @@ character, and the pre-tokens after that point do not depend on the text before 
 pattern has no lookbehind and ``(?!\\S)`` sees a space or the end of text alike).  So text
 can be cut there into chunks -- in prose nearly one per word, e.g. ``" the"``,
 ``" end.\\n"`` -- and each *distinct* chunk needs the regex only once.  cl100k and o200k
-have such cuts too (``patterns``); a custom regex is one chunk per text.
+have such cuts too (``patterns``); a custom regex is one chunk per text here (the C encoder
+caches its pre-tokens instead: ``regex_program``).
 ``tests/tokenizer/test_pretokenize.py`` checks this property over random text.
 
 Streaming falls back to a cut before a newline where the pattern allows one.

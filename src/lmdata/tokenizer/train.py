@@ -7,7 +7,8 @@ the distinct *chunks* of each block (``ChunkCounter.add``, the encoder's own chu
 GIL released; one counter per thread, added together at the end); then ``_fastbpe.train``
 pre-tokenizes each distinct chunk once and runs the merge loop over the distinct
 pre-tokens (pair counts updated only around each merge, a lazily updated max-heap; see
-``_fastbpe_train.c``).  A custom regex is counted in Python (below), then merged in C.
+``_fastbpe_train.c``); so is a custom regex the C matcher takes (``regex_program``: its
+pre-tokens counted).  Any other regex is counted in Python (below), then merged in C.
 Memory: the block reader holds ~2 blocks per thread; the tables grow with the number of
 distinct chunks, not with the input (``TrainStats.table_bytes``, ``peak_rss_mb``).
 
@@ -172,7 +173,8 @@ def train_fast(
     fast, paths: list[Input], specials: list[str], workers: int, errors: str, stats: TrainStats, progress: bool,
     block_bytes: int, pattern: Pattern, num_merges: int,
 ) -> list[tuple[int, int]]:
-    """Count in C threads (a named pattern) or in Python (a custom regex), then merge in C."""
+    """Count in C threads (a named pattern, or a regex on the C matcher) or in Python (any other regex),
+    then merge in C."""
     if pattern.c_mode is None:
         counts = count_files(paths, specials, workers, errors, stats, progress, block_bytes, pattern)
         merge_ids, stats.distinct_pretokens, stats.table_bytes = fast.train(None, dict(counts), num_merges)
@@ -204,7 +206,7 @@ def count_chunks(
     workers, bar = _workers_and_bar(paths, workers, block_bytes, progress)
     blocks = (b for p in paths for b in iter_text_blocks(p, specials, read, errors, block_bytes, pattern))
     split = _segments(specials)
-    counters = [fast.ChunkCounter(pattern.c_mode) for _ in range(workers)]
+    counters = [fast.ChunkCounter(pattern.c_mode, pattern.c_program) for _ in range(workers)]
     free: queue.SimpleQueue = queue.SimpleQueue()
     for c in counters:
         free.put(c)
