@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.s3 import EndpointError
+from lmdata.io.s3 import EndpointError, remote_error
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 _CHUNK = 1 << 20
@@ -164,6 +164,8 @@ def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:
     """A format library's failure reading a shard (e.g. pyarrow's bare OSError) as an error naming it."""
     if isinstance(exc, LmdataError):
         return exc
+    if getattr(path, "remote", False) and isinstance(err := remote_error(exc, str(path)), EndpointError):
+        return err  # the endpoint failed (no answer, unreachable), not the shard
     return LmdataError(
         f"{path}: shard {shard.name} could not be read ({type(exc).__name__}: {exc}); the store is damaged "
         "(run `lmdata verify`; re-ingest with --overwrite)"

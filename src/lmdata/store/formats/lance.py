@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
-from lmdata.io.s3 import EndpointError, remote_error, within_timeout
+from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
 from lmdata.store.formats.lance_stream import FragmentStream
@@ -285,12 +286,6 @@ class LanceReader(base.ShardReader):
             index = self._row_bounds[i] = (rows[0] + self._shard_bounds[i], rows[1], crcs)
         return index
 
-    def _read_error(self, shard: ShardInfo, exc: BaseException) -> LmdataError:
-        """A failed read of ``shard``: the endpoint's failure as such (remote), else the shard named as damaged."""
-        if self.remote and isinstance(err := remote_error(exc, str(self._data_path(shard))), EndpointError):
-            return err
-        return read_error(self._data_path(shard), shard, exc)
-
     def _data_path(self, shard: ShardInfo) -> Any:
         if self.remote:
             return self.format_dir / shard.files[0].path
@@ -326,15 +321,9 @@ class LanceReader(base.ShardReader):
 
     def _open(self) -> Any:
         if self._ds is None:
-            import lance
-
             self.check()
             try:
-                if self.remote:
-                    uri, options = self.format_dir.uri, self.format_dir.storage_options()
-                    ds = within_timeout(lambda: lance.dataset(uri, storage_options=options), uri)
-                else:
-                    ds = lance.dataset(str(self.format_dir))
+                ds = lance_fragments.open_dataset(self.format_dir, self.remote)
             except EndpointError:
                 raise
             except Exception as exc:
@@ -376,18 +365,15 @@ class LanceReader(base.ShardReader):
         columns = [self._column]
         try:
             if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
-                frag, local = self._fragments[first], rows - self._row_base[first]
-                take = lambda: frag.take(local, columns=columns)  # noqa: E731
+                take = partial(self._fragments[first].take, rows - self._row_base[first], columns=columns)
             else:
-                take = lambda: ds.take(pa.array(rows, type=pa.int64()), columns=columns)  # noqa: E731
-            # remote: bounded by LMDATA_S3_TIMEOUT (Lance retries each GET under its own timeout)
+                take = partial(ds.take, pa.array(rows, type=pa.int64()), columns=columns)
             table = within_timeout(take, str(self._data_path(self.shards[first]))) if self.remote else take()
             column = table.column(0)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
-        except EndpointError:
-            raise
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
-            raise self._read_error(self.shards[first], exc) from exc
+            shard = self.shards[first]  # (remote: an endpoint's failure stays one, see read_error)
+            raise read_error(self._data_path(shard), shard, exc) from exc
         odd = 0
         if self._column == "token_bytes":  # byte offsets: whole tokens, values viewed in place
             _, byte_offsets, data = column.buffers()
