@@ -27,6 +27,8 @@ counter advances; ``for epoch ...: for inputs, targets in loader:`` is the usual
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 from typing import Any, Iterator
 
@@ -36,7 +38,8 @@ import torch
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
-from lmdata.data.workers import InFlight, ThreadReads, defer_sigchld_errors, in_next, worker_deaths, worker_held
+from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
+                                 exit_with_owner, in_next, worker_deaths, worker_held)
 from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
@@ -204,6 +207,7 @@ class TokenLoader:
             it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()
+            check_workers_while_waiting(it)
         while True:
             try:
                 if worker_deaths:  # a worker died while the caller was busy: report it here, with its samples
@@ -430,7 +434,8 @@ def make_loader(
 
             mp.get_context("forkserver").set_forkserver_preload(["torch", "lmdata.data.loader", "lmdata.store.dataset"])
         workers = dict(prefetch_factor=prefetch, persistent_workers=persistent_workers,
-                       multiprocessing_context=start_method, timeout=timeout)
+                       multiprocessing_context=start_method, timeout=timeout,
+                       worker_init_fn=functools.partial(exit_with_owner, os.getpid()))
         source = in_flight = InFlight(source, num_workers, batch_size * batches_per_read, start_method)
     if pin_memory and not _can_pin():
         warnings.warn("pin_memory=True but no accelerator is available; batches are not pinned", stacklevel=2)

@@ -7,6 +7,9 @@ the samples it died on from the ``InFlight`` board (``worker_held``).
 
 from __future__ import annotations
 
+import os
+import select
+import time
 from typing import Any, Iterator
 
 import torch
@@ -81,6 +84,79 @@ class ThreadReads:
             for future in pending:
                 future.cancel()
             pool.shutdown(wait=True)
+
+
+LIVENESS_S = 1.0  # how often a wait for a worker's read checks that the workers are alive
+
+
+def check_workers_while_waiting(it: Any) -> None:
+    """Make a DataLoader iterator look at its workers every ``LIVENESS_S`` while it waits for a read.
+
+    With a ``timeout`` set, torch waits for a read with one ``timeout``-long get and checks its
+    workers only after it. A forked worker's death reaches the main process sooner as SIGCHLD,
+    but forkserver's workers (Lance, once its runtime runs here) are not its children: a
+    killed one was noticed 300 s later (issue 29.12). The wait becomes torch's own short
+    checks (``_try_get_data``: "worker ... exited unexpectedly") up to the same deadline.
+    Another torch without these internals keeps its own wait.
+    """
+    timeout = getattr(it, "_timeout", 0)
+    try_get = getattr(it, "_try_get_data", None)
+    if not timeout or try_get is None or getattr(it, "_pin_memory", False):
+        return
+
+    def get_data() -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            ok, data = try_get(max(min(LIVENESS_S, deadline - time.monotonic()), 0.001))  # raises for a dead worker
+            if ok:
+                return data
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
+
+    it._get_data = get_data
+
+
+def exit_with_owner(owner: int, worker_id: int) -> None:
+    """Worker init: end this worker as soon as process ``owner`` (the loader's) is gone.
+
+    A forked worker is its owner's child, and torch's watchdog ends it when its parent
+    changes. A forkserver worker's parent is the server, which lives on -- the workers hold
+    the descriptor whose closing would end it: a SIGKILLed or SIGTERMed trainer left its
+    Lance workers, the server and the resource tracker running as orphans (issue 29.12).
+    Here a thread waits on the owner's pidfd (else polls its pid) and exits the worker; the
+    server and the tracker then see their last client go and exit too.
+    """
+    import threading
+
+    if os.getppid() != owner:
+        threading.Thread(target=_await_exit, args=(owner,), name="lmdata-owner-watch", daemon=True).start()
+
+
+def _await_exit(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)  # Linux >= 5.3: readable once the process has exited
+    except ProcessLookupError:
+        os._exit(0)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        waiter = select.poll()  # not select.select: a descriptor past 1023 is out of its reach
+        waiter.register(fd, select.POLLIN)
+        waiter.poll()
+    else:
+        while _alive(pid):
+            time.sleep(LIVENESS_S)
+    os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 worker_deaths: list[RuntimeError] = []  # dead-worker errors torch's SIGCHLD handler raised, kept for next()

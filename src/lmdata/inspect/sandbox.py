@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lmdata.errors import LmdataError
+from lmdata.io.bounded import Bounded
 from lmdata.inspect.tables import doc_batches, docs_schema, formats_with
 from lmdata.store.store import open_store
 from lmdata.store.protocol import FormatReader
@@ -123,6 +124,24 @@ def _damaged_shard(reader: FormatReader) -> str | None:
     return None
 
 
+def _interruptible(con: Any, call: Callable[[], Any]) -> Any:
+    """``call()`` (a DuckDB execute or fetch) on a thread while the main thread waits in Python.
+
+    DuckDB looks for Ctrl-C only now and then: a running query ignored it, or raised
+    ``RuntimeError: Query interrupted`` with a traceback (issue 29.11). Waiting in Python, the
+    main thread takes the KeyboardInterrupt at once; the query is interrupted and the CLI
+    prints its one line (exit 130).
+    """
+    running = Bounded(call, "lmdata-sql")
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        con.interrupt()
+        running.wait(10)  # the connection closes only once the query has stopped
+        raise
+    return running.result()
+
+
 @contextmanager
 def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
     """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
@@ -146,7 +165,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
     con = connect(store, errors, sources)
     try:
         try:
-            cur = con.execute(statements[0])
+            cur = _interruptible(con, lambda: con.execute(statements[0]))
         except duckdb.Error as exc:
             raise error(exc) from None
         columns = [d[0] for d in cur.description] if cur.description is not None else []
@@ -154,7 +173,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         def batches() -> Iterator[list[tuple]]:
             while columns:
                 try:
-                    rows = cur.fetchmany(4096)
+                    rows = _interruptible(con, lambda: cur.fetchmany(4096))
                 except duckdb.Error as exc:
                     raise error(exc) from None
                 if not rows:

@@ -10,6 +10,12 @@ reject the SDK's newer default checksums). Timeouts and retries are the librarie
 connect timeout (``CONNECT_TIMEOUT_S``) and ``RETRIES`` attempts, so an unreachable endpoint
 fails in seconds; ``remote_error`` turns a library failure into one line naming the object.
 
+An endpoint that stops answering with its sockets open (issue 29.10: a Lance run waited on
+for 240 s and more, memmap failed after 186 s) fails once ``LMDATA_S3_TIMEOUT`` seconds
+(``s3_timeout``, default ``TIMEOUT_S``) pass with no answer, retries included: each of the
+``RETRIES`` attempts may take a ``RETRIES``-th of it (pyarrow's ``request_timeout``, Lance's
+``timeout``), and the error names the object and the setting.
+
 A process builds its filesystem once per environment (``s3_filesystem``, process-local:
 a loader worker or a Ray task builds its own).
 """
@@ -18,15 +24,20 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from lmdata.errors import LmdataError
+from lmdata.io.bounded import Bounded
 from lmdata.io.process_local import ProcessLocal
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 3.0
 RETRIES = 3
+TIMEOUT_ENV = "LMDATA_S3_TIMEOUT"
+TIMEOUT_S = 60.0  # no answer for this long, retries included: the read fails
 ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-       "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
+       "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", TIMEOUT_ENV)
 SDK_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 
 _filesystems: ProcessLocal[dict[tuple, Any]] = ProcessLocal(dict)  # environment -> S3FileSystem
@@ -65,6 +76,26 @@ def aws_settings() -> dict[str, str | None]:
     }
 
 
+def s3_timeout() -> float:
+    """Seconds a request to object storage may go unanswered, retries included (``LMDATA_S3_TIMEOUT``)."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise LmdataError(f"{TIMEOUT_ENV}={text!r}: give the seconds a request to object storage may wait "
+                          f"for an answer, a number > 0 (default {TIMEOUT_S:g})")
+    return value
+
+
+def attempt_timeout() -> float:
+    """One attempt's share of ``s3_timeout()`` (a library retries a timed-out request ``RETRIES`` times)."""
+    return max(s3_timeout() / RETRIES, 1.0)
+
+
 def s3_filesystem() -> Any:
     """This process's ``pyarrow.fs.S3FileSystem`` for the current AWS environment (built once)."""
     key = tuple(os.environ.get(k) for k in ENV)
@@ -80,7 +111,7 @@ def s3_filesystem() -> Any:
         kwargs: dict[str, Any] = {
             "region": s["region"] or "us-east-1",
             "connect_timeout": CONNECT_TIMEOUT_S,
-            "request_timeout": 30.0,
+            "request_timeout": attempt_timeout(),
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
         }
         if s["endpoint"]:
@@ -97,8 +128,9 @@ def lance_storage_options() -> dict[str, str]:
     opts = {
         "aws_region": s["region"] or "us-east-1",
         "connect_timeout": f"{CONNECT_TIMEOUT_S:g}s",
+        "timeout": f"{max(s3_timeout() / (RETRIES + 1), 1.0):g}s",  # object_store: RETRIES retries after the first
         "client_max_retries": str(RETRIES),
-        "client_retry_timeout": "20",
+        "client_retry_timeout": f"{s3_timeout():g}",
     }
     if s["endpoint"]:
         opts["aws_endpoint"] = f"{s['scheme']}://{s['endpoint']}"
@@ -121,9 +153,37 @@ def is_missing(exc: BaseException) -> bool:
 
 _DENIED = ("access_denied", "accessdenied", "invalidaccesskeyid", "invalid_access_key_id", "signaturedoesnotmatch",
            "signature_does_not_match", "403", "forbidden", "credentials", "invalidtoken")
+_TIMED_OUT = ("timed out", "timeout", "curlcode: 28", "deadline has elapsed", "operation too slow",
+              "error sending request")  # Lance's (reqwest's) words for a request that got no answer
+_CONNECTING = ("connection timed out", "connect timeout", "connect_timeout", "tcp connect", "error trying to connect")
 _UNREACHABLE = ("couldn't connect", "curlcode: 7", "connection refused", "timed out", "timeout",
                 "could not resolve", "curlcode: 6", "curlcode: 28", "network", "dns error",
                 "tcp connect", "error trying to connect", "connection")
+
+
+class EndpointError(LmdataError):
+    """The endpoint failed (no answer in time, unreachable), not one object: a caller that would
+    retry other objects to find the bad one only waits the same timeout again."""
+
+
+def no_answer(uri: str) -> EndpointError:
+    """The endpoint kept ``uri``'s request open and never answered within ``s3_timeout()``."""
+    endpoint = aws_settings()["endpoint"] or "the AWS default endpoint"
+    return EndpointError(f"{uri}: no answer from {endpoint} within {TIMEOUT_ENV}={s3_timeout():g} s (retries "
+                         f"included); check the endpoint, or raise {TIMEOUT_ENV} for a slow one")
+
+
+def within_timeout(call: Callable[[], T], uri: str) -> T:
+    """``call()``, a remote read whose library nests its own retries, bounded by ``s3_timeout()``.
+
+    Lance retries a take's every GET, each under its own timeout: a frozen endpoint held a
+    take ~170 s with a 10 s setting. Past the deadline: ``no_answer(uri)``, the call left
+    to end on its daemon thread.
+    """
+    running = Bounded(call, "lmdata-remote")
+    if not running.wait(s3_timeout()):
+        raise no_answer(uri)
+    return running.result()
 
 
 def remote_error(exc: BaseException, uri: str) -> LmdataError:
@@ -136,9 +196,11 @@ def remote_error(exc: BaseException, uri: str) -> LmdataError:
         why = "the bucket does not exist (create it, or check the URI)"
     elif any(s in low for s in _DENIED):
         why = "access denied (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's permissions)"
+    elif any(s in low for s in _TIMED_OUT) and not any(s in low for s in _CONNECTING):
+        return no_answer(uri)
     elif any(s in low for s in _UNREACHABLE):
         endpoint = aws_settings()["endpoint"] or "the AWS default endpoint"
-        why = f"cannot reach {endpoint} (check AWS_ENDPOINT_URL and the network)"
+        return EndpointError(f"{uri}: cannot reach {endpoint} (check AWS_ENDPOINT_URL and the network)")
     elif is_missing(exc):
         why = "no such object"
     else:

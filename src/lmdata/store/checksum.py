@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.s3 import EndpointError, remote_error
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 _CHUNK = 1 << 20
@@ -163,6 +164,8 @@ def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:
     """A format library's failure reading a shard (e.g. pyarrow's bare OSError) as an error naming it."""
     if isinstance(exc, LmdataError):
         return exc
+    if getattr(path, "remote", False) and isinstance(err := remote_error(exc, str(path)), EndpointError):
+        return err  # the endpoint failed (no answer, unreachable), not the shard
     return LmdataError(
         f"{path}: shard {shard.name} could not be read ({type(exc).__name__}: {exc}); the store is damaged "
         "(run `lmdata verify`; re-ingest with --overwrite)"
@@ -173,4 +176,5 @@ def at_offsets(exc: LmdataError, starts: Any, length: int) -> LmdataError:
     """``exc`` with the global window offsets that were being read appended."""
     offsets = np.asarray(starts).reshape(-1).tolist()
     shown, more = offsets[:8], "..." if len(offsets) > 8 else ""
-    return LmdataError(f"{exc} [reading windows of {length} tokens at offsets {shown}{more}]")
+    kind = EndpointError if isinstance(exc, EndpointError) else LmdataError  # the endpoint's failure stays one
+    return kind(f"{exc} [reading windows of {length} tokens at offsets {shown}{more}]")

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.s3 import EndpointError
 from lmdata.store.protocol import FormatReader
 
 DOC_INFO = (None, "positions", "doc_ids")
@@ -139,10 +140,12 @@ class TokenDataset:
         length = self.seq_len + 1
         what = "sample" if labels is not None else "offset"
         names = labels if labels is not None else starts
+        shown = np.asarray(names).tolist()[:8]
+        if isinstance(exc, EndpointError):  # the endpoint, not a sample: each retry would wait its timeout again
+            return LmdataError(f"reading {what}s {shown}{'...' if len(starts) > 8 else ''}: {exc}")
         for start, name in zip(starts.tolist(), np.asarray(names).tolist()):
             try:
                 self.reader.windows(np.array([start], dtype=np.int64), length)
             except Exception as one:
                 return LmdataError(f"reading {what} {name} (tokens [{start}, {start + length})): {one}")
-        shown = np.asarray(names).tolist()[:8]
         return LmdataError(f"reading {what}s {shown}{'...' if len(starts) > 8 else ''}: {exc}")

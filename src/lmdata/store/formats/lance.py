@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
+from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
 from lmdata.store.formats.lance_stream import FragmentStream
@@ -319,14 +321,11 @@ class LanceReader(base.ShardReader):
 
     def _open(self) -> Any:
         if self._ds is None:
-            import lance
-
             self.check()
             try:
-                if self.remote:
-                    ds = lance.dataset(self.format_dir.uri, storage_options=self.format_dir.storage_options())
-                else:
-                    ds = lance.dataset(str(self.format_dir))
+                ds = lance_fragments.open_dataset(self.format_dir, self.remote)
+            except EndpointError:
+                raise
             except Exception as exc:
                 raise LmdataError(
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
@@ -366,13 +365,14 @@ class LanceReader(base.ShardReader):
         columns = [self._column]
         try:
             if first == last:  # one fragment (the common case): its own take skips ~0.15 ms of planning
-                table = self._fragments[first].take(rows - self._row_base[first], columns=columns)
+                take = partial(self._fragments[first].take, rows - self._row_base[first], columns=columns)
             else:
-                table = ds.take(pa.array(rows, type=pa.int64()), columns=columns)
+                take = partial(ds.take, pa.array(rows, type=pa.int64()), columns=columns)
+            table = within_timeout(take, str(self._data_path(self.shards[first]))) if self.remote else take()
             column = table.column(0)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
-            shard = self.shards[first]
+            shard = self.shards[first]  # (remote: an endpoint's failure stays one, see read_error)
             raise read_error(self._data_path(shard), shard, exc) from exc
         odd = 0
         if self._column == "token_bytes":  # byte offsets: whole tokens, values viewed in place

@@ -23,6 +23,7 @@ member's rows are (its staging fragment or its rows inside an older fragment).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
+from lmdata.io.s3 import within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info
@@ -231,3 +233,13 @@ def remove_unused(format_dir: Path, fragments: list[ShardInfo]) -> None:
         for path in format_dir.glob(pattern):
             if path.relative_to(format_dir).as_posix() not in keep_files:
                 path.unlink()
+
+
+def open_dataset(format_dir: Any, remote: bool) -> Any:
+    """The store's Lance dataset; remote, opened within ``LMDATA_S3_TIMEOUT`` (an endpoint that stops answering fails)."""
+    import lance
+
+    if not remote:
+        return lance.dataset(str(format_dir))
+    return within_timeout(partial(lance.dataset, format_dir.uri, storage_options=format_dir.storage_options()),
+                          format_dir.uri)
