@@ -63,8 +63,8 @@ def parse_vocab(text: str, where: str) -> dict[int, bytes]:
     """Parse the text of a ``vocab.json``; ``where`` names the file in errors."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise LmdataError(f"{where}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise LmdataError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
         raise LmdataError(f"{where}: expected a JSON object mapping token strings to integer ids")
     return {i: str_to_token(s, where) for s, i in data.items()}

@@ -174,7 +174,10 @@ class Tokenizer:
         from lmdata.tokenizer import hf
 
         vocab, merges, specials, pattern, ignore_merges = hf.read(path)
-        return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges)
+        try:
+            return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges)
+        except LmdataError as exc:  # (a merge of tokens the vocab lacks, a missing byte: name the file)
+            raise LmdataError(f"{path}: {exc}") from None
 
     @classmethod
     def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,

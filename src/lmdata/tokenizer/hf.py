@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import regex
+
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
@@ -83,13 +85,7 @@ def config_json(special_ids: dict[str, int]) -> str:
 def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str, bool]:
     """(vocab, merges, special tokens, pattern, ignore_merges) of a Hugging Face byte-level BPE ``tokenizer.json``."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LmdataError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise LmdataError(f"{path}: not a readable JSON tokenizer.json ({str(exc).splitlines()[0]}); "
-                          "is the file complete?") from None
+    data = _load(path)
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict):
         raise LmdataError(f"{path}: no \"model\" object; not a Hugging Face tokenizer.json")
@@ -107,22 +103,85 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
         if model.get(key):
             raise LmdataError(f"{path}: model.{key} is set; lmdata imports byte-level BPE only")
     pattern = _pattern(data.get("pre_tokenizer"), path)
-    where = f"{path} (model.vocab)"
-    try:
-        vocab = {int(i): str_to_token(s, where) for s, i in model["vocab"].items()}
-        merges = [_merge(m, path) for m in model.get("merges", [])]
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise LmdataError(f"{path}: malformed model.vocab or model.merges ({exc})") from None
-    added = sorted(data.get("added_tokens") or [], key=lambda t: t["id"])
-    specials = []
-    for tok in added:
-        raw = tok["content"].encode("utf-8")
-        if vocab.get(tok["id"], raw) != raw:
-            raise LmdataError(f"{path}: added token {tok['content']!r} has id {tok['id']}, which the vocab "
-                              "gives to another token")
-        vocab[tok["id"]] = raw
-        specials.append(tok["content"])
+    vocab = _vocab(model.get("vocab"), path)
+    merges = model.get("merges", [])
+    if not isinstance(merges, list):
+        raise LmdataError(f"{path}: model.merges is a {type(merges).__name__}; expected a list of merges")
+    merges = [_merge(m, path) for m in merges]
+    specials = _added_tokens(data.get("added_tokens"), vocab, path)
     return vocab, merges, specials, pattern, bool(model.get("ignore_merges"))
+
+
+def _load(path: Path) -> object:
+    """The parsed JSON of ``path``, or a one-line error naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LmdataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise LmdataError(f"{path}: is a directory; give the tokenizer.json file") from None
+    except RecursionError:
+        raise LmdataError(f"{path}: JSON nested too deeply to be a tokenizer.json") from None
+    except (OSError, ValueError) as exc:
+        raise LmdataError(f"{path}: not a readable JSON tokenizer.json ({str(exc).splitlines()[0]}); "
+                          "is the file complete?") from None
+
+
+def _vocab(raw: object, path: Path) -> dict[int, bytes]:
+    """id -> bytes of ``model.vocab``: a token-string -> integer-id object, each id once."""
+    if not isinstance(raw, dict):
+        raise LmdataError(f"{path}: model.vocab is {'missing' if raw is None else 'a ' + type(raw).__name__}; "
+                          "expected an object mapping token strings to integer ids")
+    vocab: dict[int, bytes] = {}
+    names: dict[int, str] = {}
+    for s, i in raw.items():
+        if not _is_id(i):
+            raise LmdataError(f"{path}: model.vocab gives {s!r} the id {json.dumps(i)[:40]}; ids are integers "
+                              "from 0 to 1114111")
+        if i in names:
+            raise LmdataError(f"{path}: model.vocab gives id {i} to both {names[i]!r} and {s!r}; each id once")
+        names[i] = s
+        vocab[i] = str_to_token(s, f"{path} (model.vocab)")
+    return vocab
+
+
+def _is_id(i: object) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 0x110000
+
+
+def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> list[str]:
+    """The added tokens (all become special tokens), each entered into ``vocab`` at its id."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise LmdataError(f"{path}: added_tokens is a {type(raw).__name__}; expected a list of "
+                          "{\"id\": ..., \"content\": ...} objects")
+    by_id: dict[int, str] = {}
+    for n, tok in enumerate(raw):
+        field = f"added_tokens[{n}]"
+        if not isinstance(tok, dict) or not _is_id(tok.get("id")):
+            got = json.dumps(tok.get("id") if isinstance(tok, dict) else tok)[:40]
+            raise LmdataError(f"{path}: {field} has no \"id\" that is an integer 0..1114111 (got {got})")
+        content, i = tok.get("content"), tok["id"]
+        if not isinstance(content, str) or not content:
+            raise LmdataError(f"{path}: {field} (id {i}) has no non-empty string \"content\"")
+        for flag in ("lstrip", "rstrip", "single_word"):
+            if tok.get(flag):
+                raise LmdataError(f"{path}: {field}.{flag} is true ({content!r}); lmdata cannot represent it "
+                                  "(ids would differ from Hugging Face's)")
+        if by_id.get(i, content) != content:
+            raise LmdataError(f"{path}: {field} {content!r} has id {i}, which added token {by_id[i]!r} has too")
+        other = next((j for j, c in by_id.items() if c == content and j != i), None)
+        if other is not None:
+            raise LmdataError(f"{path}: {field} {content!r} is given two ids ({other} and {i})")
+        raw_content = content.encode("utf-8")
+        if i not in by_id and vocab.get(i, raw_content) != raw_content:
+            raise LmdataError(f"{path}: {field} {content!r} has id {i}, which model.vocab gives to "
+                              f"{vocab[i]!r}")
+        by_id[i] = content
+    for i, content in by_id.items():
+        vocab[i] = content.encode("utf-8")
+    return [by_id[i] for i in sorted(by_id)]
 
 
 def _no_op_normalizer(norm: object) -> bool:
@@ -135,15 +194,16 @@ def _no_op_normalizer(norm: object) -> bool:
 
 def _merge(m: object, path: Path) -> tuple[bytes, bytes]:
     parts = m.split(" ") if isinstance(m, str) else m
-    if not isinstance(parts, list) or len(parts) != 2:
-        raise LmdataError(f"{path}: merge {m!r} is not two tokens")
+    if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+        raise LmdataError(f"{path}: model.merges entry {json.dumps(m)[:60]} is not two tokens")
     return str_to_token(parts[0], f"{path} (model.merges)"), str_to_token(parts[1], f"{path} (model.merges)")
 
 
 def _pattern(pre: object, path: Path) -> str:
     """The regex of a ByteLevel pre-tokenizer, alone or after isolating regex Splits (several: a chain)."""
     steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
-    steps = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:60]} is not an object (or a Sequence of them)")
     if not steps or steps[-1].get("type") != "ByteLevel":
         raise LmdataError(f"{path}: pre_tokenizer is not byte-level (need ByteLevel, optionally after regex Splits)")
     last = steps[-1]
@@ -155,7 +215,11 @@ def _pattern(pre: object, path: Path) -> str:
         raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:80]} cannot be represented; lmdata supports "
                           "ByteLevel, or isolating regex Splits then ByteLevel(use_regex=false)")
     regexes = [_split_regex(step, i, path) for i, step in enumerate(steps[:-1])]
-    return Pattern.get(regexes).text
+    try:
+        return Pattern.get(regexes).text
+    except LmdataError as exc:  # (worded for --pattern, which this file's user did not give)
+        why = str(exc).removeprefix(f"--pattern {regexes[0]!r}: ")
+        raise LmdataError(f"{path}: pre_tokenizer's Split regex cannot be used: {why}") from None
 
 
 def _split_regex(step: dict, i: int, path: Path) -> str:
@@ -163,12 +227,17 @@ def _split_regex(step: dict, i: int, path: Path) -> str:
     field = f"pre_tokenizer.pretokenizers[{i}]"
     if step.get("type") != "Split":
         raise LmdataError(f"{path}: {field} is {step.get('type')}; lmdata supports regex Splits before ByteLevel")
-    regex = (step.get("pattern") or {}).get("Regex")
-    if not isinstance(regex, str) or not regex:
+    pat = step.get("pattern")
+    regex_text = pat.get("Regex") if isinstance(pat, dict) else None
+    if not isinstance(regex_text, str) or not regex_text:
         raise LmdataError(f"{path}: {field}.pattern is {json.dumps(step.get('pattern'))[:60]}; lmdata supports a "
                           "{\"Regex\": ...} pattern")
+    try:
+        regex.compile(regex_text)
+    except regex.error as exc:
+        raise LmdataError(f"{path}: {field}.pattern.Regex {regex_text!r} is not a valid regex ({exc})") from None
     if step.get("behavior") != "Isolated":
         raise LmdataError(f"{path}: {field}.behavior is {step.get('behavior')!r}; lmdata supports \"Isolated\" only")
     if step.get("invert"):
         raise LmdataError(f"{path}: {field}.invert is true; lmdata supports invert=false only")
-    return regex
+    return regex_text

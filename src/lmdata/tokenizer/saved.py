@@ -61,7 +61,7 @@ def _read_meta(path: Path) -> tuple[Path, dict] | None:
         file = Path(path) / name
         try:
             meta = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") in versions:
             return file, meta
