@@ -15,7 +15,9 @@ A plain ``ByteLevel`` pre-tokenizer with ``use_regex: true`` is GPT-2's pattern;
 Splits before ``ByteLevel(use_regex=false)`` (DeepSeek's shape) are a chain of regexes (``patterns``).  Anything
 else -- WordPiece, Unigram, byte-fallback (SentencePiece-style) BPE, a normalizer, a prefix
 space -- is a one-line ``LmdataError``: ids would differ from Hugging Face's.  A normalizer
-that does nothing (an empty ``Sequence``, as DeepSeek's file has) is accepted.
+that does nothing (an empty ``Sequence``, as DeepSeek's file has) is accepted.  Added tokens'
+``lstrip``/``rstrip``/``single_word`` are kept (``added_tokens``); a malformed field is a one-line
+error naming the file and the field.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import regex
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
+from lmdata.tokenizer.added_tokens import FLAGS, is_word
 from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
 from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
 
@@ -34,12 +37,14 @@ _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": T
 
 
 def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_ids: dict[str, int],
-            pattern: Pattern, ignore_merges: bool = False) -> str:
+            pattern: Pattern, ignore_merges: bool = False, flags: dict[str, tuple[str, ...]] | None = None) -> str:
     """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer (``ignore_merges``:
     a pre-token that is a token is that token, as in tiktoken and Llama 3's file)."""
     specials = set(special_ids.values())
-    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
+    flags = flags or {}
+    added = [{"id": i, "content": tok, **{f: f in flags.get(tok, ()) for f in ("single_word", "lstrip", "rstrip")},
+              "normalized": False, "special": True}
+             for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
     data = {
         "version": "1.0",
         "truncation": None,
@@ -82,8 +87,9 @@ def config_json(special_ids: dict[str, int]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str, bool]:
-    """(vocab, merges, special tokens, pattern, ignore_merges) of a Hugging Face byte-level BPE ``tokenizer.json``."""
+def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str, bool, dict]:
+    """(vocab, merges, special tokens, pattern, ignore_merges, added-token flags) of a Hugging Face byte-level BPE
+    ``tokenizer.json``; flags: ``{token: ("lstrip", ...)}`` (``added_tokens``)."""
     path = Path(path)
     data = _load(path)
     model = data.get("model") if isinstance(data, dict) else None
@@ -108,8 +114,8 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
     if not isinstance(merges, list):
         raise LmdataError(f"{path}: model.merges is a {type(merges).__name__}; expected a list of merges")
     merges = [_merge(m, path) for m in merges]
-    specials = _added_tokens(data.get("added_tokens"), vocab, path)
-    return vocab, merges, specials, pattern, bool(model.get("ignore_merges"))
+    specials, flags = _added_tokens(data.get("added_tokens"), vocab, path)
+    return vocab, merges, specials, pattern, bool(model.get("ignore_merges")), flags
 
 
 def _load(path: Path) -> object:
@@ -149,14 +155,16 @@ def _is_id(i: object) -> bool:
     return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 0x110000
 
 
-def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> list[str]:
-    """The added tokens (all become special tokens), each entered into ``vocab`` at its id."""
+def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[list[str], dict]:
+    """The added tokens (all become special tokens), each entered into ``vocab`` at its id, and their flags."""
     if raw is None:
-        return []
+        return [], {}
     if not isinstance(raw, list):
         raise LmdataError(f"{path}: added_tokens is a {type(raw).__name__}; expected a list of "
                           "{\"id\": ..., \"content\": ...} objects")
     by_id: dict[int, str] = {}
+    flags: dict[str, tuple[str, ...]] = {}
+    normalized: dict[str, bool] = {}
     for n, tok in enumerate(raw):
         field = f"added_tokens[{n}]"
         if not isinstance(tok, dict) or not _is_id(tok.get("id")):
@@ -165,10 +173,9 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> list[str]
         content, i = tok.get("content"), tok["id"]
         if not isinstance(content, str) or not content:
             raise LmdataError(f"{path}: {field} (id {i}) has no non-empty string \"content\"")
-        for flag in ("lstrip", "rstrip", "single_word"):
-            if tok.get(flag):
-                raise LmdataError(f"{path}: {field}.{flag} is true ({content!r}); lmdata cannot represent it "
-                                  "(ids would differ from Hugging Face's)")
+        if any(tok.get(f) for f in FLAGS):
+            flags[content] = tuple(f for f in FLAGS if tok.get(f))
+        normalized[content] = bool(tok.get("normalized", not tok.get("special")))
         if by_id.get(i, content) != content:
             raise LmdataError(f"{path}: {field} {content!r} has id {i}, which added token {by_id[i]!r} has too")
         other = next((j for j, c in by_id.items() if c == content and j != i), None)
@@ -181,7 +188,33 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> list[str]
         by_id[i] = content
     for i, content in by_id.items():
         vocab[i] = content.encode("utf-8")
-    return [by_id[i] for i in sorted(by_id)]
+    _check_one_pass(normalized, flags, path)
+    return [by_id[i] for i in sorted(by_id)], flags
+
+
+def _check_one_pass(normalized: dict[str, bool], flags: dict[str, tuple[str, ...]], path: Path) -> None:
+    """`tokenizers` splits on the added tokens with normalized=false first, then on the others in what is
+    left; one pass over all of them (ours) is the same unless a token of one kind can overlap one of the
+    other, or a single_word token of one kind can touch a token of the other that ends in a word character."""
+    plain = [t for t, n in normalized.items() if not n]
+    norm = [t for t, n in normalized.items() if n]
+    for a in plain:
+        for b in norm:
+            if _can_overlap(a, b) or (flags and _word_edge(a, b, flags)):
+                raise LmdataError(f"{path}: added tokens {a!r} (normalized=false) and {b!r} (normalized=true) "
+                                  "can overlap; lmdata cannot represent Hugging Face's two passes over them")
+
+
+def _can_overlap(a: str, b: str) -> bool:
+    """Whether occurrences of ``a`` and ``b`` can share characters in some text."""
+    if a in b or b in a:
+        return True
+    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
+def _word_edge(a: str, b: str, flags: dict[str, tuple[str, ...]]) -> bool:
+    """Whether a single_word one of ``a``, ``b`` may sit next to the other's word-character end."""
+    return any("single_word" in flags.get(x, ()) and (is_word(y[0]) or is_word(y[-1])) for x, y in ((a, b), (b, a)))
 
 
 def _no_op_normalizer(norm: object) -> bool:

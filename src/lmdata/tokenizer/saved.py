@@ -7,7 +7,8 @@
                                  "files": {"vocab.json": <sha256>, "merges.txt": <sha256>},
                                  "hash": "sha256:<hex>"}
                                  (+ "bpe": "ranks" for tiktoken's BPE over ranks, ``Tokenizer(ranked=True)``,
-                                 or "words" for Hugging Face's ignore_merges)
+                                 or "words" for Hugging Face's ignore_merges; + "special_flags":
+                                 {"<mask>": ["lstrip"]} for Hugging Face's added-token flags, in the hash)
     <dir>/tokenizer.json         Hugging Face's format, derived from the above (``hf.py``), so
     <dir>/tokenizer_config.json  ``AutoTokenizer.from_pretrained(dir)`` loads the directory
 
@@ -42,15 +43,17 @@ FILES = ("vocab.json", "merges.txt", METADATA, *HF_FILES)  # what ``write_dir`` 
 
 
 def content_hash(
-    vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN, bpe: str = "merges"
+    vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN, bpe: str = "merges",
+    flags: dict | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """The tokenizer's hash and the per-file digests it is made of (``bpe`` counts only when not "merges", so
-    every other tokenizer keeps its hash)."""
+    """The tokenizer's hash and the per-file digests it is made of (``bpe`` and the special tokens' ``flags``
+    count only when not "merges" / not empty, so every other tokenizer keeps its hash)."""
     files = {
         "vocab.json": hashlib.sha256(vocab_text.encode("utf-8")).hexdigest(),
         "merges.txt": hashlib.sha256(merges_text.encode("utf-8")).hexdigest(),
     }
-    header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files] + ([f"bpe:{bpe}"] if bpe != "merges" else []),
+    header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files] + ([f"bpe:{bpe}"] if bpe != "merges" else [])
+                        + ([{"special_flags": {t: list(f) for t, f in flags.items()}}] if flags else []),
                         sort_keys=True)
     return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest(), files
 
@@ -90,7 +93,8 @@ def check_replaceable(out: Path, flag: str = "--out") -> None:
 
 
 def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list[str], vocab_size: int,
-              pattern: str = GPT2_PATTERN, extra: dict[str, str] | None = None, bpe: str = "merges") -> str:
+              pattern: str = GPT2_PATTERN, extra: dict[str, str] | None = None, bpe: str = "merges",
+              flags: dict | None = None) -> str:
     """Write the files (``extra``: name -> text, the Hugging Face ones) into a temp dir beside
     ``out``, then rename it into place.
 
@@ -100,7 +104,7 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     out = Path(out)
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    digest, files = content_hash(vocab_text, merges_text, special_tokens, pattern, bpe)
+    digest, files = content_hash(vocab_text, merges_text, special_tokens, pattern, bpe, flags)
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -109,7 +113,8 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
         "vocab_size": vocab_size,
         "files": files,
         "hash": digest,
-    } | ({"bpe": bpe} if bpe != "merges" else {})
+    } | ({"bpe": bpe} if bpe != "merges" else {}) | ({"special_flags": {t: list(f) for t, f in flags.items()}}
+                                                      if flags else {})
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         texts = {"vocab.json": vocab_text, "merges.txt": merges_text,
@@ -132,8 +137,9 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     return digest
 
 
-def read_dir(path: Path) -> tuple[str, str, list[str], str, str, bool]:
-    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe)."""
+def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
+    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe,
+    special-token flags)."""
     path = Path(path)
     if not path.is_dir():
         raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES[:3])})")
@@ -160,11 +166,14 @@ def read_dir(path: Path) -> tuple[str, str, list[str], str, str, bool]:
     bpe = meta.get("bpe", "merges")
     if bpe not in ("merges", "ranks", "words"):
         raise LmdataError(f"{meta_file}: \"bpe\" must be \"merges\", \"ranks\" or \"words\", not {bpe!r}")
-    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe)
+    flags = meta.get("special_flags") or {}
+    if not isinstance(flags, dict):
+        raise LmdataError(f"{meta_file}: \"special_flags\" must be an object {{token: [flags]}}")
+    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe, flags)
     recorded = meta.get("files") or {}
     for name, sha in files.items():
         if recorded.get(name) != sha:
             raise LmdataError(f"{path / name}: content does not match the hash in {meta_file.name}; the file was changed")
     if meta.get("hash") != digest:
         raise LmdataError(f"{meta_file}: recorded hash does not match the content; the file was changed")
-    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe
+    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe, flags
