@@ -190,15 +190,14 @@ class Tokenizer:
         """Import a tiktoken ranks file; ``pattern`` is its regex or name (e.g. "cl100k"),
         ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``).
         A file with tokens that are not merges of two lower ranks (Llama 3's) encodes ``ranked``."""
+        pattern = Pattern.get(pattern)  # (a bad --pattern is refused before the file is read)
         ranks = tiktoken_ranks.read(path)
-        vocab = {i: tok for tok, i in ranks.items()}
-        for name, i in (special_tokens or {}).items():
-            if i in vocab:
-                raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
-                                  f"use an id of {len(vocab)} or more")
-            vocab[i] = name.encode("utf-8")
+        vocab = tiktoken_ranks.vocab_of(ranks, special_tokens or {}, path)
         merges, ranked = tiktoken_ranks.merges_of(ranks)
-        return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
+        try:
+            return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
+        except LmdataError as exc:  # (a byte missing from the ranks: name the file)
+            raise LmdataError(f"{path}: {exc}") from None
 
     def save(self, path: str | Path) -> str:
         """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""

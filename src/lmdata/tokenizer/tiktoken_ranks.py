@@ -87,6 +87,17 @@ def _read_lines(f, path: Path) -> dict[bytes, int]:
     return ranks
 
 
+def vocab_of(ranks: dict[bytes, int], special_tokens: dict[str, int], path: Path) -> dict[int, bytes]:
+    """id -> token of the ranks, with each special token at its id (above the ranks)."""
+    vocab = {i: tok for tok, i in ranks.items()}
+    for name, i in special_tokens.items():
+        if i in vocab:
+            raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
+                              f"use an id of {len(vocab)} or more")
+        vocab[i] = name.encode("utf-8")
+    return vocab
+
+
 def merges_of(ranks: dict[bytes, int]) -> tuple[list[tuple[bytes, bytes]], bool]:
     """(merges, ranked): the merge of each multi-byte token, in rank order, if every one is a merge
     of two lower-ranked tokens; else every split of every token, to be encoded ``ranked``."""
