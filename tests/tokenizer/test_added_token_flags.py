@@ -105,3 +105,14 @@ def test_tokens_of_both_normalized_kinds_that_can_overlap_are_refused(flagged_fi
     (tmp_path / "t.json").write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(LmdataError, match=r"t.json: added tokens '<mask>' \(normalized=false\) and 'ask>'"):
         Tokenizer.from_hf(tmp_path / "t.json")
+
+
+def test_export_to_tiktoken_refuses_the_flags(flagged_file, tmp_path, capsys):
+    """tiktoken has no lstrip: its ids would differ, so the export is one line, nothing written."""
+    from samples import run_cli
+
+    Tokenizer.from_hf(flagged_file[0]).save(tmp_path / "tok")
+    code, _, err = run_cli(["tokenizer", "export", str(tmp_path / "tok"), "--to", "tiktoken",
+                            "--out", str(tmp_path / "r.tiktoken")], capsys)
+    assert code == 1 and err.count("\n") == 1 and "'<mask>' has Hugging Face's lstrip" in err, err
+    assert not (tmp_path / "r.tiktoken").exists()

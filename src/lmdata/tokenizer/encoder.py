@@ -215,7 +215,7 @@ class Tokenizer:
 
     def to_tiktoken(self) -> str:
         """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
-        return tiktoken_ranks.to_text(self.vocab, self.special_ids)
+        return tiktoken_ranks.to_text(self.vocab, self.special_ids, self.special_flags)
 
     def _texts(self) -> tuple[str, str]:
         return bytes_unicode.vocab_json(self.vocab), bytes_unicode.merges_txt(self.merges)

@@ -31,8 +31,13 @@ from pathlib import Path
 from lmdata.errors import LmdataError
 
 
-def to_text(vocab: dict[int, bytes], special_ids: dict[str, int]) -> str:
-    """The ranks file of a vocab (special tokens left out: tiktoken takes them separately)."""
+def to_text(vocab: dict[int, bytes], special_ids: dict[str, int], flags: dict | None = None) -> str:
+    """The ranks file of a vocab (special tokens left out: tiktoken takes them separately, without
+    Hugging Face's added-token ``flags``, which are refused: its ids would differ)."""
+    if flags:
+        tok, names = next(iter(flags.items()))
+        raise LmdataError(f"special token {tok!r} has Hugging Face's {'+'.join(names)}, which tiktoken cannot "
+                          "represent; export --to hf instead")
     specials = set(special_ids.values())
     ids = sorted(i for i in vocab if i not in specials)
     if ids != list(range(len(ids))):
