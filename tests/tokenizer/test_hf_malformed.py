@@ -44,6 +44,8 @@ CASES = {  # name: (change to the deepseek-shaped file written by `tokenizers`, 
                                    r"added_tokens\[3\] '<zz>' has id 0, which added token '<\|begin_of_text\|>'"),
     "one added token, two ids": (lambda d: d["added_tokens"][2].update(content="<|begin_of_text|>"),
                                  "'<|begin_of_text|>' is given two ids"),
+    "an added token with the bytes of a vocab token": (  # (merges made the added id: silently wrong ids)
+        lambda d: d["added_tokens"].append({"id": 5000, "content": " "}), r"' ' \(id 5000\) has the bytes of model.vocab's"),
     "a merge of tokens not in the vocab": (lambda d: d["model"]["merges"].__setitem__(0, "Ġzzz q"),
                                            r"merge 0 .* not all in the vocab"),
 }

@@ -27,6 +27,11 @@ def is_word(ch: str) -> bool:
     return _WORD.match(ch) is not None
 
 
+def is_space(ch: str) -> bool:
+    """Whether ``ch`` is whitespace to ``tokenizers`` (Unicode White_Space, Rust's ``\\s``)."""
+    return _SPACE_AFTER.fullmatch(ch) is not None
+
+
 def check_flags(flags: dict[str, list[str]] | None, special_tokens: list[str]) -> dict[str, tuple[str, ...]]:
     """``{token: flags}`` with each token one of ``special_tokens``, each flag one of FLAGS, in FLAGS' order
     (tokens without flags left out)."""

@@ -29,7 +29,7 @@ import regex
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.tokenizer.added_tokens import FLAGS, is_word
+from lmdata.tokenizer.added_tokens import FLAGS, is_space, is_word
 from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
 from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
 
@@ -165,6 +165,7 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
     by_id: dict[int, str] = {}
     flags: dict[str, tuple[str, ...]] = {}
     normalized: dict[str, bool] = {}
+    by_bytes = {b: i for i, b in vocab.items()}
     for n, tok in enumerate(raw):
         field = f"added_tokens[{n}]"
         if not isinstance(tok, dict) or not _is_id(tok.get("id")):
@@ -185,6 +186,9 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         if i not in by_id and vocab.get(i, raw_content) != raw_content:
             raise LmdataError(f"{path}: {field} {content!r} has id {i}, which model.vocab gives to "
                               f"{vocab[i]!r}")
+        if by_bytes.get(raw_content, i) != i:  # (merges would make the added token's id, not the vocab's)
+            raise LmdataError(f"{path}: {field} {content!r} (id {i}) has the bytes of model.vocab's id "
+                              f"{by_bytes[raw_content]}; lmdata cannot give one token two ids")
         by_id[i] = content
     for i, content in by_id.items():
         vocab[i] = content.encode("utf-8")
@@ -195,12 +199,13 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
 def _check_one_pass(normalized: dict[str, bool], flags: dict[str, tuple[str, ...]], path: Path) -> None:
     """`tokenizers` splits on the added tokens with normalized=false first, then on the others in what is
     left; one pass over all of them (ours) is the same unless a token of one kind can overlap one of the
-    other, or a single_word token of one kind can touch a token of the other that ends in a word character."""
+    other (an lstrip or rstrip one counting the whitespace it takes), or a single_word token of one kind can touch
+    a token of the other that ends in a word character."""
     plain = [t for t, n in normalized.items() if not n]
     norm = [t for t, n in normalized.items() if n]
     for a in plain:
         for b in norm:
-            if _can_overlap(a, b) or (flags and _word_edge(a, b, flags)):
+            if _can_overlap(a, b) or (flags and (_word_edge(a, b, flags) or _strip_edge(a, b, flags))):
                 raise LmdataError(f"{path}: added tokens {a!r} (normalized=false) and {b!r} (normalized=true) "
                                   "can overlap; lmdata cannot represent Hugging Face's two passes over them")
 
@@ -210,6 +215,12 @@ def _can_overlap(a: str, b: str) -> bool:
     if a in b or b in a:
         return True
     return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
+def _strip_edge(a: str, b: str, flags: dict[str, tuple[str, ...]]) -> bool:
+    """Whether an lstrip (rstrip) one of ``a``, ``b`` may take whitespace that ends (starts) the other."""
+    return any(("lstrip" in flags.get(x, ()) and is_space(y[-1])) or ("rstrip" in flags.get(x, ()) and is_space(y[0]))
+               for x, y in ((a, b), (b, a)))
 
 
 def _word_edge(a: str, b: str, flags: dict[str, tuple[str, ...]]) -> bool:
