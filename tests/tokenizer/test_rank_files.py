@@ -209,16 +209,15 @@ def test_a_broken_first_line_is_refused_before_the_rest_is_read(tmp_path):
     answered, rest_written = threading.Event(), threading.Event()
 
     def writer():
-        with open(fifo, "wb") as f:
-            f.write(b"not-base64! 0\n")
-            f.flush()
-            answered.wait(30)
-            if not answered.is_set():
-                rest_written.set()
-            try:
+        try:
+            with open(fifo, "wb", buffering=0) as f:
+                f.write(b"not-base64! 0\n")
+                answered.wait(30)
+                if not answered.is_set():
+                    rest_written.set()
                 f.write(b"YQ== 1\n" * 1000)
-            except BrokenPipeError:  # the reader had stopped, as it should
-                pass
+        except BrokenPipeError:  # the reader had stopped, as it should
+            pass
 
     thread = threading.Thread(target=writer)
     thread.start()
