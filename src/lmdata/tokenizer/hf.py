@@ -166,6 +166,7 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
     flags: dict[str, tuple[str, ...]] = {}
     normalized: dict[str, bool] = {}
     by_bytes = {b: i for i, b in vocab.items()}
+    ids_of: dict[str, int] = {}
     for n, tok in enumerate(raw):
         field = f"added_tokens[{n}]"
         if not isinstance(tok, dict) or not _is_id(tok.get("id")):
@@ -179,9 +180,8 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         normalized[content] = bool(tok.get("normalized", not tok.get("special")))
         if by_id.get(i, content) != content:
             raise LmdataError(f"{path}: {field} {content!r} has id {i}, which added token {by_id[i]!r} has too")
-        other = next((j for j, c in by_id.items() if c == content and j != i), None)
-        if other is not None:
-            raise LmdataError(f"{path}: {field} {content!r} is given two ids ({other} and {i})")
+        if ids_of.get(content, i) != i:
+            raise LmdataError(f"{path}: {field} {content!r} is given two ids ({ids_of[content]} and {i})")
         raw_content = content.encode("utf-8")
         if i not in by_id and vocab.get(i, raw_content) != raw_content:
             raise LmdataError(f"{path}: {field} {content!r} has id {i}, which model.vocab gives to "
@@ -189,7 +189,7 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         if by_bytes.get(raw_content, i) != i:  # (merges would make the added token's id, not the vocab's)
             raise LmdataError(f"{path}: {field} {content!r} (id {i}) has the bytes of model.vocab's id "
                               f"{by_bytes[raw_content]}; lmdata cannot give one token two ids")
-        by_id[i] = content
+        by_id[i], ids_of[content] = content, i
     for i, content in by_id.items():
         vocab[i] = content.encode("utf-8")
     _check_one_pass(normalized, flags, path)
