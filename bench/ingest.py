@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ingest.py                       # table on stdout
     .venv/bin/python bench/ingest.py --readme bench/README.md   # and rewrite its "## Ingest" section
+    .venv/bin/python bench/ingest.py --tiles 1 22 --repeat 2     # 23 MB and 503 MB (the corpus tiled 22x)
 
 Every case runs in its own process (cold Python, same inputs); its wall time includes
 reading, tokenizing, writing, fsyncs and the manifest, and its peak RSS is the largest
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from common import add_ingest_args, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
+from common import add_ingest_args, ensure_tokenizer, replace_section, tiled_corpus  # bench/ is on sys.path
 
 CASES = ["encode-1", "encode", "ingest:memmap", "ingest:parquet", "ingest:lance",
          "ingest:memmap+parquet+lance", "hf-datasets"]
@@ -114,12 +115,12 @@ def _hf_datasets(spec, tokenizer_dir: Path, work: Path, workers: int) -> dict:
 # ---------------------------------------------------------------------------- driver (parent process)
 
 
-def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path) -> dict:
+def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path, corpus: Path) -> dict:
     """Run ``case`` in a child process: wall time, peak RSS of its process tree, its counts."""
     import psutil
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-", dir=args.tmp))
-    cmd = [sys.executable, __file__, "--case", case, "--corpus", str(args.corpus), "--tokenizer", str(tokenizer_dir),
+    cmd = [sys.executable, __file__, "--case", case, "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
            "--work", str(work), "--workers", str(args.workers)]
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -146,7 +147,7 @@ def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path) -> dict:
     if proc.returncode:
         raise SystemExit(f"case {case} failed (exit {proc.returncode})")
     result = json.loads(out.strip().splitlines()[-1])
-    corpus_mb = args.corpus.stat().st_size / 1e6
+    corpus_mb = corpus.stat().st_size / 1e6
     return {"case": case, "seconds": seconds, "cpu_s": sum(cpu.values()), "mb_s": corpus_mb / seconds,
             "tokens": result["tokens"],
             "tokens_s": result["tokens"] / seconds, "peak_rss_mb": peak / 1e6}
@@ -187,6 +188,13 @@ def reading(rows: list[dict]) -> str:
                  "loading the tokenizer in the main process too (~0.25 CPU s), constants that vanish on multi-GB "
                  f"inputs (without them all three formats cost ~{_net_cost(by):+.0%} CPU here); the rest is "
                  "Parquet/Lance encoding (zstd), sha256 of every shard file and the fsyncs")
+    memmap, all3 = by.get("ingest:memmap"), by.get("ingest:memmap+parquet+lance")
+    if base and memmap:
+        lines.append(f"- memmap alone at {memmap['mb_s'] / base['mb_s']:.2f}x the encode-only rate "
+                     f"(wall; {base['cpu_s'] / memmap['cpu_s']:.2f}x by CPU time; target >= 0.8x)")
+    if memmap and all3:
+        lines.append(f"- all three formats take {all3['seconds'] / memmap['seconds']:.2f}x memmap's wall time "
+                     f"({all3['cpu_s'] / memmap['cpu_s']:.2f}x its CPU time; target <= 1.5x)")
     if base and "hf-datasets" in by:
         hf = by["hf-datasets"]
         lines.append(f"- `hf-datasets` (tokenize + save_to_disk, Arrow only): {hf['cpu_s'] / base['cpu_s'] - 1:+.0%} CPU, "
@@ -206,13 +214,35 @@ def write_readme(path: Path, body: str) -> None:
     """Replace (or append) the ``## Ingest`` section of ``path``, leaving the others alone."""
     replace_section(path, "## Ingest\n\n" + body.strip(), "Ingest")
 
+def size_section(args: argparse.Namespace, tokenizer_dir: Path, tiles: int, vocab: int) -> str:
+    """Every case on the corpus tiled ``tiles`` times, in interleaved rounds: its table and reading."""
+    corpus = tiled_corpus(Path(args.tmp or tempfile.gettempdir()), args.corpus, tiles)
+    cases = args.cases.split(",")
+    runs: dict[str, list[dict]] = {case: [] for case in cases}
+    for round_ in range(args.repeat):  # interleaved rounds: a burst of load hits every case alike
+        for case in cases:
+            r = measure(case, args, tokenizer_dir, corpus)
+            runs[case].append(r)
+            print(f"x{tiles} round {round_ + 1} {case}: {r['seconds']:.1f} s, {r['mb_s']:.2f} MB/s, "
+                  f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_rss_mb']:.0f} MB", file=sys.stderr)
+    rows = [best(runs[case]) for case in cases]
+    tiled = f", tiled x{tiles}" if tiles > 1 else ""
+    return (f"Corpus `{args.corpus.name}`{tiled} ({corpus.stat().st_size / 1e6:.1f} MB), our BPE with "
+            f"{vocab:,} ids, {args.workers} workers, {os.cpu_count()} cores "
+            f"({platform.processor() or platform.machine()}), one cold process per case, "
+            f"best of {args.repeat} interleaved rounds (minimum wall and CPU time, maximum RSS); "
+            f"1-min load average {os.getloadavg()[0]:.1f} at the end (other jobs share these cores).\n\n"
+            + table(rows, args) + "\n\n" + reading(rows))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_ingest_args(p)
     p.add_argument("--cases", default=",".join(CASES), help="Comma-separated cases (formats joined by '+').")
     p.add_argument("--readme", type=Path, help="Rewrite the '## Ingest' section of this file.")
     p.add_argument("--repeat", type=int, default=3, help="Rounds over all cases; each figure is the best round.")
-    p.add_argument("--tmp", default=None, help="Where stores are written (default: the system temp dir).")
+    p.add_argument("--tmp", default=None, help="Where stores (and tiled corpora) are written (default: the system temp dir).")
+    p.add_argument("--tiles", type=int, nargs="+", default=[1], help="Corpus sizes: copies of --corpus (e.g. 1 22).")
     p.add_argument("--case", help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -220,26 +250,12 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.corpus, args.tokenizer, args.work, args.workers)))
         return
     tokenizer_dir = ensure_tokenizer(args.tokenizer, args.vocab_size)
-    cases = args.cases.split(",")
-    runs: dict[str, list[dict]] = {case: [] for case in cases}
-    for round_ in range(args.repeat):  # interleaved rounds: a burst of load hits every case alike
-        for case in cases:
-            r = measure(case, args, tokenizer_dir)
-            runs[case].append(r)
-            print(f"round {round_ + 1} {case}: {r['seconds']:.1f} s, {r['mb_s']:.2f} MB/s, {r['cpu_s']:.1f} CPU s, "
-                  f"peak RSS {r['peak_rss_mb']:.0f} MB", file=sys.stderr)
-    rows = [best(runs[case]) for case in cases]
-    cmd = "python bench/ingest.py " + " ".join(sys.argv[1:])
     from lmdata.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(tokenizer_dir).vocab_size
-    load = os.getloadavg()[0]
-    body = (f"Corpus `{args.corpus.name}` ({args.corpus.stat().st_size / 1e6:.1f} MB), our BPE with "
-            f"{vocab:,} ids, {args.workers} workers, {os.cpu_count()} cores "
-            f"({platform.processor() or platform.machine()}), one cold process per case, "
-            f"best of {args.repeat} interleaved rounds (minimum wall and CPU time, maximum RSS); "
-            f"1-min load average {load:.1f} at the end (other jobs share these cores).\n\n"
-            + table(rows, args) + "\n\n" + reading(rows) + f"\n\nCommand: `{cmd.strip()}`\n")
+    sections = [size_section(args, tokenizer_dir, tiles, vocab) for tiles in args.tiles]
+    cmd = "python bench/ingest.py " + " ".join(sys.argv[1:])
+    body = "\n\n".join(sections) + f"\n\nCommand: `{cmd.strip()}`\n"
     print(body)
     if args.readme:
         write_readme(args.readme, body)

@@ -67,24 +67,32 @@ way a training loop sees it. One step is `next(loader)` plus the host->device co
   the step time with no data cost, so `stall A/B = 1 - synthetic step / real step` is a
   second, independent estimate (nanoGPT's A/B); it also counts what loading steals from
   compute when both share the CPU; (2) per cache state, the loader alone for the same
-  number of batches (its tokens/s, after the first batch) and then the training steps.
+  number of batches (its tokens/s, after the first batch and the warm-up) and then, `--repeats`
+  times (default 3, each with a new loader), the training steps.
 - **Cache.** *warm*: the format's files are read once before each run; *cold*: they are
   evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` (no root needed) before each run; the
   `cached` column is the share of their pages resident just before the run (`mincore`).
   Readers run with `verify="size"`: the sha256 a reader does by default on its first
   touch of a shard (once per process) would read whole shards and warm a cold cache;
   check stores with `lmdata verify` instead.
-- **Reported per cell:** stall fraction; wait per step p50/p95/p99/max; time to first
-  batch (worker start-up; the first step is left out of every other figure); loader-only
-  tokens/s; headroom = loader tokens/s / tokens/s the trainer consumes (with simulated
-  steps the `--gpu` rate, with real steps the measured one), "keeps up" when >= 1; RSS
-  and USS of the worker processes (RSS counts pages shared with the parent after fork,
-  USS only their own). Keeping up is necessary, not sufficient: with 0 workers the
-  loading is serial with the step, so every millisecond of it is stall.
+- **Steady state.** Each repeat's first step (time to first batch: worker start-up) and
+  the `--warmup-steps` after it (default: the batches in flight at start, workers x
+  prefetch x batches_per_read, where every worker's first reads land) are left out of
+  its stall and reported apart (warm-up stall); `--steps` counts the steady-state steps.
+- **Reported per cell:** stall fraction, the median over the repeats, and its spread
+  (min-max); warm-up stall; wait per step p50/p95/p99/max (every repeat's steady steps);
+  time to first batch; loader-only tokens/s; headroom = loader tokens/s / tokens/s the
+  trainer consumes (with simulated steps the `--gpu` rate, with real steps the measured
+  one); "keeps up": yes when every repeat stalls under 5%, NO when every one stalls 5% or
+  more, "too noisy" when they fall on both sides (one short run was decided by its
+  start-up or one slow read: two identical runs stalled 10.5% and 32.1%); RSS and USS of
+  the worker processes (RSS counts pages shared with the parent after fork, USS only their
+  own). Headroom is necessary, not sufficient: with 0 workers the loading is serial with
+  the step, so every millisecond of it is stall.
 - The 1-minute load average at the start is printed with each table: on a shared machine
   other jobs' processes take the same cores, and every wait here grows with them.
-- Same seed, same batches in every cell and format. `bench.json` keeps every per-step
-  wait; `stall.png` and `waits.png` plot the fraction and the wait distribution.
+- Same seed, same batches in every cell, format and repeat. `bench.json` keeps each
+  repeat's figures and every per-step wait; `stall.png` and `waits.png` plot the fraction and the wait distribution.
 """
 
 

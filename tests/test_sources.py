@@ -228,3 +228,25 @@ def test_a_missing_input_under_a_folder_with_a_readme_points_to_it(tmp_path, mon
     assert str(read_error(location("data/tinystories/train.txt"), FileNotFoundError())).endswith(hint)  # tokenizer train
     with pytest.raises(LmdataError, match="^input nope.txt: no such file$"):  # the working directory: no hint
         expand(["nope.txt"])
+
+
+_PIECES = st.sampled_from(["<|endoftext|>", "<|endoftext|>", "\n", "\n", "\r", "a", "b c", "é", "\ufeff", "<|end", "oftext|>",
+                           "x<|endoftext|>", "<|endoftext|>y", " <|endoftext|>"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(_PIECES, max_size=40).map("".join), block=st.integers(1, 40), comp=st.sampled_from(["", ".gz"]))
+def test_the_block_text_reader_equals_the_line_reader(tmp_path_factory, text, block, comp):
+    """The text reader finds separator lines in blocks; a block boundary anywhere (inside the
+    separator, between ``\\r`` and ``\\n``) gives the documents, offsets and sizes of a line at a time."""
+    import lmdata.sources as sources
+
+    path = tmp_path_factory.mktemp("blocks") / f"t.txt{comp}"
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data) if comp else data)
+    spec = SourceSpec((str(path),))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "TEXT_BLOCK_BYTES", block)
+        by_block = list(sources._text_documents(location(str(path)), spec, SourceStats()))
+    by_line = list(sources._text_documents_by_line(location(str(path)), spec, SourceStats()))
+    assert by_block == by_line

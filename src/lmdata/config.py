@@ -212,7 +212,13 @@ class BenchConfig:
                             "TOML key: workers.", flag="loader-workers")
     batch_size: int = _field(32, "Sequences per step.")
     seq_len: int = _field(256, "Tokens per sequence.")
-    steps: int = _field(100, "Steps per run (capped at one epoch of the split).")
+    steps: int = _field(100, "Steady-state steps per repeat, after the first step and the warm-up (capped at one "
+                        "epoch of the split).")
+    warmup_steps: int = _field(-1, "Steps after the first left out of the steady-state stall and reported apart; "
+                               "-1 = the batches the loader has in flight at start (workers x prefetch x "
+                               "batches_per_read, at least batches_per_read).")
+    repeats: int = _field(3, "Runs of each cell: the stall is their median, the spread their min-max, and the "
+                          "verdict 'too noisy' when they fall on both sides of the 5% threshold.")
     compute: str = _field("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "
                       "steps.", choices=COMPUTE)
     step_ms: float | None = _field(None, "Simulated step time in ms; default: derived from model and gpu.")
@@ -245,7 +251,11 @@ class BenchConfig:
         if not self.workers or min(self.workers) < 0:
             raise LmdataError(f"--loader-workers {self.workers}: give worker counts >= 0, e.g. 0,1,2")
         if self.steps < 2:
-            raise LmdataError(f"--steps {self.steps}: need at least 2 (the first step is start-up)")
+            raise LmdataError(f"--steps {self.steps}: need at least 2 steady-state steps per repeat")
+        if self.warmup_steps < -1:
+            raise LmdataError(f"--warmup-steps {self.warmup_steps}: must be >= 0 (or -1 = auto)")
+        if self.repeats < 1:
+            raise LmdataError(f"--repeats {self.repeats}: must be >= 1 (3 or more show the spread)")
         if self.batch_size < 1 or self.seq_len < 1:
             raise LmdataError(f"--batch-size {self.batch_size} / --seq-len {self.seq_len}: must be >= 1")
         if self.compute == "simulated" and self.step_ms is None and not self.gpu:

@@ -199,7 +199,7 @@ def ensure_bench(cfg: BenchConfig, *, log: Callable[[str], None]) -> tuple[Path,
 
     report.check_out(out, "[bench] out")
     result = run_bench(cfg, progress=log)
-    log("\n".join(report.header_lines(result)) + "\n" + report.table(result))
+    log("\n".join([*report.header_lines(result), report.table(result), *report.notes(result)]))
     report.write_all(result, out)  # bench.json last: its presence means the bench finished
     return report_json, False
 

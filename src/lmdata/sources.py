@@ -57,6 +57,7 @@ from lmdata.io.streams import fetch_hint, open_binary, open_seekable, strip_comp
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
 SNIFF_BYTES = 1 << 16  # the start of a text source checked for binary data
+TEXT_BLOCK_BYTES = 1 << 20  # what the text reader searches at a time
 MAX_INVALID = 0.25  # more invalid UTF-8 than this share of the sniffed bytes: binary, not text
 ERRORS = ("strict", "replace")
 DEFAULT_SEPARATOR = EOT
@@ -256,6 +257,41 @@ def check_text(path: Location, head: bytes) -> None:
 
 
 def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
+    """Documents between separator lines, found with ``bytes.find`` in 1 MiB blocks (a loop over
+    lines read 23 MB in ~0.7 s on the ingest's main thread, which also feeds the encoders)."""
+    sep = spec.separator.encode("utf-8")
+    if not sep or b"\n" in sep or b"\r" in sep:
+        yield from _text_documents_by_line(path, spec, stats, source)
+        return
+    buf, base, doc, search = bytearray(), 0, 0, 0  # buf[0]: byte ``base`` of the stream, a line's start
+    with open_binary(path) as fh:
+        try:
+            check_text(path, fh.peek(SNIFF_BYTES)[:SNIFF_BYTES])
+            while block := fh.read(TEXT_BLOCK_BYTES):
+                buf += block
+                while (j := buf.find(sep, search)) >= 0:
+                    end = buf.find(b"\n", j + len(sep))
+                    if end < 0:  # the candidate's line goes on in the next block
+                        break
+                    search = end + 1
+                    if (j == 0 or buf[j - 1] == 10) and not buf[j + len(sep):end].strip(b"\r"):  # a whole line
+                        yield from _emit(path, bytes(buf[doc:j]), spec, stats, base + doc, end + 1 - doc, source)
+                        doc = end + 1
+                else:
+                    search = max(search, len(buf) - len(sep) + 1)  # a candidate cut by the block's end
+                del buf[:doc]
+                base, search, doc = base + doc, search - doc, 0
+        except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
+            raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {base} ({exc})") from None
+    j = buf.find(sep, search)  # the last line, without a line break
+    if j >= 0 and (j == 0 or buf[j - 1] == 10) and not buf[j + len(sep):].strip(b"\r"):
+        yield from _emit(path, bytes(buf[:j]), spec, stats, base, len(buf), source)
+    else:
+        yield from _emit(path, bytes(buf), spec, stats, base, len(buf), source)
+
+
+def _text_documents_by_line(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
+    """The reference reader (and the one for an empty separator): a line at a time."""
     sep = spec.separator.encode("utf-8")
     lines: list[bytes] = []
     start = consumed = 0

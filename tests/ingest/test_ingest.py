@@ -124,7 +124,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir
             "--no-progress"]
     out = tmp_path / "killed"
     proc = _cli(*args, "--out", str(out), "--workers", "1")
-    records = out / "train" / "lance" / "_shards"
+    records = out / "train" / "memmap" / "_shards"  # (Lance records a fragment only when it closes)
     deadline = time.monotonic() + 60
     while len(list(records.glob("*.json"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -178,11 +178,11 @@ def test_staging_from_before_token_bytes_is_written_again(tmp_path, parts, monke
 
     tokens, stream = parts
     fdir = tmp_path / "train" / "lance"
-    new_schema = lance_format._schema
+    new_schema = lance_format.lance_schema
     old_schema = lambda dtype: new_schema(dtype).remove(3)  # noqa: E731  (token_bytes is the 4th field)
     with monkeypatch.context() as m:  # the old writer: no token_bytes column, no marker in its records
         m.setattr(lance_format, "with_token_bytes", lambda table: table)
-        m.setattr(lance_format, "_schema", old_schema)
+        m.setattr(lance_format, "lance_schema", old_schema)
         write(writer(fdir), tokens, range(3))
     for record in (fdir / "_shards").glob("*.json"):
         obj = json.loads(record.read_text())
@@ -194,3 +194,64 @@ def test_staging_from_before_token_bytes_is_written_again(tmp_path, parts, monke
     shards = write(again, tokens, range(5))
     check(fdir, again.finish(shards), stream)
     assert "token_bytes" in lance.dataset(str(fdir)).schema.names
+
+
+def in_order_writer(fdir):
+    w = writer(fdir)
+    w.write_in_order()  # what the local engine does: shards stream into their fragments
+    return w
+
+
+def test_shards_written_in_order_go_straight_into_their_fragments(tmp_path, parts, monkeypatch):
+    """Streamed: the fragments ``finish`` plans are already written and recorded, so it rewrites
+    nothing, and the split reads the same as through staging fragments."""
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = in_order_writer(fdir)
+    shards = write(w, tokens, range(5))
+    assert [p.name for p in (fdir / "_shards").iterdir()] == ["00002.json"]  # a lone shard: as if staged
+
+    def no_rewrite(*args, **kwargs):
+        raise AssertionError("a streamed fragment was rewritten")
+
+    monkeypatch.setattr(lance_fragments, "write_fragment", no_rewrite)
+    fragments = w.finish(shards)
+    assert [f.name for f in fragments] == ["00000-00001", "00002", "00003-00004"]
+    assert [[m["name"] for m in f.extra.get("members", [f.to_json()])] for f in fragments] == [
+        ["00000", "00001"], ["00002"], ["00003", "00004"]]
+    check(fdir, fragments, stream)
+    monkeypatch.undo()
+    staged_dir = tmp_path / "staged" / "lance"  # the same shards through staging: the same rows, the same row index
+    staged = writer(staged_dir).finish(write(writer(staged_dir), tokens, range(5)))
+    for a, b in zip(fragments, staged):  # (a lone staged shard keeps its staging rows-NNNNN.npy name)
+        assert np.array_equal(np.load(fdir / a.files[1].path), np.load(staged_dir / b.files[1].path))
+
+
+def test_a_crash_inside_a_streamed_fragment_redoes_only_its_shards(tmp_path, parts):
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = in_order_writer(fdir)
+    write(w, tokens, range(4))  # fragments [0, 1] and [2] closed, [3, ...] open
+    w.abandon()  # "killed": the open fragment never closes
+    again = in_order_writer(fdir)
+    done = again.completed()
+    assert sorted(done) == [0, 1, 2]
+    again.cleanup_partial()
+    assert len(list((fdir / "data").iterdir())) == 2  # the unfinished fragment's file is gone
+    fragments = again.finish([done[0], done[1], done[2], *write(again, tokens, [3, 4])])
+    assert [f.name for f in fragments] == ["00000-00001", "00002", "00003-00004"]
+    check(fdir, fragments, stream)
+
+
+def test_a_failing_fragment_writer_surfaces_its_error(tmp_path, parts, monkeypatch):
+    from lance.fragment import LanceFragment
+
+    tokens, _ = parts
+
+    def broken(*args, **kwargs):
+        raise OSError("simulated device error")
+
+    monkeypatch.setattr(LanceFragment, "create", broken)
+    w = in_order_writer(tmp_path / "train" / "lance")
+    with pytest.raises(OSError, match="simulated device error"):
+        w.finish(write(w, tokens, range(5)))

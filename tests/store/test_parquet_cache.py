@@ -11,7 +11,7 @@ import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
-from lmdata.store.formats.parquet import ROW_GROUP_ROWS
+from lmdata.store.formats.parquet import WRITE_OPTIONS
 
 
 def _windows(store, n=64, length=65, seed=0):
@@ -68,8 +68,7 @@ def _swap_two_tokens(path, size):
         lists = pa.ListArray.from_arrays(tokens.offsets, pa.array(swapped, type=tokens.type.value_type))
         other = table.set_column(table.schema.get_field_index("tokens"), "tokens", lists)
         sink = pa.BufferOutputStream()
-        pq.write_table(other, sink, row_group_size=ROW_GROUP_ROWS, compression="zstd", use_dictionary=False,
-                       write_statistics=["doc_id", "token_offset"], write_page_checksum=True)
+        pq.write_table(other, sink, **WRITE_OPTIONS)
         data = sink.getvalue().to_pybytes()
         if len(data) == size:
             path.write_bytes(data)

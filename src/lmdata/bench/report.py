@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lmdata.bench import verdict
 from lmdata.io import atomic
 
 COLUMNS = [
@@ -18,7 +19,9 @@ COLUMNS = [
     ("cached", "resident_before", "{}"),
     ("format", "format", "{}"),
     ("workers", "workers", "{}"),
-    ("stall", "stall_fraction", "{:.1%}"),
+    ("stall", "stall_fraction", "{:.1%}"),  # median over the repeats, steady state
+    ("spread", "stall_spread", "{}"),  # min-max over the repeats
+    ("warm-up stall", "warmup_stall_fraction", "{:.1%}"),
     ("stall A/B", "stall_ab", "{:.1%}"),
     ("wait p50 ms", "wait_ms_p50", "{:.2f}"),
     ("p95", "wait_ms_p95", "{:.2f}"),
@@ -27,14 +30,18 @@ COLUMNS = [
     ("1st batch ms", "first_batch_ms", "{:.0f}"),
     ("loader tok/s", "loader_tokens_per_s", "{:,.0f}"),
     ("headroom", "headroom", "x{:.2f}"),
-    ("keeps up", "keeps_up", "{}"),  # stall < KEEP_UP_STALL (5%)
+    ("keeps up", "verdict", "{}"),  # every repeat's stall under KEEP_UP_STALL (5%): verdict.py
     ("workers RSS MB", "workers_rss_mb", "{:.0f}"),
     ("USS MB", "workers_uss_mb", "{:.0f}"),
 ]
 
 
 NOTES = {
-    "keeps up": "keeps up: stall under {threshold:.0%} (the loader's rate against the need is the headroom column)",
+    "stall": "stall: median over {repeats} of the steady-state stall; spread: their min-max; warm-up stall: "
+             "the {warmup} steps after the first, left out of it (the first step is 1st batch ms)",
+    "keeps up": "keeps up: yes when every repeat stalls under {threshold:.0%}, NO when every one stalls "
+                "{threshold:.0%} or more, too noisy when they fall on both sides (more --steps or --repeats, or a "
+                "quieter machine, may decide it); the loader's rate against the need is the headroom column",
     "stall A/B": "stall A/B: 1 - synthetic-batch step / real step (nanoGPT's A/B); '-' where the real steps ran "
                  "faster than the synthetic ones: timing noise on a shared machine, no data cost measurable",
 }
@@ -48,21 +55,28 @@ def columns(runs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 def _cells(run: dict[str, Any], cols: list[tuple[str, str, str]]) -> list[str]:
     mem = run.get("memory", {})
+    # a bench.json from before the repeats has keeps_up only, and no spread
+    call = run.get("verdict") or (verdict.KEEPS_UP if run["keeps_up"] else verdict.DOES_NOT)
+    lo, hi = run.get("stall_min"), run.get("stall_max")
     row = {**run, "workers_rss_mb": mem.get("workers_rss_mb", 0.0), "workers_uss_mb": mem.get("workers_uss_mb", 0.0),
-           "keeps_up": "yes" if run["keeps_up"] else "NO",
+           "verdict": verdict.SHOWN[call], "stall_spread": "-" if lo is None else f"{lo:.1%}-{hi:.1%}",
            "resident_before": "?" if run.get("resident_before") is None else f"{run['resident_before']:.0%}"}
     cells = []
     for _, key, fmt in cols:
         value = row.get(key)
-        cells.append("-" if key == "stall_ab" and value is not None and value < 0 else fmt.format(value))
+        hidden = value is None or (key == "stall_ab" and value < 0)
+        cells.append("-" if hidden else fmt.format(value))
     return cells
 
 
 def notes(result: dict[str, Any]) -> list[str]:
     """One line per column that needs reading instructions."""
-    from lmdata.bench.run import KEEP_UP_STALL
-
-    return [text.format(threshold=KEEP_UP_STALL) for text in NOTES.values()]
+    runs, repeats = result["runs"], result["config"].get("repeats", 1)
+    warm = sorted({r.get("warmup_steps", 0) for r in runs})
+    warmup = str(warm[0]) if len(warm) == 1 else f"{warm[0]}-{warm[-1]}"
+    threshold = result["config"].get("keep_up_stall", verdict.KEEP_UP_STALL)
+    once = "1 repeat (no spread: never too noisy)" if repeats == 1 else f"{repeats} repeats"
+    return [text.format(threshold=threshold, repeats=once, warmup=warmup) for text in NOTES.values()]
 
 
 def _load(load: float | None) -> str:
@@ -75,7 +89,7 @@ def header_lines(result: dict[str, Any]) -> list[str]:
     compute = (f"simulated {c['step_ms']:.3g} ms/step" if c["compute"] == "simulated"
                else f"model {c['model']} on {c['device']}")
     lines = [f"store {c['store']} split {c['split']}: batch {c['batch_size']} x seq_len {c['seq_len']}, "
-             f"{c['steps_run']} steps, compute {compute}, prefetch {c['prefetch']}"
+             f"{c['steps_run']} steady steps x {c.get('repeats', 1)} repeats, compute {compute}, prefetch {c['prefetch']}"
              + (f" reads of {c['batches_per_read']} batches" if "batches_per_read" in c else "") + "; "
              f"{result['machine']['cpus']} CPUs, " + _load(result['machine'].get('loadavg_1m_at_start'))]
     rate = f"{result['consume_tokens_per_s']:,.0f} tokens/s"
@@ -127,7 +141,7 @@ def _title(fig: Any, what: str, result: dict[str, Any]) -> None:
 
 
 def plot_stall(result: dict[str, Any], path: Path) -> None:
-    """Bars: stall fraction per format, grouped by worker count; one panel per cache state."""
+    """Bars: median stall per format (min-max of the repeats), grouped by worker count; one panel per cache state."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,21 +152,27 @@ def plot_stall(result: dict[str, Any], path: Path) -> None:
     modes = list(dict.fromkeys(r["cache"] for r in runs))
     formats = list(dict.fromkeys(r["format"] for r in runs))
     workers = list(dict.fromkeys(r["workers"] for r in runs))
+    threshold = result["config"].get("keep_up_stall", verdict.KEEP_UP_STALL)
     fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False, sharey=True)
     width = 0.8 / len(formats)
     for ax, mode in zip(axes[0], modes):
         for i, fmt in enumerate(formats):
-            vals = [next((r["stall_fraction"] for r in runs if (r["cache"], r["format"], r["workers"]) ==
-                          (mode, fmt, w)), np.nan) * 100 for w in workers]
-            ax.bar(np.arange(len(workers)) + (i - (len(formats) - 1) / 2) * width, vals, width, label=fmt)
+            cells = [next((r for r in runs if (r["cache"], r["format"], r["workers"]) == (mode, fmt, w)), {})
+                     for w in workers]
+            vals = np.array([c.get("stall_fraction", np.nan) for c in cells]) * 100
+            lo = np.array([c.get("stall_min", c.get("stall_fraction", np.nan)) for c in cells]) * 100
+            hi = np.array([c.get("stall_max", c.get("stall_fraction", np.nan)) for c in cells]) * 100
+            ax.bar(np.arange(len(workers)) + (i - (len(formats) - 1) / 2) * width, vals, width, label=fmt,
+                   yerr=[vals - lo, hi - vals], capsize=2, error_kw={"elinewidth": 0.8})
+        ax.axhline(threshold * 100, color="0.3", linestyle="--", linewidth=0.8, label=f"{threshold:.0%}")
         ax.set_xticks(np.arange(len(workers)), [str(w) for w in workers])
         ax.set_xlabel("loader workers")
         ax.set_title(f"{mode} page cache")
         ax.grid(axis="y", alpha=0.3)
-    top = max(r["stall_fraction"] for r in runs) * 100
+    top = max(max(r.get("stall_max", r["stall_fraction"]), threshold) for r in runs) * 100
     axes[0][0].set_ylim(0, top * 1.3 + 1)  # room for the legend above the bars
-    axes[0][0].set_ylabel("stall fraction (%)")
-    axes[0][0].legend(loc="upper center", ncol=len(formats), fontsize=8)
+    axes[0][0].set_ylabel("stall (%): median, min-max")
+    axes[0][0].legend(loc="upper center", ncol=len(formats) + 1, fontsize=8)
     _title(fig, "Stall fraction per format and loader workers", result)
     atomic.write_file(Path(path), lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)

@@ -6,12 +6,16 @@ same seeded batches:
 1. synthetic: the step loop over one fixed batch already on the device -- the step time
    with no data cost (nanoGPT's A/B: ``stall_ab = 1 - synthetic step / real step``);
 2. per cache state: the format's files are read once (warm) or evicted (cold), then the
-   loader alone with no compute (its tokens/s), then, evicted or warmed again, the training
-   steps (stall fraction, wait distribution, time to first batch, worker memory).
+   loader alone with no compute (its tokens/s), then ``--repeats`` times, evicted or warmed
+   again each time, the training steps: the first step (time to first batch), the warm-up
+   steps (``--warmup-steps``, their stall reported apart), then ``--steps`` steady-state
+   steps (stall fraction, wait distribution, worker memory).
 
-The keep-up column compares the loader's rate with the rate the trainer consumes: with real
-model steps, the measured one; with simulated steps, the named accelerator's (``--gpu``,
-``--mfu``; see ``flops.py``) when given, else the simulated step's.
+The "keeps up" verdict is the steady-state stall's against ``KEEP_UP_STALL`` over the
+repeats, "too noisy" when they fall on both sides (``verdict.py``). The headroom column
+compares the loader's rate with the rate the trainer consumes: with real model steps, the
+measured one; with simulated steps, the named accelerator's (``--gpu``, ``--mfu``; see
+``flops.py``) when given, else the simulated step's.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 
 from lmdata._mp import ignore_sigint
-from lmdata.bench import cache, stall
+from lmdata.bench import cache, stall, verdict
+from lmdata.bench.verdict import KEEP_UP_STALL
 from lmdata.model import flops
 from lmdata.config import BenchConfig
 from lmdata.errors import LmdataError
@@ -73,29 +78,29 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
             f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len}: split {cfg.split!r} has fewer than 2 "
             "batches of samples; use smaller values"
         )
-    steps = min(cfg.steps, n_batches)
-    if steps < cfg.steps:
-        progress(f"--steps {cfg.steps} capped at {steps}: one epoch of this split")
+    plans = {w: _cell_steps(cfg, w, n_batches, progress) for w in cfg.workers}
 
     runs = []
     for fmt, workers in itertools.product(formats, cfg.workers):
-        rows = _in_fresh_process(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device)
+        warmup, steps = plans[workers]
+        rows = _in_fresh_process(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device, warmup)
         for row in rows:
             rate = row["loader_tokens_per_s"]
             measured = tokens_per_step / (row["synthetic"]["compute_ms_mean"] / 1e3)
             consume = need.tokens_per_s_needed if need and cfg.compute == "simulated" else measured
             # "keeps up" is about the step, not the loader's rate: a loader with headroom can still
             # stall the step (bursty waits, the first read); headroom is its own column
-            row.update(consume_tokens_per_s=consume, headroom=rate / consume,
-                       keeps_up=row["stall_fraction"] < KEEP_UP_STALL)
-            progress(f"{row['cache']:4} {fmt:8} workers={workers}: stall {row['stall_fraction']:.1%}, "
+            row.update(consume_tokens_per_s=consume, headroom=rate / consume)
+            progress(f"{row['cache']:4} {fmt:8} workers={workers}: stall {row['stall_fraction']:.1%} "
+                     f"({row['stall_min']:.1%}-{row['stall_max']:.1%} over {cfg.repeats}), {row['verdict']}; "
                      f"loader {rate:,.0f} tok/s (x{row['headroom']:.2f})")
         runs += rows
     order = {m: i for i, m in enumerate(cfg.cache)}
     runs.sort(key=lambda r: order[r["cache"]])  # stable: format, then workers, within each cache state
 
     return {
-        "config": {**asdict(cfg), "store": str(cfg.store), "formats": formats, "steps_run": steps,
+        "config": {**asdict(cfg), "store": str(cfg.store), "formats": formats,
+                   "steps_run": max(s for _, s in plans.values()), "keep_up_stall": KEEP_UP_STALL,
                    "step_ms": step_ms, "device": device, "tokens_per_step": tokens_per_step},
         "machine": _machine(device, load),
         "plan": need.to_json() if need else None,
@@ -105,7 +110,20 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     }
 
 
-KEEP_UP_STALL = 0.05  # a loader "keeps up" when the step waits on it less than 5% of the time
+def _cell_steps(cfg: BenchConfig, workers: int, n_batches: int, progress: Callable[[str], None]) -> tuple[int, int]:
+    """(warm-up, steady-state steps) at ``workers``: the first step, both, one epoch at most."""
+    warmup = (cfg.warmup_steps if cfg.warmup_steps >= 0
+              else verdict.auto_warmup(workers, cfg.prefetch, cfg.batches_per_read))
+    steps = min(cfg.steps, n_batches - 1 - warmup)
+    if steps < 2:
+        raise LmdataError(
+            f"--warmup-steps {warmup} (workers={workers}): split {cfg.split!r} holds {n_batches} batches of "
+            f"{cfg.batch_size} x {cfg.seq_len}, too few for 2 steady-state steps after it; lower --warmup-steps, "
+            "--batch-size or --seq-len")
+    if steps < cfg.steps:
+        progress(f"--steps {cfg.steps} capped at {steps} with workers={workers}: one epoch of this split "
+                 f"after the first step and {warmup} warm-up steps")
+    return warmup, steps
 
 
 def make_step(cfg: BenchConfig, step_ms: float | None, vocab: int, device: str) -> stall.StepFn:
@@ -138,8 +156,11 @@ def _fresh_cell(*args: Any) -> list[dict[str, Any]]:
 
 
 def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: float | None, vocab: int,
-                 device: str) -> list[dict[str, Any]]:
-    """One format at one worker count, in every cache state (runs in its own process)."""
+                 device: str, warmup: int = 0) -> list[dict[str, Any]]:
+    """One format at one worker count, in every cache state, ``cfg.repeats`` times each (in its own process).
+
+    ``steps``: steady-state steps per repeat, after the first step and ``warmup`` steps.
+    """
     import torch
 
     from lmdata.data import make_loader
@@ -151,7 +172,7 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     if cfg.compute == "model":  # allocator, kernels, autotuning: before anything is timed
         stall.time_steps(itertools.repeat(fixed), step, 3)
     # Synthetic A/B baseline: the same loop over one fixed batch already on the device.
-    synth = stall.time_steps(itertools.repeat(fixed), step, steps)
+    synth = stall.time_steps(itertools.repeat(fixed), step, 1 + steps)
     synth_sum = stall.summarize(synth.wait_s, synth.compute_s)
 
     def loader() -> Any:
@@ -168,20 +189,20 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     files = [] if where.remote else cache.format_files(where.local_path / cfg.split / fmt)
     for mode in cfg.cache:
         _prepare(mode, files)
-        # every worker's first read (Lance: opening the dataset) before the rate is timed
-        warmup = max(1, workers * cfg.batches_per_read)
-        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), steps, warmup=warmup)
+        # the first step and the warm-up (every worker's first read; Lance: opening the dataset) untimed
+        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), 1 + warmup + steps, warmup=1 + warmup)
         gc.collect()  # the loader's workers exit, its memmaps unmap
-        resident = _prepare(mode, files)  # as the training steps start
-        times = stall.time_steps(loader(), step, steps, move)
-        gc.collect()
-        summary = stall.summarize(times.wait_s, times.compute_s)
+        repeats = []
+        for _ in range(cfg.repeats):
+            resident = _prepare(mode, files)  # as the training steps start
+            times = stall.time_steps(loader(), step, 1 + warmup + steps, move, warmup=warmup)
+            gc.collect()
+            repeats.append(verdict.repeat_figures(times, synth_sum["step_ms_mean"], resident))
         rows.append({
-            "format": fmt, "workers": workers, "cache": mode, "resident_before": resident, **summary,
-            "stall_ab": 1.0 - synth_sum["step_ms_mean"] / summary["step_ms_mean"], "synthetic": synth_sum,
-            "first_batch_ms": times.first_batch_s * 1e3, "loader_first_batch_ms": ttfb_loader * 1e3,
+            "format": fmt, "workers": workers, "cache": mode, "warmup_steps": warmup,
+            **verdict.combine(repeats), "synthetic": synth_sum, "loader_first_batch_ms": ttfb_loader * 1e3,
             "loader_tokens_per_s": batches_per_s * cfg.batch_size * cfg.seq_len,
-            "memory": times.memory, "wait_ms": [round(x * 1e3, 4) for x in times.wait_s],
+            "memory": times.memory,
         })
     return rows
 

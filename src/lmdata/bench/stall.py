@@ -3,7 +3,9 @@
 One step is ``next(loader)`` + host->device copy (``t_wait``: the accelerator has nothing to
 do) followed by the step's compute (``t_compute``). Stall fraction is
 ``sum(t_wait) / sum(t_wait + t_compute)`` (DESIGN.md, "Stall time"). The first step is not
-counted: it pays for worker start-up and is reported on its own as time to first batch.
+counted: it pays for worker start-up and is reported on its own as time to first batch;
+the ``warmup`` steps after it (the loader's first reads in flight) are timed apart too, so
+the stall is the steady state's.
 
 Compute is one of
 - a real model step (forward, loss, backward, AdamW) timed with CUDA events on a GPU, or
@@ -32,19 +34,23 @@ MoveFn = Callable[[Any, Any], Batch]  # host batch -> device batch (blocking)
 
 @dataclass
 class LoopTimes:
-    """Per-step times of one run of the measurement loop (first step excluded)."""
+    """Per-step times of one run of the measurement loop: steady state, warm-up and first step apart."""
 
     wait_s: list[float]
     compute_s: list[float]
     first_batch_s: float
     wall_s: float
     memory: dict[str, float] = field(default_factory=dict)
+    warmup_wait_s: list[float] = field(default_factory=list)
+    warmup_compute_s: list[float] = field(default_factory=list)
 
 
-def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn | None = None) -> LoopTimes:
+def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn | None = None,
+               warmup: int = 0) -> LoopTimes:
     """Run ``steps`` training steps over ``batches``, timing the wait and the compute of each.
 
-    ``steps`` counts every step, the first (start-up) one included; it is reported apart.
+    ``steps`` counts every step: the first (start-up) one, then ``warmup`` steps, then the
+    steady state; the first two are reported apart. ``wall_s`` is the steady state's.
     Memory of the loader's processes is sampled while the iterator is still alive.
     """
     move = move or (lambda x, y: (x, y))
@@ -52,6 +58,8 @@ def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn 
     t_start = time.perf_counter()
     waits: list[float] = []
     computes: list[float] = []
+    warm_waits: list[float] = []
+    warm_computes: list[float] = []
     first = 0.0
     t_measured = t_start
     for i in range(steps):
@@ -61,14 +69,18 @@ def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn 
         c = step(x, y)
         if i == 0:
             first = t1 - t_start
-            t_measured = time.perf_counter()
+        elif i <= warmup:
+            warm_waits.append(t1 - t0)
+            warm_computes.append(c)
         else:
             waits.append(t1 - t0)
             computes.append(c)
+        if i == min(warmup, steps - 1):
+            t_measured = time.perf_counter()
     wall = time.perf_counter() - t_measured
     memory = process_memory()
     del it
-    return LoopTimes(waits, computes, first, wall, memory)
+    return LoopTimes(waits, computes, first, wall, memory, warm_waits, warm_computes)
 
 
 def time_loader(batches: Iterable[Batch], steps: int, warmup: int = 1) -> tuple[float, float, dict[str, float]]:

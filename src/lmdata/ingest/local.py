@@ -23,6 +23,7 @@ from lmdata._mp import clean_method, worker_pool
 from lmdata.ingest.encode import batches, encode_texts, init_worker, use_tokenizer
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.sources import SourceStats, SplitSource, iter_documents
+from lmdata.store.formats.base import RecordedShardWriter
 from lmdata.store.protocol import FormatWriter, ShardInfo
 from lmdata.store.provenance import ProvenanceWriter
 
@@ -124,7 +125,10 @@ class LocalEngine:
         reused = next(iter(prefix.values()))
         stats, report = SourceStats(), SplitReport(name, reused_shards=len(reused))
         docs = itertools.islice(iter_documents(source.spec, stats), source.start, source.stop)
-        background = {fmt: BackgroundWriter(w) for fmt, w in writers.items()}
+        in_order = [w for w in writers.values() if isinstance(w, RecordedShardWriter)]
+        for w in in_order:
+            w.write_in_order()  # one BackgroundWriter thread per format, shards in order
+        background, written = {fmt: BackgroundWriter(w) for fmt, w in writers.items()}, False
         try:
             with progress_bar(name, source, show_progress) as bar:
                 for doc in itertools.islice(docs, sum(s.n_docs for s in reused)):  # reused: read, not tokenized
@@ -143,9 +147,12 @@ class LocalEngine:
                     bar.set_postfix_str(f"{report.tokens / (time.perf_counter() - t0):,.0f} tokens/s", refresh=False)
                 cutter.flush()
             shards = {fmt: prefix[fmt] + BackgroundWriter.results(cutter.written[fmt]) for fmt in writers}
+            written = True
         finally:
             for w in background.values():
                 w.close()
+            for w in in_order if not written else []:
+                w.abandon()
         first = next(iter(shards.values()))
         report.documents, report.tokens = sum(s.n_docs for s in first), sum(s.n_tokens for s in first)
         report.shards, report.replaced = len(first), stats.replaced

@@ -184,6 +184,13 @@ class RecordedShardWriter:
         """A shard's tokens in the store's dtype (contiguous) and its int64 document starts."""
         return np.ascontiguousarray(tokens, dtype=self.dtype), np.asarray(doc_starts, dtype=np.int64)
 
+    def write_in_order(self) -> None:
+        """The engine promises ``write_shard`` calls in shard order from one thread of this process
+        (the local engine), so a writer may keep state from shard to shard (Lance does)."""
+
+    def abandon(self) -> None:
+        """The split failed before ``finish``: stop whatever the writer runs in the background."""
+
     def finish(self, shards: list[ShardInfo]) -> None:
         """Drop shards not in ``shards``; make the shards' names and records durable (one fsync per directory)."""
         prune(self.format_dir, shards)

@@ -17,8 +17,9 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
     _fragments/<name>.json record of a fragment of several shards (``lance_fragments``)
 
 The manifest's Lance shards are the committed fragments, so they are fewer than the other
-formats' shards (names like ``00000-00255``). ``finish`` groups the staging fragments and
-commits the groups (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
+formats' shards (names like ``00000-00255``). The local engine streams each shard into its
+fragment as it comes (``lance_stream``: one encoding pass); the Ray engine's tasks write
+staging fragments, which ``finish`` groups. ``finish`` commits the fragments (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
 the ``r``-th row of the stream); ``cleanup_partial`` deletes data files no record references.
 
 ``token_bytes`` holds each row's tokens again, as little-endian bytes: the reader takes
@@ -62,6 +63,8 @@ from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
 from lmdata.store.formats import base, lance_fragments
+from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
+from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
@@ -75,30 +78,6 @@ from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import concat_ranges
 
-STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
-
-
-def _schema(dtype: np.dtype) -> Any:
-    import pyarrow as pa
-
-    token = pa.from_numpy_dtype(np.dtype(dtype))
-    return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token)),
-                      ("token_bytes", pa.large_binary())])
-
-
-def with_token_bytes(table: Any) -> Any:
-    """``table`` plus ``token_bytes``: each row's ``tokens`` as little-endian bytes (the same buffer, no copy)."""
-    import pyarrow as pa
-
-    tokens = table.column("tokens").combine_chunks()
-    values = tokens.values
-    if values.offset:  # rows_table's lists always start at their buffer's start
-        raise LmdataError("internal: a sliced token column cannot be viewed as bytes")
-    offsets = tokens.offsets.to_numpy().astype(np.int64) * (values.type.bit_width // 8)
-    raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets), values.buffers()[1]])
-    return table.append_column("token_bytes", raw)
-
-
 class LanceWriter(base.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
 
@@ -108,6 +87,16 @@ class LanceWriter(base.RecordedShardWriter):
     def __init__(self, format_dir: Path, dtype: np.dtype, *, fragment_tokens: int | None = None) -> None:
         super().__init__(format_dir, dtype)
         self.fragment_tokens = fragment_tokens or lance_fragments.FRAGMENT_TOKENS
+        self._in_order, self._stream, self._streamed = False, None, []  # lance_stream.py
+
+    def write_in_order(self) -> None:
+        """Shards come in order from one thread: each goes straight into its fragment (``lance_stream``)."""
+        self._in_order = True
+
+    def abandon(self) -> None:
+        if self._stream is not None:
+            self._stream.abandon()
+            self._stream = None
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
@@ -117,31 +106,61 @@ class LanceWriter(base.RecordedShardWriter):
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token))
         stale = base.forget(self.format_dir, index)
+        if self._in_order:
+            return self._stream_shard(index, table, tokens, doc_starts, first_doc, first_token)
         with atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
             frag = LanceFragment.create(
-                str(self.format_dir), table, fragment_id=index, schema=_schema(self.dtype),
+                str(self.format_dir), table, fragment_id=index, schema=lance_schema(self.dtype),
                 data_storage_version=STORAGE_VERSION,
             )
-        meta = frag.to_json()
-        data_files = [f"data/{f['path']}" for f in meta["files"]]
-        for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
-            atomic.fsync_path(self.format_dir / rel)
         row_starts, doc_of_row = pieces(doc_starts)
         crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
         rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs])
-        rows_name = f"rows-{index:05d}.npy"
+        shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
+                          first_token=first_token, files=[], extra={"rows": len(doc_of_row)})
+        return self._record_staged(shard, frag.to_json(), rows, stale)
+
+    def _record_staged(self, shard: ShardInfo, meta: dict, rows: np.ndarray, stale: ShardInfo | None) -> ShardInfo:
+        """A shard's own fragment (``meta``) made durable: data, row index ``rows-NNNNN.npy``, record."""
+        data_files = [f"data/{f['path']}" for f in meta["files"]]
+        for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
+            atomic.fsync_path(self.format_dir / rel)
+        rows_name = f"rows-{shard.name}.npy"
         replaced = atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False,
-                                      needed=rows.nbytes)
-        shard = ShardInfo(
-            name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
-            first_token=first_token, files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
-            extra={"rows": len(doc_of_row), "fragment": meta, "token_bytes": True, "row_crc": True},
-        )
-        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
+                                     needed=rows.nbytes)
+        shard = ShardInfo(name=shard.name, n_docs=shard.n_docs, n_tokens=shard.n_tokens, first_doc=shard.first_doc,
+                          first_token=shard.first_token,
+                          files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
+                          extra={"rows": shard.extra["rows"], "fragment": meta, "token_bytes": True, "row_crc": True})
+        base.write_record(self.format_dir, int(shard.name), shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
             if old.path.startswith("data/") and old.path not in data_files:
                 (self.format_dir / old.path).unlink(missing_ok=True)
         return shard
+
+    def _stream_shard(self, index: int, table: Any, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int,
+                      first_token: int) -> ShardInfo:
+        """Shard ``index`` into the open fragment, or a new one where ``plan_fragments`` starts one."""
+        shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
+                          first_token=first_token, files=[], extra={"rows": len(pieces(doc_starts)[1])})
+        with atomic.space_for(self.format_dir, 2 * tokens.nbytes):
+            if self._stream is not None and self._stream.n_tokens + len(tokens) > self.fragment_tokens:
+                self._close_stream()
+            if self._stream is None:
+                self._stream = FragmentStream(self.format_dir, lance_schema(self.dtype), STORAGE_VERSION, index)
+            self._stream.add(shard, table, tokens, doc_starts)
+        return shard
+
+    def _close_stream(self) -> None:
+        """The open fragment, recorded as the staging path would have it (a lone shard: as its own staged
+        fragment; several: as ``write_fragment``'s), so both engines write the same store."""
+        stream, self._stream = self._stream, None
+        if len(stream.members) > 1:
+            self._streamed.append(stream.close())
+            return
+        meta, (shard,) = stream.wait(), stream.members
+        rows = np.concatenate([stream.rows[0], [[shard.n_tokens], [shard.n_docs], [0]]], axis=1)
+        self._streamed.append(self._record_staged(shard, meta, rows, None))
 
     def completed(self) -> dict[int, ShardInfo]:
         """Staged shards, and the shards held by intact fragment records (those win: they outlive staging).
@@ -160,6 +179,11 @@ class LanceWriter(base.RecordedShardWriter):
         import lance
         from lance.fragment import FragmentMetadata
 
+        if self._stream is not None:
+            self._close_stream()
+        held = {m.name: m for f in self._streamed
+                for m in (lance_fragments.members(f).values() if "members" in f.extra else [f])}
+        shards = [held.get(s.name, s) for s in shards]  # streamed shards: where their fragment holds them
         recorded = lance_fragments.read_fragments(self.format_dir)
         fragments = []
         for run in lance_fragments.plan_fragments(shards, self.fragment_tokens):
@@ -168,14 +192,14 @@ class LanceWriter(base.RecordedShardWriter):
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
                 with atomic.space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
-                    fragment = lance_fragments.write_fragment(self.format_dir, run, _schema(self.dtype), STORAGE_VERSION)
+                    fragment = lance_fragments.write_fragment(self.format_dir, run, lance_schema(self.dtype), STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
         # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
         base.sync_dirs(self.format_dir / "data", self.format_dir, self.format_dir / base.RECORD_DIR,
                         self.format_dir / lance_fragments.GROUP_DIR)
         with atomic.space_for(self.format_dir):
-            lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(_schema(self.dtype), frags))
+            lance.LanceDataset.commit(str(self.format_dir), lance.LanceOperation.Overwrite(lance_schema(self.dtype), frags))
         for sub in ("_versions", "_transactions"):
             d = self.format_dir / sub
             if d.is_dir():

@@ -3,9 +3,11 @@
 Why: a Lance ``take`` pays a fixed cost for every fragment it touches (~0.05 ms per take
 here, on top of ~1.2 ms for four batches of 32 x 1,025 tokens), so a store of 1 Mi-token
 fragments (one per ingest shard) read 2-3x slower than the same rows in one fragment (bench/README.md,
-"Lance layout"). The ingest still writes one uncommitted *staging* fragment per shard, which
-is what makes it resumable shard by shard; ``finish`` then streams runs of consecutive
-shards, up to ``FRAGMENT_TOKENS`` tokens, into one fragment each and commits those. The
+"Lance layout"). The local engine writes each run of consecutive shards, up to
+``FRAGMENT_TOKENS`` tokens, straight into its fragment (``lance_stream``). Where shards come
+out of order (Ray's tasks), each is an uncommitted *staging* fragment, resumable shard by
+shard, and ``finish`` streams each run into one fragment (``write_fragment``); either way
+``finish`` commits the fragments. The
 manifest's Lance shards are these fragments (named ``00000-00255`` after the ingest shards
 they hold; a fragment of one shard keeps that shard's staging files and name).
 
@@ -26,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.io import atomic
 from lmdata.errors import LmdataError
+from lmdata.io import atomic
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info
@@ -40,6 +42,28 @@ from lmdata.store.protocol import ShardInfo
 # same time, peak RSS 369 -> 401 MB (bench/README.md, "Lance layout").
 FRAGMENT_TOKENS = 1 << 28
 GROUP_DIR = "_fragments"
+STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what we write
+
+
+def lance_schema(dtype: np.dtype) -> Any:
+    import pyarrow as pa
+
+    token = pa.from_numpy_dtype(np.dtype(dtype))
+    return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token)),
+                      ("token_bytes", pa.large_binary())])
+
+
+def with_token_bytes(table: Any) -> Any:
+    """``table`` plus ``token_bytes``: each row's ``tokens`` as little-endian bytes (the same buffer, no copy)."""
+    import pyarrow as pa
+
+    tokens = table.column("tokens").combine_chunks()
+    values = tokens.values
+    if values.offset:  # rows_table's lists always start at their buffer's start
+        raise LmdataError("internal: a sliced token column cannot be viewed as bytes")
+    offsets = tokens.offsets.to_numpy().astype(np.int64) * (values.type.bit_width // 8)
+    raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets), values.buffers()[1]])
+    return table.append_column("token_bytes", raw)
 
 
 def fragment_name(members: list[ShardInfo]) -> str:
@@ -163,6 +187,16 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
             or not np.array_equal(np.diff(rows[0]), sizes)):
         raise LmdataError(f"{format_dir}: fragment {name} does not hold its shards' rows in order (the staging "
                           "fragments are damaged); rerun the ingest with --overwrite")
+    return record_fragment(format_dir, run, meta, rows)
+
+
+def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np.ndarray) -> ShardInfo:
+    """Make a written fragment of ``run`` durable: its data file, its row index ``rows`` (each row's
+    first token and document within the fragment, CRC-32; then the totals), then its record."""
+    format_dir = Path(format_dir)
+    name = fragment_name(run)
+    first_doc, first_token = run[0].first_doc, run[0].first_token
+    n_docs, n_tokens = sum(s.n_docs for s in run), sum(s.n_tokens for s in run)
     data_file = f"data/{meta['files'][0]['path']}"
     atomic.fsync_path(format_dir / data_file)
     path = record_path(format_dir, name)

@@ -49,15 +49,19 @@ from lmdata.store.protocol import ShardInfo
 # this box: Lance `take` of ~1,024-token rows ~26M tokens/s, of whole documents 5.5M).
 PIECE_TOKENS = 1024
 
-# Row-group size: a random 1,025-token window decodes the 1-2 groups it touches, whole.
-# Measured on this box (2 cores, shared; 1M Zipf-distributed uint16 ids, zstd, warm page
-# cache, LRU missed), one window read, and the footer per 1M tokens:
-#   R=4: 460 us, 99 KiB   R=8: 512 us, 50 KiB   R=16: 587 us, 25 KiB   R=32: 1,042 us, 13 KiB
-# Fixed per-read overhead dominates below 16 rows, decode above it. 16 rows (~16K tokens,
-# ~32 KiB at uint16) is within ~25% of the fastest while keeping footers, which each
-# worker parses per open shard, 4x smaller. zstd decodes as fast as snappy (within noise)
-# and its files are a third smaller.
-ROW_GROUP_ROWS = 16
+# Row-group size and encoding: the reader decodes a shard whole (never a row group per window),
+# so both are chosen for writing and decoding a shard. Measured on this box (one 1 Mi-token
+# shard of real uint16 ids, zstd, CPU ms; bench/README.md, "Ingest"): 16-row groups with
+# PLAIN int32 values wrote in 33 ms, decoded in 11.8 ms, 1.80 MB; 128-row groups with the
+# values BYTE_STREAM_SPLIT (Parquet stores uint16 as int32: the split puts the zero high bytes
+# together, which zstd then skips) write in 14 ms, decode in 7.8 ms, 1.52 MB. DuckDB and
+# Polars read the split encoding (tests/store/test_parquet_rows.py).
+ROW_GROUP_ROWS = 128
+WRITE_OPTIONS = {  # pq.write_table's, for every shard
+    "row_group_size": ROW_GROUP_ROWS, "compression": "zstd", "use_dictionary": False,
+    "use_byte_stream_split": ["tokens.list.element"],  # the token values' Parquet path
+    "write_statistics": ["doc_id", "token_offset"], "write_page_checksum": True,
+}
 
 DEFAULT_CACHE_BYTES = 1 << 30  # decoded shards kept in a process's memory when the machine's cache is off
 
@@ -194,10 +198,7 @@ class ParquetWriter(base.RecordedShardWriter):
         name = _names(index)
 
         def write(path: Path) -> None:
-            pq.write_table(
-                table, path, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                use_dictionary=False, write_statistics=["doc_id", "token_offset"], write_page_checksum=True,
-            )
+            pq.write_table(table, path, **WRITE_OPTIONS)
 
         base.forget(self.format_dir, index)
         replaced = atomic.write_file(self.format_dir / name, write, sync_dir=False,

@@ -1,0 +1,117 @@
+"""A Lance fragment written from the ingest's shards as they come, in one pass.
+
+Why: staging a fragment per shard and streaming runs of them into large fragments at the
+end (``lance_fragments.write_fragment``) encodes every token twice and reads it back once;
+on 500 MB of text that was half of Lance's writing cost (bench/README.md, "Ingest"). When the
+engine writes shards in order from one thread (the local engine), ``LanceWriter`` instead
+feeds each shard's rows to an open ``LanceFragment.create`` running on a thread of its own,
+and closes the fragment where ``plan_fragments`` would end the run, so ``finish`` finds the
+fragments it plans already recorded and commits them as they are.
+
+Crash safety is the fragment's, not the shard's: a fragment becomes durable and recorded
+(``record_fragment``) when it closes; the shards of a fragment still open when the process
+dies have no record, so a resumed ingest writes them again (up to ``FRAGMENT_TOKENS`` tokens
+of work), and ``cleanup_partial`` removes the unfinished data file.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.io import atomic
+from lmdata.store.blocks import row_checksums
+from lmdata.store.formats.lance_fragments import record_fragment
+from lmdata.store.formats.parquet import pieces
+from lmdata.store.protocol import ShardInfo
+
+_END = object()
+
+
+class FragmentStream:
+    """One open fragment: ``add`` each shard's table in order, then ``close`` for its record."""
+
+    def __init__(self, format_dir: Path, schema: Any, storage_version: str, fragment_id: int) -> None:
+        self.format_dir, self.schema = Path(format_dir), schema
+        self.members: list[ShardInfo] = []
+        self.rows: list[np.ndarray] = []  # per shard: [3, rows] first token and document within the fragment, CRC
+        self.n_tokens = self.n_docs = 0
+        self._tables: queue.Queue = queue.Queue(maxsize=2)  # memory: two shards waiting for Lance
+        self._meta: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write, args=(storage_version, fragment_id),
+                                        name="lmdata-lance-fragment", daemon=True)
+        self._thread.start()
+
+    def _batches(self) -> Iterator[Any]:
+        while (table := self._tables.get()) is not _END:
+            yield from table.to_batches()
+
+    def _write(self, storage_version: str, fragment_id: int) -> None:
+        import pyarrow as pa
+        from lance.fragment import LanceFragment
+
+        try:
+            reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
+            self._meta = LanceFragment.create(str(self.format_dir), reader, fragment_id=fragment_id,
+                                              schema=self.schema, data_storage_version=storage_version).to_json()
+        except BaseException as exc:  # surfaces in the writer's thread, at its next add or close
+            self._error = exc
+
+    def _put(self, item: Any) -> None:
+        """Queue ``item`` unless the writing thread has stopped (then its error, if any, is raised)."""
+        while self._thread.is_alive():
+            try:
+                self._tables.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def add(self, shard: ShardInfo, table: Any, tokens: np.ndarray, doc_starts: np.ndarray) -> None:
+        """Queue ``shard``'s rows (``table``, built from ``tokens``/``doc_starts``) for the fragment."""
+        row_starts, doc_of_row = pieces(doc_starts)
+        crcs = row_checksums(tokens, row_starts)
+        self.rows.append(np.stack([row_starts[:-1] + self.n_tokens, doc_of_row + self.n_docs, crcs]).astype(np.int64))
+        self._put(table)
+        self._raise_failure()
+        if not self._thread.is_alive():
+            raise LmdataError(f"{self.format_dir}: the Lance fragment writer stopped early; rerun with --resume")
+        self.members.append(shard)
+        self.n_tokens += shard.n_tokens
+        self.n_docs += shard.n_docs
+
+    def wait(self) -> dict:
+        """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it."""
+        with atomic.space_for(self.format_dir, 2 * self.n_tokens * 4):
+            self._put(_END)
+            self._thread.join()
+            self._raise_failure()
+        if self._meta is None or len(self._meta["files"]) != 1:
+            raise LmdataError(f"{self.format_dir}: Lance wrote fragment {self.members[0].name} as "
+                              f"{len(self._meta['files']) if self._meta else 0} files, not one; rerun with --overwrite")
+        return self._meta
+
+    def close(self) -> ShardInfo:
+        """End the fragment and make it durable and recorded (``record_fragment``)."""
+        meta = self.wait()
+        totals = np.array([[self.n_tokens], [self.n_docs], [0]], np.int64)
+        return record_fragment(self.format_dir, self.members, meta, np.concatenate(self.rows + [totals], axis=1))
+
+    def abandon(self) -> None:
+        """Stop the writing thread (an error elsewhere); the unfinished data file is ``cleanup_partial``'s."""
+        self._put(_END)
+        self._thread.join()
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            if isinstance(error, OSError | RuntimeError):
+                raise error
+            raise LmdataError(f"{self.format_dir}: writing Lance fragment {self.members[0].name if self.members else ''}"
+                              f" failed ({error})") from error
