@@ -203,9 +203,11 @@ class Tokenizer:
         """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
         from lmdata.tokenizer import hf
 
-        extra = {"tokenizer.json": self.to_hf_json(), "tokenizer_config.json": hf.config_json(self.special_ids)}
-        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra,
-                               self.bpe, self.special_flags)
+        extra = {"tokenizer.json": hf.to_json_pieces(self.vocab, self.merges, self.special_ids, self._pattern,
+                                                     self.ignore_merges, self.special_flags),
+                 "tokenizer_config.json": hf.config_json(self.special_ids)}  # (pieces: written as made)
+        return saved.write_dir(Path(path), bytes_unicode.vocab_pieces(self.vocab), bytes_unicode.merges_pieces(self.merges),
+                               self.special_tokens, self.vocab_size, self.pattern, extra, self.bpe, self.special_flags)
 
     def to_hf_json(self) -> str:
         """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""

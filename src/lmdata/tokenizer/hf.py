@@ -23,6 +23,7 @@ error naming the file and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import regex
@@ -30,7 +31,7 @@ import regex
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer.added_tokens import FLAGS, is_space, is_word
-from lmdata.tokenizer.bytes_unicode import str_to_token, token_to_str
+from lmdata.tokenizer.bytes_unicode import json_array, json_object, str_to_token, token_to_str
 from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
 
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
@@ -40,12 +41,52 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
             pattern: Pattern, ignore_merges: bool = False, flags: dict[str, tuple[str, ...]] | None = None) -> str:
     """The text of a Hugging Face ``tokenizer.json`` that encodes like our tokenizer (``ignore_merges``:
     a pre-token that is a token is that token, as in tiktoken and Llama 3's file)."""
+    return "".join(to_json_pieces(vocab, merges, special_ids, pattern, ignore_merges, flags))
+
+
+def to_json_pieces(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_ids: dict[str, int],
+                   pattern: Pattern, ignore_merges: bool = False, flags: dict | None = None) -> Iterator[str]:
+    """``to_json`` a token at a time (``bytes_unicode.vocab_pieces``: tokens can be megabytes long)."""
     specials = set(special_ids.values())
-    flags = flags or {}
+    keys = ((token_to_str(tok) if i not in specials else tok.decode("utf-8"), i) for i, tok in sorted(vocab.items()))
+    pairs = (f"{token_to_str(a)} {token_to_str(b)}" for a, b in merges)
+    unique = _keys_unique(vocab, specials)  # (else a dict keeps the last id of a key, as json.dumps did)
+    text = json.dumps(_skeleton(special_ids, pattern, ignore_merges, flags or {},
+                                _VOCAB if unique else dict(keys), _MERGES), ensure_ascii=False, indent=1) + "\n"
+    head, rest = text.split(json.dumps(_VOCAB), 1) if unique else ("", text)
+    middle, tail = rest.split(json.dumps(_MERGES), 1)
+    yield head
+    if unique:
+        yield from json_object(keys, "  ")
+    yield middle
+    yield from json_array(pairs, "  ")
+    yield tail
+
+
+def _keys_unique(vocab: dict[int, bytes], specials: set[int]) -> bool:
+    """Whether model.vocab's keys (GPT-2 form; a special token as itself) are all different."""
+    ordinary = {tok for i, tok in vocab.items() if i not in specials}
+    if len(ordinary) != len(vocab) - len(specials) or len({vocab[i] for i in specials}) != len(specials):
+        return False
+    for i in specials:
+        try:
+            if str_to_token(vocab[i].decode("utf-8"), "") in ordinary:
+                return False
+        except LmdataError:  # not in GPT-2 form: no ordinary key is it
+            pass
+    return True
+
+
+_VOCAB, _MERGES = "\x00lmdata: model.vocab\x00", "\x00lmdata: model.merges\x00"  # where the pieces go
+
+
+def _skeleton(special_ids: dict[str, int], pattern: Pattern, ignore_merges: bool, flags: dict,
+              vocab: object, merges: object) -> dict:
+    """The tokenizer.json object, with ``vocab`` and ``merges`` as given."""
     added = [{"id": i, "content": tok, **{f: f in flags.get(tok, ()) for f in ("single_word", "lstrip", "rstrip")},
               "normalized": False, "special": True}
              for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
-    data = {
+    return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -59,12 +100,10 @@ def to_json(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_
             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
             # special tokens too: `tokenizers` gives an added token missing from model.vocab the next free
             # id, whatever its "id" says (right only when the specials happen to come last)
-            "vocab": {token_to_str(tok) if i not in specials else tok.decode("utf-8"): i
-                      for i, tok in sorted(vocab.items())},
-            "merges": [f"{token_to_str(a)} {token_to_str(b)}" for a, b in merges],
+            "vocab": vocab,
+            "merges": merges,
         },
     }
-    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
 
 
 def _pre_tokenizer(pattern: Pattern) -> dict:
