@@ -203,9 +203,9 @@ class Tokenizer:
         """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
         from lmdata.tokenizer import hf
 
-        extra = {"tokenizer.json": hf.to_json_pieces(self.vocab, self.merges, self.special_ids, self._pattern,
-                                                     self.ignore_merges, self.special_flags),
-                 "tokenizer_config.json": hf.config_json(self.special_ids)}  # (pieces: written as made)
+        hf_json = hf.to_json_pieces(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges,
+                                    self.special_flags)  # pieces, written as made: no file is held whole
+        extra = {"tokenizer.json": hf_json, "tokenizer_config.json": hf.config_json(self.special_ids)}
         return saved.write_dir(Path(path), bytes_unicode.vocab_pieces(self.vocab), bytes_unicode.merges_pieces(self.merges),
                                self.special_tokens, self.vocab_size, self.pattern, extra, self.bpe, self.special_flags)
 
@@ -226,8 +226,7 @@ class Tokenizer:
     def hash(self) -> str:
         """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
         if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe,
-                                            self.special_flags)[0]
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe, self.special_flags)[0]
         return self._hash
 
     @property
