@@ -46,6 +46,7 @@ CASES = {  # name: (change to the deepseek-shaped file written by `tokenizers`, 
                                  "'<|begin_of_text|>' is given two ids"),
     "an added token with the bytes of a vocab token": (  # (merges made the added id: silently wrong ids)
         lambda d: d["added_tokens"].append({"id": 5000, "content": " "}), r"' ' \(id 5000\) has the bytes of model.vocab's"),
+    "BPE dropout": (lambda d: d["model"].update(dropout=0.1), "model.dropout is 0.1"),  # (was dropped silently)
     "a merge of tokens not in the vocab": (lambda d: d["model"]["merges"].__setitem__(0, "Ġzzz q"),
                                            r"merge 0 .* not all in the vocab"),
 }

@@ -147,6 +147,9 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key):
             raise LmdataError(f"{path}: model.{key} is set; lmdata imports byte-level BPE only")
+    if model.get("dropout"):  # (tokenizers then skips merges at random when it encodes)
+        raise LmdataError(f"{path}: model.dropout is {model['dropout']}; lmdata encodes without BPE dropout, "
+                          "set it to null")
     pattern = _pattern(data.get("pre_tokenizer"), path)
     vocab = _vocab(model.get("vocab"), path)
     merges = model.get("merges", [])
