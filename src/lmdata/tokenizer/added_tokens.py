@@ -55,7 +55,6 @@ class AddedSplitter:
         self.flags = flags
         ordered = sorted(special_ids, key=len, reverse=True)  # leftmost, then longest
         self.regex = re.compile("|".join(map(re.escape, ordered)))
-        self.longest = max(map(len, special_ids))
 
     def split(self, text: str) -> list[str | int]:
         """Ordinary pieces (str) and added-token ids (int), in order; empty pieces left out."""
@@ -90,9 +89,22 @@ class AddedSplitter:
         return ids
 
     def cut_ok(self, text: str, pos: int) -> bool:
-        """Whether cutting ``text`` at ``pos`` leaves the split unchanged: no flagged token within reach
-        of the whitespace around the cut."""
+        """Whether cutting ``text`` at ``pos`` leaves the split unchanged: no lstrip (single_word) token
+        starts, and no rstrip (single_word) token ends, in the whitespace around the cut, ``[left, right]``."""
         left = _SPACE_BEFORE.match(text, 0, pos).start()
         right = _SPACE_AFTER.match(text, pos).end()
-        near = text[max(0, left - self.longest - 1) : right + self.longest + 1]
-        return not any(tok in near for tok in self.flags)
+        for tok, flags in self.flags.items():
+            if ("lstrip" in flags or "single_word" in flags) and text.find(tok, left, right + len(tok)) >= 0:
+                return False
+            if ("rstrip" in flags or "single_word" in flags) and text.find(tok, max(0, left - len(tok)), right) >= 0:
+                return False
+        return True
+
+    def safe_cut(self, text: str, cut: int, find) -> int:
+        """``cut`` (``find(text)``'s) or an earlier one that ``cut_ok`` takes, or 0 after a few tries (the
+        caller then waits for more text)."""
+        for _ in range(8):
+            if not cut or self.cut_ok(text, cut):
+                return cut
+            cut = find(text[:cut])
+        return 0

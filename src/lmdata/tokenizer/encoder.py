@@ -385,8 +385,8 @@ class Tokenizer:
             if len(buffer) < next_try:
                 continue
             cut = safe_cut(buffer, self.special_tokens, self._pattern)
-            while cut and self._added is not None and not self._added.cut_ok(buffer, cut):
-                cut = safe_cut(buffer[:cut], self.special_tokens, self._pattern)  # (a flagged token near the cut)
+            if self._added is not None:  # (no flagged token may take the whitespace at the cut)
+                cut = self._added.safe_cut(buffer, cut, lambda t: safe_cut(t, self.special_tokens, self._pattern))
             if cut:
                 yield from self.encode(buffer[:cut])
                 buffer = buffer[cut:]
