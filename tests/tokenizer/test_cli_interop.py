@@ -97,3 +97,13 @@ def test_special_token_flags_that_cannot_all_hold_are_one_line(tmp_path, capsys,
                         "--out", str(tmp_path / "tok")], capsys)
     assert code == 1 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "tok").exists()
+
+
+def test_a_ranks_file_lacking_a_byte_is_one_line_naming_the_file(tmp_path, capsys):
+    """Issue 29.13: the refusal did not name the file ('vocab lacks the single byte b'\\xff'')."""
+    import base64
+
+    (tmp_path / "r.tiktoken").write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(255)))
+    code, _, err = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--pattern", "gpt2",
+                        "--out", str(tmp_path / "tok")], capsys)
+    assert code == 1 and err.count("\n") == 1 and f"{tmp_path / 'r.tiktoken'}: vocab lacks the single byte" in err, err

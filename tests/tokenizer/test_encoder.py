@@ -298,3 +298,51 @@ def test_shared_cache_across_threads_gives_the_same_ids(trained_files):
         for _ in range(3):
             assert [x for part in pool.map(tok._encode_list, [docs[i::4] for i in range(4)]) for x in part] == [
                 x for i in range(4) for x in want[i::4]]
+
+
+def test_save_writes_its_files_as_made_not_held_whole(tmp_path):
+    """Issue 29 (smaller): 20 MB of spaces trains tokens of up to 16 M spaces, and save held vocab.json,
+    merges.txt and tokenizer.json whole at once (1.5 GB of files: 2.5 GB peak).  Here: tokens of up to
+    4 M spaces (8 MB of text per file); save's Python allocations stay within a few times the largest."""
+    import tracemalloc
+
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges, tok = [], b" "
+    for _ in range(22):
+        merges.append((tok, tok))
+        tok += tok
+        vocab[len(vocab)] = tok
+    t = Tokenizer(vocab, merges, [EOT])
+    tracemalloc.start()
+    try:
+        digest = t.save(tmp_path / "tok")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * len(tok), f"{peak / 1e6:.0f} MB to save a tokenizer whose largest token is 4 MB"
+    back = Tokenizer.load(tmp_path / "tok")
+    assert digest == back.hash == t.hash and back.encode(" " * 100_001) == t.encode(" " * 100_001)
+
+
+@pytest.mark.parametrize("specials", [[EOT], [EOT, "Ġ", " "], []])  # "Ġ": a special that is an ordinary key
+def test_the_files_written_in_pieces_are_the_texts_json_writes(tmp_path, specials):
+    """vocab.json, merges.txt and tokenizer.json are written a token at a time; their text is what
+    json.dumps of the whole made before (so every tokenizer keeps its hash)."""
+    import json
+
+    from lmdata.tokenizer.bytes_unicode import token_to_str
+
+    (tmp_path / "in.txt").write_text("the quick brown fox, 12345 jumps.\n\n" * 40 + "日本語 ", encoding="utf-8")
+    vocab, merges = train_bpe(tmp_path / "in.txt", 320, [], workers=1)
+    t = Tokenizer(vocab, merges, specials)
+    assert vocab_json(t.vocab) == json.dumps({token_to_str(b): i for i, b in sorted(t.vocab.items())},
+                                             ensure_ascii=False, indent=0) + "\n"
+    assert merges_txt(t.merges) == "\n".join(["#version: 0.2"] + [f"{token_to_str(a)} {token_to_str(b)}"
+                                                                  for a, b in t.merges]) + "\n"
+    data = json.loads(t.to_hf_json())
+    ids = set(t.special_ids.values())
+    data["model"]["vocab"] = {token_to_str(b) if i not in ids else b.decode(): i for i, b in sorted(t.vocab.items())}
+    assert t.to_hf_json() == json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+    t.save(tmp_path / "tok")
+    assert (tmp_path / "tok" / "tokenizer.json").read_text(encoding="utf-8") == t.to_hf_json()
+    assert (tmp_path / "tok" / "vocab.json").read_text(encoding="utf-8") == vocab_json(t.vocab)

@@ -82,3 +82,35 @@ def test_safe_cut_waits_for_a_whole_special_token_after_a_space():
     (a short prefix once made rfind count from the end, and the space rule saw a partial token)."""
     text = "  <|endoftext|>"
     assert [safe_cut(text[:i], SPECIALS) for i in range(1, len(text) + 1)] == [0] * len(text)
+
+
+def test_a_long_whitespace_run_is_not_searched_a_character_at_a_time(tmp_path):
+    """Issue 29 (smaller): a 20 MB run of spaces (no cut anywhere) was searched back a space at a time in
+    Python for every block read -- 425 s to train on it.  Counted here as C calls made while reading
+    (sys.setprofile), not timed: a few per block now, about two per space per block before."""
+    import sys
+
+    (tmp_path / "ws.txt").write_text("hello world\n" + " " * 400_000 + "\nend of it\n")
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event == "c_call"
+        if calls > 50_000:
+            raise RuntimeError("more than 50,000 C calls to read 25 blocks")
+
+    sys.setprofile(count)
+    try:
+        blocks = list(iter_text_blocks(tmp_path / "ws.txt", ["<|endoftext|>"], ReadStats(), block_bytes=16_384))
+    finally:
+        sys.setprofile(None)
+    assert "".join(blocks) == (tmp_path / "ws.txt").read_text()
+
+
+def test_the_cut_finders_see_whitespace_as_str_isspace_does():
+    from lmdata.tokenizer import pretokenize
+
+    assert set(pretokenize.WHITESPACE) == {c for c in map(chr, range(0x110000)) if c.isspace()}
+    for ws in pretokenize.WHITESPACE:  # a space or newline followed (preceded) by any whitespace is no cut
+        assert pretokenize._last_space_cut(f"a b {ws}", 5) == 1 and pretokenize._last_space_cut("a b c", 5) == 3
+        assert pretokenize._last_newline_cut(f"a\n{ws}\nc", 4) == 1 and pretokenize._last_newline_cut("a\nb\nc", 5) == 3

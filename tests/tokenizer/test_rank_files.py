@@ -192,3 +192,49 @@ def test_the_empty_token_line_is_accepted_and_its_id_stays_reserved(tmp_path, mo
     assert tok.to_tiktoken() == (tmp_path / "w.tiktoken").read_text()
     tok.save(tmp_path / "tok")
     assert Tokenizer.load(tmp_path / "tok").decode_bytes([400]) == b""
+
+
+def test_a_broken_first_line_is_refused_before_the_rest_is_read(tmp_path):
+    """Issue 29.16: the file was read whole before any check (736 MB to reject a broken first line of a
+    10 M-line file).  Here the rest of the file is not written until the reader has answered: a reader
+    that waits for the whole file sees it only after the writer gives up waiting (and then answers late)."""
+    import os
+    import threading
+
+    from lmdata.errors import LmdataError
+    from lmdata.tokenizer import tiktoken_ranks
+
+    fifo = tmp_path / "r.tiktoken"
+    os.mkfifo(fifo)
+    answered, rest_written = threading.Event(), threading.Event()
+
+    def writer():
+        try:
+            with open(fifo, "wb", buffering=0) as f:
+                f.write(b"not-base64! 0\n")
+                answered.wait(30)
+                if not answered.is_set():
+                    rest_written.set()
+                f.write(b"YQ== 1\n" * 1000)
+        except BrokenPipeError:  # the reader had stopped, as it should
+            pass
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        with pytest.raises(LmdataError, match=r"r.tiktoken:1: expected 'base64-token rank', got b'not-base64! 0'$"):
+            tiktoken_ranks.read(fifo)
+    finally:
+        answered.set()
+        thread.join()
+    assert not rest_written.is_set()
+
+
+@pytest.mark.parametrize("line", [b"YQ== -1", b"YQ== 1_0", b"YQ== +1"])
+def test_a_rank_that_is_not_plain_digits_is_refused_naming_the_line(tmp_path, line):
+    from lmdata.errors import LmdataError
+    from lmdata.tokenizer import tiktoken_ranks
+
+    (tmp_path / "r.tiktoken").write_bytes(b"Yg== 0\n" + line + b"\n")
+    with pytest.raises(LmdataError, match="r.tiktoken:2: expected 'base64-token rank'"):
+        tiktoken_ranks.read(tmp_path / "r.tiktoken")

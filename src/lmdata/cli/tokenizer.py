@@ -135,7 +135,8 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
         tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
     digest = tok.save(out)
     ranked = "; BPE by ranks as tiktoken (tokens that are not merges)" if tok.ranked else ""
-    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}{ranked}; {digest}")
+    flags = "".join(f"; {t} {'+'.join(f)}" for t, f in tok.special_flags.items())  # Hugging Face's added-token flags
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}{ranked}{flags}; {digest}")
 
 
 @tokenizer.command("export")

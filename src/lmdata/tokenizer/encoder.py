@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.tokenizer import batch, bytes_unicode, saved, tiktoken_ranks
+from lmdata.tokenizer import added_tokens, batch, bytes_unicode, saved, tiktoken_ranks
 from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
@@ -50,6 +50,8 @@ class Tokenizer:
     pre-token that is a token no merge reaches is that token (``tiktoken_ranks``).
     ``ignore_merges=True`` is Hugging Face's flag of that name (Llama 3's file): merges rank by
     their order, a pre-token that is a token is that token, one pair merged at a time.
+    ``special_flags``: ``{token: ["lstrip", "rstrip", "single_word"]}``, Hugging Face's added-token flags
+    (RoBERTa's ``<mask>`` takes the spaces before it; ``added_tokens``).
     """
 
     _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
@@ -57,6 +59,7 @@ class Tokenizer:
     def __init__(
         self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None,
         pattern: str | Pattern | None = None, ranked: bool = False, ignore_merges: bool = False,
+        special_flags: dict[str, list[str]] | None = None,
     ) -> None:
         self._pattern = Pattern.get(pattern)
         self.ranked = bool(ranked)
@@ -71,6 +74,8 @@ class Tokenizer:
                 ids[raw] = max(self.vocab, default=-1) + 1
                 self.vocab[ids[raw]] = raw
         self.special_ids = {tok: ids[tok.encode("utf-8")] for tok in self.special_tokens}
+        self.special_flags = added_tokens.check_flags(special_flags, self.special_tokens)
+        self._added = added_tokens.AddedSplitter(self.special_ids, self.special_flags) if self.special_flags else None
         self._vocab_size = max(self.vocab, default=-1) + 1
         if self._vocab_size > 0x110000 or min(self.vocab, default=0) < 0:
             raise LmdataError("vocab ids must lie in 0..1114111")
@@ -144,7 +149,7 @@ class Tokenizer:
         """Whether encoding runs in C with the GIL released (so threads scale): the C
         accelerator and a named pattern or a custom regex its matcher takes (``regex_program``);
         any other regex pre-tokenizes in Python."""
-        return self._fast is not None and self._pattern.c_mode is not None
+        return self._fast is not None and self._pattern.c_mode is not None and self._added is None
 
     # -- construction and files ------------------------------------------------------
 
@@ -159,14 +164,14 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         """Load a directory written by ``save``, checking its files against the recorded hash."""
-        vocab_text, merges_text, specials, pattern, digest, bpe = saved.read_dir(Path(path))
+        vocab_text, merges_text, specials, pattern, digest, bpe, flags = saved.read_dir(Path(path))
         tok = cls(
             bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
             bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
             specials,
             pattern,
             bpe == "ranks",
-            bpe == "words",
+            bpe == "words", flags,
         )
         tok._hash = digest
         return tok
@@ -176,8 +181,11 @@ class Tokenizer:
         """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens)."""
         from lmdata.tokenizer import hf
 
-        vocab, merges, specials, pattern, ignore_merges = hf.read(path)
-        return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges)
+        vocab, merges, specials, pattern, ignore_merges, flags = hf.read(path)
+        try:
+            return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges, special_flags=flags)
+        except LmdataError as exc:  # (a merge of tokens the vocab lacks, a missing byte: name the file)
+            raise LmdataError(f"{path}: {exc}") from None
 
     @classmethod
     def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,
@@ -185,33 +193,34 @@ class Tokenizer:
         """Import a tiktoken ranks file; ``pattern`` is its regex or name (e.g. "cl100k"),
         ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``).
         A file with tokens that are not merges of two lower ranks (Llama 3's) encodes ``ranked``."""
+        pattern = Pattern.get(pattern)  # (a bad --pattern is refused before the file is read)
         ranks = tiktoken_ranks.read(path)
-        vocab = {i: tok for tok, i in ranks.items()}
-        for name, i in (special_tokens or {}).items():
-            if i in vocab:
-                raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
-                                  f"use an id of {len(vocab)} or more")
-            vocab[i] = name.encode("utf-8")
+        vocab = tiktoken_ranks.vocab_of(ranks, special_tokens or {}, path)
         merges, ranked = tiktoken_ranks.merges_of(ranks)
-        return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
+        try:
+            return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
+        except LmdataError as exc:  # (a byte missing from the ranks: name the file)
+            raise LmdataError(f"{path}: {exc}") from None
 
     def save(self, path: str | Path) -> str:
         """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
         from lmdata.tokenizer import hf
 
-        extra = {"tokenizer.json": self.to_hf_json(), "tokenizer_config.json": hf.config_json(self.special_ids)}
-        return saved.write_dir(Path(path), *self._texts(), self.special_tokens, self.vocab_size, self.pattern, extra,
-                               self.bpe)
+        hf_json = hf.to_json_pieces(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges,
+                                    self.special_flags)  # pieces, written as made: no file is held whole
+        extra = {"tokenizer.json": hf_json, "tokenizer_config.json": hf.config_json(self.special_ids)}
+        return saved.write_dir(Path(path), bytes_unicode.vocab_pieces(self.vocab), bytes_unicode.merges_pieces(self.merges),
+                               self.special_tokens, self.vocab_size, self.pattern, extra, self.bpe, self.special_flags)
 
     def to_hf_json(self) -> str:
         """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""
         from lmdata.tokenizer import hf
 
-        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges)
+        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges, self.special_flags)
 
     def to_tiktoken(self) -> str:
         """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
-        return tiktoken_ranks.to_text(self.vocab, self.special_ids)
+        return tiktoken_ranks.to_text(self.vocab, self.special_ids, self.special_flags)
 
     def _texts(self) -> tuple[str, str]:
         return bytes_unicode.vocab_json(self.vocab), bytes_unicode.merges_txt(self.merges)
@@ -220,7 +229,7 @@ class Tokenizer:
     def hash(self) -> str:
         """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
         if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe)[0]
+            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe, self.special_flags)[0]
         return self._hash
 
     @property
@@ -254,6 +263,8 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; occurrences of the special tokens become their ids."""
+        if self._added is not None:  # special tokens with Hugging Face's flags: split off in Python
+            return self._added.encode(text, self._encode_into)
         if self._fast is not None and self._pattern.c_mode is not None:
             return self._fast.encode(text)  # special tokens split in C
         ids: list[int] = []
@@ -377,6 +388,8 @@ class Tokenizer:
             if len(buffer) < next_try:
                 continue
             cut = safe_cut(buffer, self.special_tokens, self._pattern)
+            if self._added is not None:  # (no flagged token may take the whitespace at the cut)
+                cut = self._added.safe_cut(buffer, cut, lambda t: safe_cut(t, self.special_tokens, self._pattern))
             if cut:
                 yield from self.encode(buffer[:cut])
                 buffer = buffer[cut:]
@@ -409,7 +422,7 @@ class Tokenizer:
         return batch.encode_arrays(self, texts, eot, dtype, ordinary, num_workers, pool_min_chars)
 
     def _encode_list(self, texts: list[str]) -> list[list[int]]:
-        if self._fast is not None and (self._pattern.c_mode is not None or self._splitter is None
+        if self._fast is not None and self._added is None and (self._pattern.c_mode is not None or self._splitter is None
                                        or not any(map(self._splitter.search, texts))):
             return self._fast.encode_many(texts)  # one GIL release for the lot, specials split in C
         return [self.encode(t) for t in texts]

@@ -7,7 +7,8 @@
                                  "files": {"vocab.json": <sha256>, "merges.txt": <sha256>},
                                  "hash": "sha256:<hex>"}
                                  (+ "bpe": "ranks" for tiktoken's BPE over ranks, ``Tokenizer(ranked=True)``,
-                                 or "words" for Hugging Face's ignore_merges)
+                                 or "words" for Hugging Face's ignore_merges; + "special_flags":
+                                 {"<mask>": ["lstrip"]} for Hugging Face's added-token flags, in the hash)
     <dir>/tokenizer.json         Hugging Face's format, derived from the above (``hf.py``), so
     <dir>/tokenizer_config.json  ``AutoTokenizer.from_pretrained(dir)`` loads the directory
 
@@ -25,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
@@ -38,21 +40,29 @@ HASH_VERSION = 1  # the version inside the hash: unchanged, so stores keep their
 METADATA = "lmdata_tokenizer.json"
 LEGACY_METADATA = "tokenizer.json"  # version 1's metadata, under the name Hugging Face's file has now
 HF_FILES = ("tokenizer.json", "tokenizer_config.json")
+Text = str | Iterable[str]  # a file's text, whole or in pieces
 FILES = ("vocab.json", "merges.txt", METADATA, *HF_FILES)  # what ``write_dir`` writes
 
 
 def content_hash(
-    vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN, bpe: str = "merges"
+    vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN, bpe: str = "merges",
+    flags: dict | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """The tokenizer's hash and the per-file digests it is made of (``bpe`` counts only when not "merges", so
-    every other tokenizer keeps its hash)."""
+    """The tokenizer's hash and the per-file digests it is made of (``bpe`` and the special tokens' ``flags``
+    count only when not "merges" / not empty, so every other tokenizer keeps its hash)."""
     files = {
         "vocab.json": hashlib.sha256(vocab_text.encode("utf-8")).hexdigest(),
         "merges.txt": hashlib.sha256(merges_text.encode("utf-8")).hexdigest(),
     }
-    header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files] + ([f"bpe:{bpe}"] if bpe != "merges" else []),
+    return _digest(files, special_tokens, pattern, bpe, flags), files
+
+
+def _digest(files: dict[str, str], special_tokens: list[str], pattern: str, bpe: str, flags: dict | None) -> str:
+    """``content_hash`` of the files' digests."""
+    header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files] + ([f"bpe:{bpe}"] if bpe != "merges" else [])
+                        + ([{"special_flags": {t: list(f) for t, f in flags.items()}}] if flags else []),
                         sort_keys=True)
-    return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest(), files
+    return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest()
 
 
 def _read_meta(path: Path) -> tuple[Path, dict] | None:
@@ -61,7 +71,7 @@ def _read_meta(path: Path) -> tuple[Path, dict] | None:
         file = Path(path) / name
         try:
             meta = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") in versions:
             return file, meta
@@ -89,10 +99,12 @@ def check_replaceable(out: Path, flag: str = "--out") -> None:
     refuse_foreign(out, foreign_entries(out, set(FILES).__contains__), flag, "a tokenizer directory")
 
 
-def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list[str], vocab_size: int,
-              pattern: str = GPT2_PATTERN, extra: dict[str, str] | None = None, bpe: str = "merges") -> str:
+def write_dir(out: Path, vocab_text: Text, merges_text: Text, special_tokens: list[str], vocab_size: int,
+              pattern: str = GPT2_PATTERN, extra: dict[str, Text] | None = None, bpe: str = "merges",
+              flags: dict | None = None) -> str:
     """Write the files (``extra``: name -> text, the Hugging Face ones) into a temp dir beside
-    ``out``, then rename it into place.
+    ``out``, then rename it into place.  A text is a str or an iterable of pieces, written (and
+    hashed) as they come, so no file is held whole.
 
     An lmdata tokenizer directory at ``out`` holding only our files is replaced; any
     other non-empty directory is left alone and reported (``check_replaceable``).  Returns the hash.
@@ -100,25 +112,15 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     out = Path(out)
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    digest, files = content_hash(vocab_text, merges_text, special_tokens, pattern, bpe)
-    meta = {
-        "format": FORMAT,
-        "version": VERSION,
-        "pattern": pattern,
-        "special_tokens": special_tokens,
-        "vocab_size": vocab_size,
-        "files": files,
-        "hash": digest,
-    } | ({"bpe": bpe} if bpe != "merges" else {})
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        texts = {"vocab.json": vocab_text, "merges.txt": merges_text,
-                 METADATA: json.dumps(meta, indent=2, ensure_ascii=False) + "\n", **(extra or {})}
-        for name, text in texts.items():
-            with open(tmp / name, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+        files = {name: _write(tmp / name, text) for name, text in (("vocab.json", vocab_text),
+                                                                   ("merges.txt", merges_text))}
+        digest = _digest(files, special_tokens, pattern, bpe, flags)
+        _write(tmp / METADATA, json.dumps(_meta(files, digest, special_tokens, vocab_size, pattern, bpe, flags),
+                                          indent=2, ensure_ascii=False) + "\n")
+        for name, text in (extra or {}).items():
+            _write(tmp / name, text)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.rename(out, old)
@@ -132,8 +134,47 @@ def write_dir(out: Path, vocab_text: str, merges_text: str, special_tokens: list
     return digest
 
 
-def read_dir(path: Path) -> tuple[str, str, list[str], str, str, bool]:
-    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe)."""
+def _write(path: Path, text: Text) -> str:
+    """Write ``text`` (a str or pieces) as UTF-8, fsynced; returns its sha256."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        def put(pieces: list[str]) -> None:
+            data = "".join(pieces).encode("utf-8")
+            digest.update(data)
+            f.write(data)
+
+        pending: list[str] = []
+        size = 0
+        for piece in [text] if isinstance(text, str) else text:
+            pending.append(piece)
+            size += len(piece)
+            if size >= 1 << 20:  # ~1 MB at a time
+                put(pending)
+                pending, size = [], 0
+        put(pending)
+        f.flush()
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def _meta(files: dict[str, str], digest: str, special_tokens: list[str], vocab_size: int, pattern: str, bpe: str,
+          flags: dict | None) -> dict:
+    """The content of ``lmdata_tokenizer.json``."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "pattern": pattern,
+        "special_tokens": special_tokens,
+        "vocab_size": vocab_size,
+        "files": files,
+        "hash": digest,
+    } | ({"bpe": bpe} if bpe != "merges" else {}) | ({"special_flags": {t: list(f) for t, f in flags.items()}}
+                                                      if flags else {})
+
+
+def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
+    """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe,
+    special-token flags)."""
     path = Path(path)
     if not path.is_dir():
         raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES[:3])})")
@@ -160,11 +201,14 @@ def read_dir(path: Path) -> tuple[str, str, list[str], str, str, bool]:
     bpe = meta.get("bpe", "merges")
     if bpe not in ("merges", "ranks", "words"):
         raise LmdataError(f"{meta_file}: \"bpe\" must be \"merges\", \"ranks\" or \"words\", not {bpe!r}")
-    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe)
+    flags = meta.get("special_flags") or {}
+    if not isinstance(flags, dict):
+        raise LmdataError(f"{meta_file}: \"special_flags\" must be an object {{token: [flags]}}")
+    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe, flags)
     recorded = meta.get("files") or {}
     for name, sha in files.items():
         if recorded.get(name) != sha:
             raise LmdataError(f"{path / name}: content does not match the hash in {meta_file.name}; the file was changed")
     if meta.get("hash") != digest:
         raise LmdataError(f"{meta_file}: recorded hash does not match the content; the file was changed")
-    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe
+    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe, flags

@@ -31,8 +31,13 @@ from pathlib import Path
 from lmdata.errors import LmdataError
 
 
-def to_text(vocab: dict[int, bytes], special_ids: dict[str, int]) -> str:
-    """The ranks file of a vocab (special tokens left out: tiktoken takes them separately)."""
+def to_text(vocab: dict[int, bytes], special_ids: dict[str, int], flags: dict | None = None) -> str:
+    """The ranks file of a vocab (special tokens left out: tiktoken takes them separately, without
+    Hugging Face's added-token ``flags``, which are refused: its ids would differ)."""
+    if flags:
+        tok, names = next(iter(flags.items()))
+        raise LmdataError(f"special token {tok!r} has Hugging Face's {'+'.join(names)}, which tiktoken cannot "
+                          "represent; export --to hf instead")
     specials = set(special_ids.values())
     ids = sorted(i for i in vocab if i not in specials)
     if ids != list(range(len(ids))):
@@ -42,35 +47,60 @@ def to_text(vocab: dict[int, bytes], special_ids: dict[str, int]) -> str:
 
 
 def read(path: str | Path) -> dict[bytes, int]:
-    """token -> rank of a ranks file, checking ranks are 0..n-1 and tokens unique."""
+    """token -> rank of a ranks file, checking ranks are 0..n-1 and tokens unique.
+
+    Read a line at a time, so a broken first line is refused before the rest is read and memory
+    is the ranks' own (a 10 M-line file read whole took 2.2 GB, 3x the file)."""
     path = Path(path)
     try:
-        lines = path.read_bytes().splitlines()
+        with open(path, "rb") as f:
+            ranks = _read_lines(f, path)
     except FileNotFoundError:
         raise LmdataError(f"{path}: no such file") from None
     except OSError as exc:
         raise LmdataError(f"{path}: cannot read ({exc.strerror})") from None
+    if not ranks:
+        raise LmdataError(f"{path}: holds no tokens; is it a tiktoken ranks file?")
+    seen = bytearray(len(ranks))  # one byte per rank, not a sorted list of ints
+    for r in ranks.values():
+        if r < len(seen):
+            seen[r] = 1
+    if 0 in seen:
+        raise LmdataError(f"{path}: rank {seen.index(0)} is missing (ranks must be 0..{len(seen) - 1} without gaps)")
+    return ranks
+
+
+def _read_lines(f, path: Path) -> dict[bytes, int]:
+    """token -> rank of each ``base64 rank`` line of the open file ``f``, checked as read."""
     ranks: dict[bytes, int] = {}
     n = 0
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in enumerate(f, start=1):
         if not line.strip():
             continue
         n += 1
         try:
             token, rank = line.split()
+            if not rank.isdigit():  # (bytes.isdigit: ASCII digits only; int() would take "-1", "1_0")
+                raise ValueError(rank)
             raw = b"" if token.strip(b"=") == b"" else base64.b64decode(token, validate=True)  # "=": the empty token
             ranks[raw] = int(rank)
         except (ValueError, binascii.Error):
-            raise LmdataError(f"{path}:{lineno}: expected 'base64-token rank', got {line[:60]!r}") from None
+            shown = line.rstrip(b"\r\n")[:60]
+            raise LmdataError(f"{path}:{lineno}: expected 'base64-token rank', got {shown!r}") from None
         if len(ranks) != n:
             raise LmdataError(f"{path}:{lineno}: token {token.decode()!r} appears twice")
-    if not ranks:
-        raise LmdataError(f"{path}: holds no tokens; is it a tiktoken ranks file?")
-    order = sorted(ranks.values())
-    if order != list(range(len(order))):
-        gap = next(n for n, r in enumerate(order) if n != r)
-        raise LmdataError(f"{path}: rank {gap} is missing (ranks must be 0..{len(order) - 1} without gaps)")
     return ranks
+
+
+def vocab_of(ranks: dict[bytes, int], special_tokens: dict[str, int], path: Path) -> dict[int, bytes]:
+    """id -> token of the ranks, with each special token at its id (above the ranks)."""
+    vocab = {i: tok for tok, i in ranks.items()}
+    for name, i in special_tokens.items():
+        if i in vocab:
+            raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
+                              f"use an id of {len(vocab)} or more")
+        vocab[i] = name.encode("utf-8")
+    return vocab
 
 
 def merges_of(ranks: dict[bytes, int]) -> tuple[list[tuple[bytes, bytes]], bool]:
