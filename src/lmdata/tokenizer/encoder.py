@@ -148,7 +148,7 @@ class Tokenizer:
     def gil_free(self) -> bool:
         """Whether encoding runs in C with the GIL released (so threads scale): the C
         accelerator and a named pattern or a custom regex its matcher takes (``regex_program``);
-        any other regex pre-tokenizes in Python."""
+        any other regex, or added tokens with lstrip/rstrip/single_word, run in Python."""
         return self._fast is not None and self._pattern.c_mode is not None and self._added is None
 
     # -- construction and files ------------------------------------------------------
