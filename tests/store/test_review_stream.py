@@ -1,0 +1,74 @@
+"""Review of the streamed Lance writer (a4ae5f0): failing scenarios found in review."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from lmdata.store.formats import lance_fragments
+from lmdata.store.registry import get_format
+
+from test_lance_resume import SIZES, U16, check, in_order_writer, parts, write, writer  # noqa: F401
+
+
+def test_local_resume_of_a_ray_run_with_a_gap_in_its_staged_shards(tmp_path, parts):
+    """Ray (staging, out of order) finished shards 0 and 2, then died; the local engine resumes.
+    The cutter reuses 0 and 2 (``have``) and streams 1, 3, 4: the stream holds [1, 3], a fragment
+    whose members skip shard 2, so ``members`` gives shard 3 the wrong first token/document."""
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    write(writer(fdir), tokens, [0, 2])  # Ray's tasks: staged shards 0 and 2
+    w = in_order_writer(fdir)
+    done = w.completed()
+    w.cleanup_partial()
+    assert sorted(done) == [0, 2]
+    s1, s3, s4 = write(w, tokens, [1, 3, 4])  # what ShardCutter hands the writer (0 and 2 are reused)
+    fragments = w.finish([done[0], s1, done[2], s3, s4])
+    check(fdir, fragments, stream)
+
+
+def test_stream_and_staging_write_the_same_bytes_for_large_shards(tmp_path):
+    """Ray's engine stages, the local engine streams: with shards of a few Mi tokens (--shard-tokens
+    4194304) the multi-shard fragment's data file differs (write_fragment feeds Lance 4,096-row
+    batches, the stream one batch per shard), so test_ray's sha256 fingerprint would differ."""
+    rng = np.random.default_rng(0)
+    sizes = [3_000_000, 2_500_000]
+    tokens = [rng.integers(0, 50_000, size=n).astype(np.uint16) for n in sizes]
+    starts = [np.append(np.arange(0, n, 300), n) for n in sizes]
+
+    def run(fdir, in_order):
+        w = get_format("lance").writer(fdir, U16, fragment_tokens=6_000_000)
+        if in_order:
+            w.write_in_order()
+        shards = [w.write_shard(0, tokens[0], starts[0], 0, 0),
+                  w.write_shard(1, tokens[1], starts[1], len(starts[0]) - 1, sizes[0])]
+        return w.finish(shards)
+
+    local, ray = run(tmp_path / "local", True), run(tmp_path / "ray", False)
+    assert [[(f.bytes, f.sha256) for f in s.files] for s in local] == [[(f.bytes, f.sha256) for f in s.files] for s in ray]
+
+
+def test_a_failing_finish_of_another_format_leaves_no_lance_thread(tokenizer_dir, tmp_path, monkeypatch):
+    """LocalEngine.ingest_split calls each format's finish in turn, after its ``finally`` (which
+    abandons streams only when ``written`` is False); when an earlier finish raises (memmap's:
+    a full disk, a Ctrl-C), Lance's open stream is neither closed nor abandoned: its thread
+    waits on the queue for good, holding the fragment's file (and, in a notebook, its memory)."""
+    from samples import SAMPLE
+
+    from lmdata.errors import LmdataError
+    from lmdata.ingest import ingest
+    from lmdata.sources import SourceSpec
+    from lmdata.store.formats.memmap import MemmapWriter
+
+    def failing_finish(self, shards):
+        raise LmdataError("simulated: memmap finish failed")
+
+    monkeypatch.setattr(MemmapWriter, "finish", failing_finish)
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(LmdataError, match="simulated"):
+        ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, tmp_path / "store",
+               formats=["memmap", "lance"], workers=1, progress=False, log=None)
+    left = [t for t in threading.enumerate() if t.name == "lmdata-lance-fragment" and t.ident not in before]
+    assert not left, left
