@@ -158,7 +158,11 @@ class LocalEngine:
         first = next(iter(shards.values()))
         report.documents, report.tokens = sum(s.n_docs for s in first), sum(s.n_tokens for s in first)
         report.shards, report.replaced = len(first), stats.replaced
-        for fmt, writer in writers.items():
-            shards[fmt] = writer.finish(shards[fmt]) or shards[fmt]  # a format may regroup its shards (Lance)
+        try:
+            for fmt, writer in writers.items():
+                shards[fmt] = writer.finish(shards[fmt]) or shards[fmt]  # a format may regroup its shards (Lance)
+        finally:
+            for w in in_order:  # a finish that failed leaves later formats' streams open
+                w.abandon()
         report.seconds = time.perf_counter() - t0
         return shards, report

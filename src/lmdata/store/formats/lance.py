@@ -146,7 +146,8 @@ class LanceWriter(base.RecordedShardWriter):
         shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
                           first_token=first_token, files=[], extra={"rows": len(pieces(doc_starts)[1])})
         with atomic.space_for(self.format_dir, 2 * tokens.nbytes):
-            if self._stream is not None and self._stream.n_tokens + len(tokens) > self.fragment_tokens:
+            if self._stream is not None and (self._stream.n_tokens + len(tokens) > self.fragment_tokens
+                                             or int(self._stream.members[-1].name) + 1 != index):
                 self._close_stream()
             if self._stream is None:
                 self._stream = FragmentStream(self.format_dir, lance_schema(self.dtype), STORAGE_VERSION, index)

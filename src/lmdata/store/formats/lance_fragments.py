@@ -134,7 +134,7 @@ def _member_batches(format_dir: Path, shard: ShardInfo, columns: list[str]) -> I
         start = int(shard.extra.get("row", 0))
         if start + shard.extra["rows"] > reader.metadata().num_rows:
             raise LmdataError(f"{path}: shard {shard.name} rows are missing; rerun the ingest with --overwrite")
-        yield from reader.read_range(start, shard.extra["rows"], batch_size=4096).to_batches()
+        yield from reader.read_range(start, shard.extra["rows"]).to_table().combine_chunks().to_batches()
     except LmdataError:
         raise
     except Exception as exc:
