@@ -72,3 +72,35 @@ def test_a_failing_finish_of_another_format_leaves_no_lance_thread(tokenizer_dir
                formats=["memmap", "lance"], workers=1, progress=False, log=None)
     left = [t for t in threading.enumerate() if t.name == "lmdata-lance-fragment" and t.ident not in before]
     assert not left, left
+
+
+def test_a_full_disk_met_between_the_checks_in_add_is_still_a_no_space_error(tmp_path, parts, monkeypatch):
+    """``FragmentStream.add`` checks the thread's error, then whether it is alive: a Lance thread
+    that fails between the two (here: the writer thread is descheduled right after the first check)
+    surfaces as "stopped early", a plain LmdataError, so job.py deletes a fresh store instead of
+    keeping it for --resume, and the disk-full message is lost."""
+    import errno
+    import time
+
+    from lance.fragment import LanceFragment
+
+    from lmdata.io.atomic import NoSpaceError
+    from lmdata.store.formats.lance_stream import FragmentStream
+
+    tokens, _ = parts
+    real_check = FragmentStream._raise_failure
+
+    def create(uri, reader, **kwargs):
+        next(iter(reader))  # the first shard's rows arrive, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def descheduled(self):
+        real_check(self)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(LanceFragment, "create", create)
+    monkeypatch.setattr(FragmentStream, "_raise_failure", descheduled)
+    w = in_order_writer(tmp_path / "train" / "lance")
+    with pytest.raises(NoSpaceError):
+        write(w, tokens, [0])
+    w.abandon()

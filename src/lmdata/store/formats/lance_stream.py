@@ -81,6 +81,7 @@ class FragmentStream:
         self._put(table)
         self._raise_failure()
         if not self._thread.is_alive():
+            self._raise_failure()  # it may have failed since the check above
             raise LmdataError(f"{self.format_dir}: the Lance fragment writer stopped early; rerun with --resume")
         self.members.append(shard)
         self.n_tokens += shard.n_tokens
