@@ -157,13 +157,14 @@ class LanceWriter(base.RecordedShardWriter):
     def _close_stream(self) -> None:
         """The open fragment, recorded as the staging path would have it (a lone shard: as its own staged
         fragment; several: as ``write_fragment``'s), so both engines write the same store."""
-        stream, self._stream = self._stream, None
+        stream = self._stream  # still ours until Lance is done: an interrupted wait leaves it to ``abandon``
         if len(stream.members) > 1:
             self._streamed.append(stream.close())
-            return
-        meta, (shard,) = stream.wait(), stream.members
-        rows = np.concatenate([stream.rows[0], [[shard.n_tokens], [shard.n_docs], [0]]], axis=1)
-        self._streamed.append(self._record_staged(shard, meta, rows, None))
+        else:
+            meta, (shard,) = stream.wait(), stream.members
+            rows = np.concatenate([stream.rows[0], [[shard.n_tokens], [shard.n_docs], [0]]], axis=1)
+            self._streamed.append(self._record_staged(shard, meta, rows, None))
+        self._stream = None
 
     def completed(self) -> dict[int, ShardInfo]:
         """Staged shards, and the shards held by intact fragment records (those win: they outlive staging).

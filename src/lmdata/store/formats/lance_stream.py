@@ -41,8 +41,8 @@ class FragmentStream:
         self.format_dir, self.schema = Path(format_dir), schema
         self.members: list[ShardInfo] = []
         self.rows: list[np.ndarray] = []  # per shard: [3, rows] first token and document within the fragment, CRC
-        self.n_tokens = self.n_docs = 0
-        self._tables: queue.Queue = queue.Queue(maxsize=2)  # memory: two shards waiting for Lance
+        self.n_tokens = self.n_docs = self.n_bytes = 0
+        self._tables: queue.Queue = queue.Queue(maxsize=1)  # memory: one shard waiting for Lance
         self._meta: dict | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._write, args=(storage_version, fragment_id),
@@ -85,11 +85,12 @@ class FragmentStream:
             raise LmdataError(f"{self.format_dir}: the Lance fragment writer stopped early; rerun with --resume")
         self.members.append(shard)
         self.n_tokens += shard.n_tokens
+        self.n_bytes += tokens.nbytes
         self.n_docs += shard.n_docs
 
     def wait(self) -> dict:
         """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it."""
-        with atomic.space_for(self.format_dir, 2 * self.n_tokens * 4):
+        with atomic.space_for(self.format_dir, 2 * self.n_bytes):  # tokens and token_bytes
             self._put(_END)
             self._thread.join()
             self._raise_failure()
