@@ -104,3 +104,50 @@ def test_a_full_disk_met_between_the_checks_in_add_is_still_a_no_space_error(tmp
     with pytest.raises(NoSpaceError):
         write(w, tokens, [0])
     w.abandon()
+
+
+def test_the_checksum_taken_while_lance_writes_is_the_file_s(tmp_path, parts, monkeypatch):
+    """The data file is hashed (and flushed) as Lance appends to it, in pieces: the recorded sha256
+    and size are those of the finished file."""
+    import hashlib
+
+    from lmdata.store.formats import lance_stream
+
+    monkeypatch.setattr(lance_stream, "SYNC_BYTES", 1)  # flush at every step too
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = in_order_writer(fdir)
+    fragments = w.finish(write(w, tokens, range(5)))
+    for fragment in fragments:
+        data = fragment.files[0]
+        raw = (fdir / data.path).read_bytes()
+        assert (data.bytes, data.sha256) == (len(raw), hashlib.sha256(raw).hexdigest())
+    check(fdir, fragments, stream)
+
+
+def test_the_follower_hashes_a_file_that_grows_and_is_renamed(tmp_path, monkeypatch):
+    """What Lance does with a fragment's data file: appends to ``data/.tmpXXXX``, renames it when done."""
+    import hashlib
+    import os
+
+    from lmdata.store.formats import lance_stream
+
+    monkeypatch.setattr(lance_stream, "SYNC_BYTES", 1000)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "older.lance").write_bytes(b"another fragment's file")
+    follower = lance_stream._Follower(data)
+    follower.step()  # nothing new yet
+    rng = np.random.default_rng(1)
+    chunks = [rng.bytes(int(n)) for n in rng.integers(1, 5000, size=20)]
+    with open(data / ".tmpABC", "wb") as fh:
+        for chunk in chunks:
+            fh.write(chunk)
+            fh.flush()
+            follower.step()
+    os.rename(data / ".tmpABC", data / "final.lance")
+    info = follower.info(tmp_path, "data/final.lance")
+    whole = b"".join(chunks)
+    assert (info.path, info.bytes, info.sha256) == ("data/final.lance", len(whole), hashlib.sha256(whole).hexdigest())
+    other = lance_stream._Follower(data)
+    assert other.info(tmp_path, "data/final.lance") is None  # never saw the file grow: read it whole instead

@@ -35,7 +35,7 @@ from lmdata.io.s3 import within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info
-from lmdata.store.protocol import ShardInfo
+from lmdata.store.protocol import FileInfo, ShardInfo
 
 # 256 Mi tokens per fragment, at most (a larger shard: alone); ~1 GB of Lance file with
 # token_bytes. A take pays ~14 us per batch of 32 for every fragment its windows touch
@@ -195,15 +195,18 @@ def write_fragment(format_dir: Path, run: list[ShardInfo], schema: Any, storage_
     return record_fragment(format_dir, run, meta, rows)
 
 
-def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np.ndarray) -> ShardInfo:
-    """Make a written fragment of ``run`` durable: its data file, its row index ``rows`` (each row's
-    first token and document within the fragment, CRC-32; then the totals), then its record."""
+def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np.ndarray,
+                    data: FileInfo | None = None) -> ShardInfo:
+    """Make a written fragment of ``run`` durable: its data file (``data``: already durable, with
+    its checksum), its row index ``rows`` (each row's first token and document within the
+    fragment, CRC-32; then the totals), then its record."""
     format_dir = Path(format_dir)
     name = fragment_name(run)
     first_doc, first_token = run[0].first_doc, run[0].first_token
     n_docs, n_tokens = sum(s.n_docs for s in run), sum(s.n_tokens for s in run)
     data_file = f"data/{meta['files'][0]['path']}"
-    atomic.fsync_path(format_dir / data_file)
+    if data is None:
+        atomic.fsync_path(format_dir / data_file)
     path = record_path(format_dir, name)
     base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
@@ -212,7 +215,7 @@ def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np
                                   needed=rows.nbytes)
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
-        files=[file_info(format_dir, data_file), file_info(format_dir, rows_name)],
+        files=[data or file_info(format_dir, data_file), file_info(format_dir, rows_name)],
         extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True, "row_crc": True,
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},

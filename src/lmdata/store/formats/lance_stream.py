@@ -16,6 +16,8 @@ of work), and ``cleanup_partial`` removes the unfinished data file.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -29,9 +31,61 @@ from lmdata.io import atomic
 from lmdata.store.blocks import row_checksums
 from lmdata.store.formats.lance_fragments import record_fragment
 from lmdata.store.formats.parquet import pieces
-from lmdata.store.protocol import ShardInfo
+from lmdata.store.protocol import FileInfo, ShardInfo
 
 _END = object()
+SYNC_BYTES = 64 << 20  # the growing data file is flushed to disk every this many bytes
+
+
+class _Follower:
+    """Hashes the data file while Lance appends to it, and flushes it to disk as it grows: closing
+    a fragment then costs neither a second read nor one long fsync (500 MB of text: 0.37 s of
+    sha256 and a 0.43 s fsync at the end of the split). Lance writes ``data/.tmpXXXX`` and renames
+    it when done; the open descriptor follows the rename, and ``info`` checks it is the same file."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.before = set(os.listdir(data_dir)) if data_dir.is_dir() else set()
+        self.fd: int | None = None
+        self.hashed = self.synced = 0
+        self.sha = hashlib.sha256()
+
+    def step(self) -> None:
+        """Hash what Lance has written so far (bytes below the file's size are written: it only appends)."""
+        if self.fd is None:
+            new = [n for n in os.listdir(self.data_dir) if n not in self.before] if self.data_dir.is_dir() else []
+            if len(new) != 1:
+                return  # not there yet (or not ours alone: ``info`` then leaves it to ``file_info``)
+            try:
+                self.fd = os.open(self.data_dir / new[0], os.O_RDONLY)
+            except FileNotFoundError:  # renamed in between: the fragment is done, ``info`` reads it whole
+                return
+        size = os.fstat(self.fd).st_size
+        while self.hashed < size:
+            chunk = os.pread(self.fd, min(8 << 20, size - self.hashed), self.hashed)
+            self.sha.update(chunk)
+            self.hashed += len(chunk)
+        if self.hashed - self.synced >= SYNC_BYTES:
+            os.fdatasync(self.fd)
+            self.synced = self.hashed
+
+    def info(self, format_dir: Path, relpath: str) -> FileInfo | None:
+        """The finished file's ``FileInfo``, durable, when it is the file followed; else None."""
+        if self.fd is None:
+            return None
+        try:
+            if os.fstat(self.fd).st_ino != os.stat(Path(format_dir) / relpath).st_ino:
+                return None
+            self.step()
+            os.fdatasync(self.fd)
+            return FileInfo(path=relpath, bytes=self.hashed, sha256=self.sha.hexdigest())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class FragmentStream:
@@ -45,6 +99,7 @@ class FragmentStream:
         self._tables: queue.Queue = queue.Queue(maxsize=1)  # memory: one shard waiting for Lance
         self._meta: dict | None = None
         self._error: BaseException | None = None
+        self._follower = _Follower(self.format_dir / "data")
         self._thread = threading.Thread(target=self._write, args=(storage_version, fragment_id),
                                         name="lmdata-lance-fragment", daemon=True)
         self._thread.start()
@@ -83,6 +138,7 @@ class FragmentStream:
         if not self._thread.is_alive():
             self._raise_failure()  # it may have failed since the check above
             raise LmdataError(f"{self.format_dir}: the Lance fragment writer stopped early; rerun with --resume")
+        self._follower.step()
         self.members.append(shard)
         self.n_tokens += shard.n_tokens
         self.n_bytes += tokens.nbytes
@@ -103,12 +159,14 @@ class FragmentStream:
         """End the fragment and make it durable and recorded (``record_fragment``)."""
         meta = self.wait()
         totals = np.array([[self.n_tokens], [self.n_docs], [0]], np.int64)
-        return record_fragment(self.format_dir, self.members, meta, np.concatenate(self.rows + [totals], axis=1))
+        data = self._follower.info(self.format_dir, f"data/{meta['files'][0]['path']}")
+        return record_fragment(self.format_dir, self.members, meta, np.concatenate(self.rows + [totals], axis=1), data)
 
     def abandon(self) -> None:
         """Stop the writing thread (an error elsewhere); the unfinished data file is ``cleanup_partial``'s."""
         self._put(_END)
         self._thread.join()
+        self._follower.close()
 
     def _raise_failure(self) -> None:
         if self._error is not None:
