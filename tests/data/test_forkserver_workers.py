@@ -122,3 +122,33 @@ def test_workers_forkserver_and_tracker_end_with_their_owner(sample_store, tmp_p
             except ProcessLookupError:
                 pass
         proc.wait()
+
+
+def test_the_liveness_check_leaves_no_cycle_that_keeps_workers_alive(sample_store, monkeypatch):
+    """The patched wait must not hold its iterator: a cycle outlived ``del`` until a garbage
+    collection, and the collected iterator then waited 5 s per worker for its shutdown (every
+    loader's teardown took 10 s; the demo's bench 18 of them)."""
+    import gc
+    import weakref
+
+    import lmdata.data.loader as loader_module
+    from lmdata.data import workers
+
+    seen: list[weakref.ref] = []
+
+    def spy(it):
+        seen.append(weakref.ref(it))
+        workers.check_workers_while_waiting(it)
+
+    monkeypatch.setattr(loader_module, "check_workers_while_waiting", spy)
+    ds = TokenDataset(open_store(sample_store).reader("train", "memmap"), 16)
+    batches = iter(make_loader(ds, 4, num_workers=2, seed=0))
+    next(batches)
+    assert seen and seen[0]() is not None
+    gc.disable()
+    try:
+        batches.close()
+        del batches
+        assert seen[0]() is None, "the DataLoader iterator survived its last reference (a reference cycle)"
+    finally:
+        gc.enable()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import time
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -100,14 +101,14 @@ def check_workers_while_waiting(it: Any) -> None:
     Another torch without these internals keeps its own wait.
     """
     timeout = getattr(it, "_timeout", 0)
-    try_get = getattr(it, "_try_get_data", None)
-    if not timeout or try_get is None or getattr(it, "_pin_memory", False):
+    if not timeout or not hasattr(it, "_try_get_data") or getattr(it, "_pin_memory", False):
         return
+    owner = weakref.ref(it)  # not the iterator itself: a cycle would outlive ``del`` and its workers
 
     def get_data() -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            ok, data = try_get(max(min(LIVENESS_S, deadline - time.monotonic()), 0.001))  # raises for a dead worker
+            ok, data = owner()._try_get_data(max(min(LIVENESS_S, deadline - time.monotonic()), 0.001))  # a dead worker raises
             if ok:
                 return data
             if time.monotonic() >= deadline:
