@@ -75,7 +75,7 @@ from lmdata.store.checksum import (
     shard_file_path,
     verify_shard,
 )
-from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
+from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import concat_ranges
@@ -108,18 +108,16 @@ class LanceWriter(base.RecordedShardWriter):
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
         table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token)).cast(lance_schema(self.dtype))
         stale = base.forget(self.format_dir, index)
+        rows = lance_fragments.shard_rows(tokens, doc_starts)
+        shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
+                          first_token=first_token, files=[], extra={"rows": rows.shape[1] - 1})
         if self._in_order:
-            return self._stream_shard(index, table, tokens, doc_starts, first_doc, first_token)
+            return self._stream_shard(shard, table, rows, tokens.nbytes)
         with atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
             frag = LanceFragment.create(
                 str(self.format_dir), table, fragment_id=index, schema=lance_schema(self.dtype),
                 data_storage_version=STORAGE_VERSION,
             )
-        row_starts, doc_of_row = pieces(doc_starts)
-        crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
-        rows = np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs])
-        shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
-                          first_token=first_token, files=[], extra={"rows": len(doc_of_row)})
         return self._record_staged(shard, frag.to_json(), rows, stale)
 
     def _record_staged(self, shard: ShardInfo, meta: dict, rows: np.ndarray, stale: ShardInfo | None) -> ShardInfo:
@@ -140,18 +138,16 @@ class LanceWriter(base.RecordedShardWriter):
                 (self.format_dir / old.path).unlink(missing_ok=True)
         return shard
 
-    def _stream_shard(self, index: int, table: Any, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int,
-                      first_token: int) -> ShardInfo:
-        """Shard ``index`` into the open fragment, or a new one where ``plan_fragments`` starts one."""
-        shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
-                          first_token=first_token, files=[], extra={"rows": len(pieces(doc_starts)[1])})
-        with atomic.space_for(self.format_dir, 2 * tokens.nbytes):
-            if self._stream is not None and (self._stream.n_tokens + len(tokens) > self.fragment_tokens
+    def _stream_shard(self, shard: ShardInfo, table: Any, rows: np.ndarray, nbytes: int) -> ShardInfo:
+        """``shard`` into the open fragment, or a new one where ``plan_fragments`` starts one."""
+        index = int(shard.name)
+        with atomic.space_for(self.format_dir, 2 * nbytes):
+            if self._stream is not None and (self._stream.n_tokens + shard.n_tokens > self.fragment_tokens
                                              or int(self._stream.members[-1].name) + 1 != index):
                 self._close_stream()
             if self._stream is None:
                 self._stream = FragmentStream(self.format_dir, lance_schema(self.dtype), STORAGE_VERSION, index)
-            self._stream.add(shard, table, tokens, doc_starts)
+            self._stream.add(shard, table, rows, nbytes)
         return shard
 
     def _close_stream(self) -> None:
@@ -160,10 +156,8 @@ class LanceWriter(base.RecordedShardWriter):
         stream = self._stream  # still ours until Lance is done: an interrupted wait leaves it to ``abandon``
         if len(stream.members) > 1:
             self._streamed.append(stream.close())
-        else:
-            meta, (shard,) = stream.wait(), stream.members
-            rows = np.concatenate([stream.rows[0], [[shard.n_tokens], [shard.n_docs], [0]]], axis=1)
-            self._streamed.append(self._record_staged(shard, meta, rows, None))
+        else:  # a lone shard's fragment index is its own row index
+            self._streamed.append(self._record_staged(stream.members[0], stream.wait(), stream.index_rows(), None))
         self._stream = None
 
     def completed(self) -> dict[int, ShardInfo]:

@@ -35,6 +35,7 @@ from lmdata.io.s3 import within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info
+from lmdata.store.formats.parquet import pieces
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 # 256 Mi tokens per fragment, at most (a larger shard: alone); ~1 GB of Lance file with
@@ -69,6 +70,14 @@ def with_token_bytes(table: Any) -> Any:
     offsets = tokens.offsets.to_numpy().astype(np.int64) * (values.type.bit_width // 8)
     raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets), values.buffers()[1]])
     return table.append_column("token_bytes", raw)
+
+
+def shard_rows(tokens: np.ndarray, doc_starts: np.ndarray) -> np.ndarray:
+    """A shard's row index, int64 [3, n_rows + 1]: each row's first token (then n_tokens), its
+    document (then n_docs) and the CRC-32 of its tokens' little-endian bytes (then 0)."""
+    row_starts, doc_of_row = pieces(doc_starts)
+    crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
+    return np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs]).astype(np.int64)
 
 
 def fragment_name(members: list[ShardInfo]) -> str:

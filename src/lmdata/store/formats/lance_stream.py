@@ -28,9 +28,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
-from lmdata.store.blocks import row_checksums
 from lmdata.store.formats.lance_fragments import record_fragment
-from lmdata.store.formats.parquet import pieces
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 _END = object()
@@ -128,11 +126,9 @@ class FragmentStream:
             except queue.Full:
                 continue
 
-    def add(self, shard: ShardInfo, table: Any, tokens: np.ndarray, doc_starts: np.ndarray) -> None:
-        """Queue ``shard``'s rows (``table``, built from ``tokens``/``doc_starts``) for the fragment."""
-        row_starts, doc_of_row = pieces(doc_starts)
-        crcs = row_checksums(tokens, row_starts)
-        self.rows.append(np.stack([row_starts[:-1] + self.n_tokens, doc_of_row + self.n_docs, crcs]).astype(np.int64))
+    def add(self, shard: ShardInfo, table: Any, rows: np.ndarray, nbytes: int) -> None:
+        """Queue ``shard``'s rows (``table``; ``rows``: its ``shard_rows``, of ``nbytes`` of tokens)."""
+        self.rows.append(rows[:, :-1] + np.array([[self.n_tokens], [self.n_docs], [0]], np.int64))
         self._put(table)
         self._raise_failure()
         if not self._thread.is_alive():
@@ -141,8 +137,12 @@ class FragmentStream:
         self._follower.step()
         self.members.append(shard)
         self.n_tokens += shard.n_tokens
-        self.n_bytes += tokens.nbytes
+        self.n_bytes += nbytes
         self.n_docs += shard.n_docs
+
+    def index_rows(self) -> np.ndarray:
+        """The fragment's row index: its shards' rows, positions within the fragment, then the totals."""
+        return np.concatenate(self.rows + [np.array([[self.n_tokens], [self.n_docs], [0]], np.int64)], axis=1)
 
     def wait(self) -> dict:
         """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it."""
@@ -158,9 +158,8 @@ class FragmentStream:
     def close(self) -> ShardInfo:
         """End the fragment and make it durable and recorded (``record_fragment``)."""
         meta = self.wait()
-        totals = np.array([[self.n_tokens], [self.n_docs], [0]], np.int64)
         data = self._follower.info(self.format_dir, f"data/{meta['files'][0]['path']}")
-        return record_fragment(self.format_dir, self.members, meta, np.concatenate(self.rows + [totals], axis=1), data)
+        return record_fragment(self.format_dir, self.members, meta, self.index_rows(), data)
 
     def abandon(self) -> None:
         """Stop the writing thread (an error elsewhere); the unfinished data file is ``cleanup_partial``'s."""
