@@ -274,7 +274,7 @@ def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
                     if end < 0:  # the candidate's line goes on in the next block
                         break
                     search = end + 1
-                    if (j == 0 or buf[j - 1] == 10) and not buf[j + len(sep):end].strip(b"\r"):  # a whole line
+                    if _whole_line(buf, j, len(sep), end):
                         yield from _emit(path, bytes(buf[doc:j]), spec, stats, base + doc, end + 1 - doc, source)
                         doc = end + 1
                 else:
@@ -284,10 +284,16 @@ def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
         except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
             raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {base} ({exc})") from None
     j = buf.find(sep, search)  # the last line, without a line break
-    if j >= 0 and (j == 0 or buf[j - 1] == 10) and not buf[j + len(sep):].strip(b"\r"):
+    if j >= 0 and _whole_line(buf, j, len(sep), len(buf)):
         yield from _emit(path, bytes(buf[:j]), spec, stats, base, len(buf), source)
     else:
         yield from _emit(path, bytes(buf), spec, stats, base, len(buf), source)
+
+
+def _whole_line(buf: bytearray, j: int, n: int, end: int) -> bool:
+    """Whether the ``n`` bytes at ``j`` are a line of their own: at a line's start (``buf`` starts
+    one), followed by nothing but ``\r`` up to ``end`` (the line break or the end of the input)."""
+    return (j == 0 or buf[j - 1] == 10) and not buf[j + n:end].strip(b"\r")
 
 
 def _text_documents_by_line(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
