@@ -222,21 +222,20 @@ def test_a_removed_worker_node_is_survived_by_retries(cluster, nodes, faults, s3
     spec, local = reference
     out = s3.uri("ray")
     worker = next(iter(cluster.worker_nodes))  # not the head: the driver's node stays
-    shards = nodes[1] / "ray-shards"
-    before = set(shards.glob("*/*"))  # work directories other runs' killed tasks left
+    hold, held = faults / "hold", faults / "held"
+    hold.write_text(str(nodes[1]))  # that node's first store write waits, in progress, until the node is gone
     proc = subprocess.Popen([sys.executable, "-c", driver_script(cluster, spec, tokenizer_dir, out)],
                             env=os.environ.copy())
     try:
-        record = location(out) / "train" / "memmap" / "_shards" / "00002.json"
         deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline:
-            if record.exists() and set(shards.glob("*/*")) - before:  # a write in progress on that node
-                break
+        while proc.poll() is None and not held.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert proc.poll() is None, "the ingest ended before a write ran on the second node"
+        assert held.exists(), "no write ran on the second node"
         cluster.remove_node(worker, allow_graceful=False)
         assert proc.wait(timeout=300) == 0
     finally:
+        hold.unlink(missing_ok=True)
+        held.unlink(missing_ok=True)
         if proc.poll() is None:
             proc.kill()
         if not cluster.worker_nodes:  # the module's other tests get their two nodes back

@@ -24,7 +24,9 @@ same paths on every node (a shared filesystem): read and write tasks open them b
 ``s3://`` inputs and store no filesystem is shared: the tasks write the store (``ray_store``).
 Fault injection for tests: with ``LMDATA_RAY_FAULTS=DIR``, a task whose key names a file
 ``DIR/<key>`` renames it to ``<key>.fired`` and kills its worker once (keys:
-``encode-<file>-<batch>``, ``write-<format>-<shard>``, ``wrote-<format>-<shard>``).
+``encode-<file>-<batch>``, ``write-<format>-<shard>``, ``wrote-<format>-<shard>``). A file
+``DIR/hold`` naming a node's ``LMDATA_CACHE_DIR`` keeps that node's store writes waiting (after
+touching ``DIR/held``) until it is removed, so a test can act while one is surely in progress.
 """
 
 from __future__ import annotations
@@ -76,6 +78,23 @@ def _maybe_fault(key: str) -> None:
     except FileNotFoundError:
         return
     os._exit(1)
+
+
+def _maybe_hold() -> None:
+    """Wait while a test's ``DIR/hold`` names this node's cache (see the module docstring)."""
+    root = os.environ.get(FAULTS_ENV)
+    if not root:
+        return
+    hold = Path(root) / "hold"
+    try:
+        held = hold.read_text() == os.environ.get("LMDATA_CACHE_DIR")
+    except FileNotFoundError:
+        return
+    if held:
+        (Path(root) / "held").touch()
+        deadline = time.monotonic() + 120
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------- tasks (run on workers)

@@ -40,7 +40,7 @@ import numpy as np
 from lmdata.ingest import encode
 from lmdata.ingest.publish import local_files, _rank
 from lmdata.ingest.ray import (MAX_RETRIES, RayEngine, _Dispatch, _document_offsets, _encode_rows, _lmdata_cause,
-                               _maybe_fault, _read_file, check_committed, require_ray)
+                               _maybe_fault, _maybe_hold, _read_file, check_committed, require_ray)
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
 from lmdata.io.cache import keyed_dir
 from lmdata.io.location import Location, location
@@ -129,6 +129,7 @@ def _write_to_store(label: str, fmt_uri: str, dtype: str, index: int, pieces: li
     tokens = np.concatenate([a[start:stop] for a, (_, start, stop) in zip(arrays, pieces)])
     del arrays
     work = _work_dir(fmt_uri, f"{index:05d}")
+    _maybe_hold()
     try:
         shard = get_format(label).writer(work, np.dtype(dtype)).write_shard(index, tokens, doc_starts, first_doc,
                                                                             first_token)
