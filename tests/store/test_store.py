@@ -101,6 +101,16 @@ def test_symlink_out_of_the_store_is_refused(make_store, tmp_path):
         open_store(syn.path)
 
 
+def test_a_format_directory_linked_out_of_the_store_is_refused(make_store, tmp_path):
+    """Files are checked with one realpath per format directory: a linked directory is still caught."""
+    syn = make_store(["memmap"])
+    fmt_dir, outside = syn.path / "train" / "memmap", tmp_path / "elsewhere"
+    fmt_dir.rename(outside)
+    fmt_dir.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LmdataError, match="outside the store"):
+        open_store(syn.path)
+
+
 def test_tokenizer_hash_is_checked(make_store):
     syn = make_store(["memmap"])
     open_store(syn.path, tokenizer_hash="0" * 64)
