@@ -1,7 +1,8 @@
-"""Builds the optional C accelerator of the tokenizer; the metadata lives in pyproject.toml.
+"""Builds the optional C accelerators; the metadata lives in pyproject.toml.
 
-``optional=True``: without a C compiler the install still succeeds and
-``lmdata.tokenizer`` uses its pure-Python encoder and trainer (same results, slower).
+``optional=True``: without a C compiler the install still succeeds, ``lmdata.tokenizer`` uses
+its pure-Python encoder and trainer and ``lmdata.io.descriptors`` reads windows with one
+``os.preadv`` each (same results, slower).
 ``_fastbpe_train.c`` (the trainer) and ``_fastbpe_regex.c`` (the matcher of a custom pattern) are
 #included by ``_fastbpe.c``: one translation unit.
 """
@@ -13,5 +14,11 @@ setup(ext_modules=[Extension(
     ["src/lmdata/tokenizer/_fastbpe.c"],
     depends=["src/lmdata/tokenizer/_fastbpe_train.c", "src/lmdata/tokenizer/_fastbpe_regex.c"],
     extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+    optional=True,
+), Extension(
+    "lmdata.io._preads",
+    ["src/lmdata/io/_preads.c"],
+    libraries=["z"],  # zlib's crc32 (the block checksums' polynomial)
+    extra_compile_args=["-O2", "-Wall", "-Wextra"],
     optional=True,
 )])

@@ -41,7 +41,7 @@ def test_parquet_file_layout_and_a_tiny_memory_budget(make_store, monkeypatch):
     rng = np.random.default_rng(3)
     starts = rng.integers(0, len(syn.stream) - 1025, size=64)
     np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
-    assert reader._n_maps <= 2  # the last shard, and a straddled one
+    assert reader._n_sources <= 2  # the last shard, and a straddled one
 
 
 def test_other_tools_read_the_split_token_values(make_store):

@@ -1,8 +1,8 @@
 """What formats share: crash-safe shard files (writers) and the readers' base (``ShardReader``).
 
-Readers hold no file descriptor between reads (memmap and decoded Parquet shards are mapped
-without one: ``mapped_windows``), so a store of many more shards than ``ulimit -n`` reads
-like any other.
+Readers hold no file descriptor per shard (memmap and decoded Parquet shards are read through
+one bounded pool of descriptors: ``raw_windows``, ``io.descriptors``), so a store of many more
+shards than ``ulimit -n`` reads like any other.
 
 Writers: crash-safe shard files -- temporary names, fsync, rename, and completion records.
 

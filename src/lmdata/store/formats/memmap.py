@@ -10,12 +10,11 @@ On disk, per split (``<store>/<split>/memmap/``)::
                        in ``store/blocks.py``), checked on the blocks a read touches (``memmap_blocks.py``)
     _shards/00000.json completion record of the shard (see ``base.py``)
 
-The reader maps each shard lazily, once per process and without holding a file descriptor
-(``mapped_windows``: a map is never pickled, and a forked child maps its own), checks the
-4 KiB blocks a read touches against the sidecar the first time the process reads them (a
-store without sidecars: the shard's sha256 on first touch, ``checksum.verify_shard``), and
-copies each window with one contiguous slice. On object storage, windows are coalesced
-byte ranges (``memmap_blocks``).
+The reader copies each window with one ``pread`` into the batch, through the process's
+bounded pool of descriptors (``raw_windows``), and checks the 4 KiB blocks a read touches
+against the sidecar the first time the process reads them (a store without sidecars: the
+shard's sha256 on first touch, ``checksum.verify_shard``). On object storage, windows are
+coalesced byte ranges (``memmap_blocks``).
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
-from lmdata.io.mapped import map_file
 from lmdata.io.process_local import per_process
-from lmdata.store.formats.mapped_windows import MappedWindows
+from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments
@@ -78,7 +76,7 @@ class MemmapWriter(base.RecordedShardWriter):
         return shard
 
 
-class MemmapReader(MappedWindows, base.ShardReader):
+class MemmapReader(RawWindows, base.ShardReader):
     """Windows and documents from the raw shards; holds paths only until first use."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2)}  # tokens-NNNNN.bin, docs-NNNNN.npy
@@ -90,9 +88,9 @@ class MemmapReader(MappedWindows, base.ShardReader):
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
 
-    def _open_tokens(self, i: int) -> np.ndarray:
-        """Shard ``i``'s tokens, mapped without a descriptor (its size checked against the manifest first:
-        one ``lstat``, a shard's first touch in a process pays it)."""
+    def _open_tokens(self, i: int) -> RawFile:
+        """Shard ``i``'s token file, its size checked against the manifest (one ``lstat``: a shard's
+        first touch in a process pays it)."""
         shard = self.shards[i]
         if not self.blocks.has_sums[i]:  # a store without block checksums: sha256 of the whole shard, once
             verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
@@ -102,7 +100,7 @@ class MemmapReader(MappedWindows, base.ShardReader):
                 f"{path}: shard {shard.name} has {st.st_size} bytes, expected {shard.n_tokens} tokens of "
                 f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
             )
-        return map_file(path, st.st_size).view(self.dtype)
+        return RawFile(path, st.st_size)
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
 
@@ -115,13 +113,13 @@ class MemmapReader(MappedWindows, base.ShardReader):
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         if self.remote:
             return self.blocks.remote_windows(starts, length, self.segments)
-        return self._mapped_windows(starts, length)
+        return self._raw_windows(starts, length)
 
     def _document(self, i: int, k: int) -> np.ndarray:
         starts = self.doc_starts(i)
         if self.remote:
             return self.blocks.remote_tokens(i, int(starts[k]), int(starts[k + 1]))
-        return np.array(self._mapped_span(i, int(starts[k]), int(starts[k + 1])))
+        return self._raw_span(i, int(starts[k]), int(starts[k + 1]))
 
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length."""

@@ -6,7 +6,7 @@ manifest. The sidecar is loaded the first time a process touches the shard and c
 against its sha256 in the manifest (it is ~1/1000 of the data), so the chain manifest ->
 sidecar -> block is sound.
 
-- Local: the mapping serves the window and ``mapped_windows`` checks the blocks under it
+- Local: one ``pread`` serves the window and ``raw_windows`` checks the blocks under it
   the first time this process reads them (with ``sums`` from here), nothing once seen;
   start-up does not grow with the store.
 - Remote: ``remote_windows`` turns a batch into byte ranges per shard, which ``RangeFiles``
@@ -60,8 +60,11 @@ class BlockReads:
     def _read(self, info: Any) -> bytes:
         if self.remote:
             return (self.format_dir / info.path).read_bytes()
-        with open(self._path(info), "rb") as fh:  # plain open: a shard's first touch pays this
-            return fh.read()
+        fd = os.open(self._path(info), os.O_RDONLY | os.O_CLOEXEC)  # no buffered file: a shard's first touch pays this
+        try:
+            return os.read(fd, info.bytes + 1)  # one byte more: a longer file is refused by its size
+        finally:
+            os.close(fd)
 
     def _path(self, info: Any) -> str:
         return str(self.format_dir / info.path) if self.remote else os.path.join(self._dir, info.path)

@@ -14,7 +14,7 @@ On disk, per split (``<store>/<split>/parquet/``)::
 Reader: the first process on a machine to read a shard decodes it whole, its bytes checked
 against the manifest's sha256 and every page against its CRC-32, into a raw token copy in
 the local cache (``parquet_cache``); windows are then cut from that copy exactly as from a
-memmap shard (``mapped_windows``: mapped without a descriptor, blocks checked once per
+memmap shard (``raw_windows``: one ``pread`` per window, blocks checked once per
 process). A window therefore never decodes a row group, and workers share the copy through
 the page cache. Any decode error is an ``LmdataError`` naming the shard file.
 ``doc_starts`` reads a shard's doc_id/token_offset columns (no tokens); ``arrow_rows``
@@ -33,11 +33,11 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
-from lmdata.io.mapped import map_file
+from lmdata.io.descriptors import descriptors
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
-from lmdata.store.formats.mapped_windows import MappedWindows
+from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     read_error, shard_file_path, stat_shard_file, verify_shard
@@ -212,8 +212,8 @@ class ParquetWriter(base.RecordedShardWriter):
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
-class ParquetReader(MappedWindows, base.ShardReader):
-    """Windows from each shard decoded once per machine (``parquet_cache``), mapped like memmap shards."""
+class ParquetReader(RawWindows, base.ShardReader):
+    """Windows from each shard decoded once per machine (``parquet_cache``), read like memmap shards."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
 
@@ -227,7 +227,7 @@ class ParquetReader(MappedWindows, base.ShardReader):
 
     _in_memory = per_process(lambda self: 0)  # bytes of decoded shards held in this process's memory
     _sums = per_process(lambda self: {})  # shard -> BlockSums of its decoded copy
-    _key = per_process(lambda self: {})  # shard -> the key of the copy this process mapped
+    _key = per_process(lambda self: {})  # shard -> the key of the copy this process reads
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
@@ -253,8 +253,11 @@ class ParquetReader(MappedWindows, base.ShardReader):
             return self.format_dir / shard.files[0].path
         return shard_file_path(self.format_dir, shard, shard.files[0])
 
-    def _open_tokens(self, i: int) -> np.ndarray:
-        """Shard ``i``'s tokens: its decoded copy mapped, decoding it first when the machine has none."""
+    _remakes_lost_files = True  # another process may evict a decoded copy: decode it again
+
+    def _open_tokens(self, i: int) -> RawFile | np.ndarray:
+        """Shard ``i``'s tokens: its decoded copy, decoding it first when the machine has none (in
+        memory when the machine's cache is off)."""
         shard = self.shards[i]
         tokens = None
         if self.decoded is None:
@@ -262,34 +265,36 @@ class ParquetReader(MappedWindows, base.ShardReader):
                 verify_shard(self.format_dir, shard, "size")
         else:
             key = self._key[i] = self._copy_key(i)
-            copy = self._mapped_copy(i, key)
+            copy = self._decoded_copy(i, key)
             if copy is None:
                 tokens = self._decode(i)
                 if self.decoded.put(key, self.dtype, tokens) is not None:
-                    copy = self._mapped_copy(i, key)
+                    copy = self._decoded_copy(i, key)
             if copy is not None:
                 return copy
         tokens = self._decode(i) if tokens is None else tokens
         self._sums.pop(i, None)  # checked as it was decoded
         self._in_memory += tokens.nbytes
         if self._in_memory > self.cache_bytes:  # over the budget: forget every decoded shard but this one
-            self._drop_maps()
+            self._drop_sources()
             self._in_memory = tokens.nbytes
         return tokens
 
-    def _mapped_copy(self, i: int, key: str) -> np.ndarray | None:
-        """The machine's decoded copy of shard ``i`` mapped, its CRCs read with it; None if it has none
+    def _decoded_copy(self, i: int, key: str) -> RawFile | None:
+        """The machine's decoded copy of shard ``i``, opened, its CRCs read with it; None if it has none
         (or another process evicted it meanwhile)."""
         nbytes = self.shards[i].n_tokens * self.dtype.itemsize
         path = self.decoded.get(key, self.dtype, nbytes)
         if path is None:
             return None
+        pool = descriptors()
         try:
-            tokens = map_file(path, nbytes).view(self.dtype)
+            pool.forget(path)  # a descriptor of an earlier copy at this path is stale
+            pool.get(path)  # held from now on: another process's eviction cannot take it before the first read
             self._sums[i] = self.decoded.sums(path)
         except FileNotFoundError:
             return None
-        return tokens
+        return RawFile(path, nbytes)
 
     def _block_sums(self, i: int) -> BlockSums | None:
         """The CRCs written with the decoded copy (None for a shard decoded into memory: checked as it was read)."""
@@ -338,11 +343,11 @@ class ParquetReader(MappedWindows, base.ShardReader):
             super()._check_blocks(i, blocks)
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        return self._mapped_windows(starts, length)
+        return self._raw_windows(starts, length)
 
     def _document(self, i: int, k: int) -> np.ndarray:
         starts = self.doc_starts(i)
-        return np.array(self._mapped_span(i, int(starts[k]), int(starts[k + 1])))
+        return self._raw_span(i, int(starts[k]), int(starts[k + 1]))
 
     def _file(self, i: int) -> Any:
         """Shard ``i``'s ParquetFile, opened for one read (no descriptor kept between reads)."""

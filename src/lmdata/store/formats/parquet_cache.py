@@ -11,12 +11,12 @@ per worker. Instead the first process on a machine to read a shard decodes it wh
 3. writes ``<cache>/parquet/<ab>/<key>.bin`` (the raw tokens) and its block CRCs
    ``.bin.crc`` (``store/blocks.py``), each tmp + rename, the sidecar first.
 
-Every process then maps the copy (``mapped_windows``: no descriptor, blocks checked on
-first read, shared by workers through the page cache). The key is the shard's sha256 in
+Every process then reads the copy (``raw_windows``: one ``pread`` per window, blocks checked
+on first read, shared by workers through the page cache). The key is the shard's sha256 in
 the manifest and the identity of the file it was decoded from (path, inode, size, mtime;
 an object's URI and size), so a re-ingested store never meets a stale copy, and a shard
 file rewritten after its copy was made is decoded -- and checked -- again. The cache is bounded by ``LMDATA_PARQUET_CACHE_BYTES``
-(default 64 GiB; least recently mapped copies go first); ``0`` turns it off, and then each
+(default 64 GiB; least recently opened copies go first); ``0`` turns it off, and then each
 process keeps decoded shards in memory instead (up to the reader's ``cache_bytes``).
 Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be written
 (a read-only home, a full disk) is the in-memory path, with one warning.
@@ -60,11 +60,14 @@ class DecodedShards:
     def path(self, key: str, dtype: np.dtype) -> Path:
         return self.root / key[:2] / f"{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
 
-    def get(self, key: str, dtype: np.dtype, n_bytes: int) -> Path | None:
-        """The copy of the shard with this key, if it is here whole (its use recorded for eviction)."""
-        path = self.path(key, dtype)
+    def get(self, key: str, dtype: np.dtype, n_bytes: int) -> str | None:
+        """The copy of the shard with this key, if it is here whole (its use recorded for eviction).
+
+        Plain strings and ``os`` calls: a reader's first touch of each of a thousand shards pays this."""
+        root = self.__dict__.get("_root_str") or self.__dict__.setdefault("_root_str", os.fspath(self.root))
+        path = f"{root}/{key[:2]}/{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
         try:
-            if path.stat().st_size != n_bytes or not os.path.exists(str(path) + SIDECAR_SUFFIX):
+            if os.stat(path).st_size != n_bytes or not os.path.exists(path + SIDECAR_SUFFIX):
                 return None
             os.utime(path)
         except OSError:
@@ -97,9 +100,10 @@ class DecodedShards:
             self.evict()
         return path
 
-    def sums(self, path: Path) -> BlockSums:
-        sidecar = Path(str(path) + SIDECAR_SUFFIX)
-        return BlockSums.decode(sidecar.read_bytes(), str(sidecar))
+    def sums(self, path: str | Path) -> BlockSums:
+        sidecar = os.fspath(path) + SIDECAR_SUFFIX
+        with open(sidecar, "rb") as fh:
+            return BlockSums.decode(fh.read(), sidecar)
 
     def drop(self, path: Path) -> None:
         """Remove a copy found damaged (it is decoded again from the shard)."""
@@ -107,5 +111,5 @@ class DecodedShards:
             p.unlink(missing_ok=True)
 
     def evict(self) -> None:
-        """Delete the least recently mapped copies until the cache holds at most ``max_bytes``."""
+        """Delete the least recently opened copies until the cache holds at most ``max_bytes``."""
         evict_oldest(self.root.glob("*/*.bin"), self.max_bytes, self.drop)

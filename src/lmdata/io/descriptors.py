@@ -1,0 +1,142 @@
+"""Read-only file descriptors kept for positional reads, bounded by the process's open-file limit.
+
+    fd = descriptors().get("/store/train/memmap/tokens-00000.bin")
+    n = os.preadv(fd, [window], offset)      # no file offset: any thread, any order
+    preads(fds, offsets, lengths, out)       # a batch's reads in one call (C, GIL released; or None)
+
+Readers of raw token files (memmap shards, Parquet's decoded copies) copy each window with
+one ``pread`` into the batch. A mapping served warm windows ~0.3 us faster, but a fresh
+process's first touch of each page cost a page fault that mapped whole page-cache folios:
+~7 us a window and ~200 KB of RSS per window on a 1 G-token store, so a first epoch read
+at a third of the small store's rate and a reader's PSS grew with the store. ``pread``
+costs ~2 us a window at any store size and leaves nothing mapped.
+
+The descriptors live in a pool per thread (so none is closed under another thread's read),
+oldest closed first when it is full, so the number of shards never meets ``ulimit -n``. The
+main thread's pool holds up to a quarter of the soft limit, after raising the soft limit
+towards the hard one (as Ray and Dask do); the
+descriptors are moved above 1024 when the limit allows it, so a library calling
+``select()`` on its own new descriptors never sees one past ``FD_SETSIZE``. A forked child
+closes the copies it inherited on its first use of the pool.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+from collections import OrderedDict
+
+from lmdata.errors import LmdataError
+
+try:  # one call for a batch's reads, without the GIL (setup.py builds it; optional)
+    from lmdata.io._preads import preads, read_windows
+except ImportError:  # pragma: no cover - installed without a C compiler
+    preads = read_windows = None
+
+RAISE_SOFT_TO = 1 << 16  # the soft limit asked for (never above the hard one)
+MAX_POOL = 16384
+_SELECT_LIMIT = 1024  # FD_SETSIZE: descriptors below it are left to everything else
+
+
+def _raise_soft_limit() -> int:
+    """The soft open-file limit, first raised towards the hard one (best effort)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = RAISE_SOFT_TO if hard == resource.RLIM_INFINITY else min(hard, RAISE_SOFT_TO)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return RAISE_SOFT_TO if soft == resource.RLIM_INFINITY else soft
+
+
+class Descriptors:
+    """path -> an open read-only descriptor, at most ``size`` of them (the oldest closed first)."""
+
+    def __init__(self, size: int, floor: int = 0) -> None:
+        self.size, self.floor = max(1, size), floor
+        self.fds: OrderedDict[str, int] = OrderedDict()
+        self.pid = os.getpid()
+        self.epoch = 0  # +1 whenever a descriptor is closed: one remembered from an older epoch may be stale
+
+    def get(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            if len(self.fds) >= self.size:
+                os.close(self.fds.popitem(last=False)[1])
+                self.epoch += 1
+            fd = self.fds[path] = self._open(path)
+        return fd
+
+    def _open(self, path: str) -> int:
+        for attempt in range(2):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or attempt or not self.fds:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE):
+                        raise LmdataError(f"{path}: cannot open it, the process has no file descriptor left; "
+                                          "raise the open-file limit (ulimit -n)") from None
+                    raise
+                self.close_half()  # something else took descriptors since the pool was sized
+        if self.floor and fd < self.floor:
+            try:
+                high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, self.floor)
+            except OSError:
+                return fd
+            os.close(fd)
+            fd = high
+        return fd
+
+    def forget(self, path: str) -> None:
+        """Close ``path``'s descriptor (its file was replaced: the next read opens the new one)."""
+        fd = self.fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+            self.epoch += 1
+
+    def close_half(self) -> None:
+        self.epoch += 1
+        for _ in range((len(self.fds) + 1) // 2):
+            os.close(self.fds.popitem(last=False)[1])
+
+    def close_all(self) -> None:
+        self.epoch += 1
+        while self.fds:
+            os.close(self.fds.popitem()[1])
+
+
+_local = threading.local()  # one pool per thread: a descriptor is never closed under another thread's read
+
+
+def descriptors() -> Descriptors:
+    """This thread's pool (built on first use; in a forked child, the parent's copies are closed first).
+
+    The main thread's pool takes a quarter of the soft limit, any other thread's a sixteenth
+    (the loader's thread fallback reads in a few threads)."""
+    pool = getattr(_local, "pool", None)
+    if pool is None or pool.pid != os.getpid():
+        if pool is not None:
+            pool.close_all()  # the inherited copies: the parent's own stay open in the parent
+        soft = _raise_soft_limit()
+        floor = _SELECT_LIMIT if soft >= 4 * _SELECT_LIMIT else 0
+        share = 4 if threading.current_thread() is threading.main_thread() else 16
+        pool = _local.pool = Descriptors(min(MAX_POOL, soft // share), floor)
+    return pool
+
+
+def read_into(path: str, dest: memoryview, offset: int) -> None:
+    """Fill ``dest`` from ``path`` at byte ``offset``; a short read (the file shrank) is an error naming it."""
+    got = os.preadv(descriptors().get(path), [dest], offset)
+    if got != dest.nbytes:
+        raise LmdataError(f"{path}: {dest.nbytes} bytes at offset {offset} asked, {got} read: the file is shorter "
+                          "than the manifest says; run `lmdata verify`")
+

@@ -1,0 +1,340 @@
+"""Windows out of raw token files on local disk: what the memmap reader and the Parquet reader share.
+
+A shard's tokens are one raw little-endian file (memmap's ``tokens-NNNNN.bin``, or a Parquet
+shard decoded once into the local cache: ``parquet_cache``), or an array in memory (a
+Parquet shard decoded with the machine's cache off). They are read here:
+
+- **with positional reads**, a batch's windows in one call (``io.descriptors.read_many``: C,
+  the GIL released) through the process's bounded pool of descriptors: nothing is mapped,
+  so a first touch pays no page fault and the reader's RSS does not grow with the pages it
+  has read (a mapping counted every page-cache folio it touched: ~1.6 GB after 220 batches
+  of a 1 G-token store), and a store of 10,000 shards never meets ``ulimit -n``;
+- **block-checked once per process**: each 4 KiB block's CRC-32 (``store/blocks.py``) is
+  checked the first time this process reads it. A batch's unchecked blocks are found in a
+  few NumPy calls; each run of consecutive ones is read in the same kind of one call and
+  checked in one flat loop against one flat array of expected CRCs (each shard's sidecar
+  copied in when the shard is first met), so a batch whose blocks were all checked costs
+  a gather and one read call;
+- a window that straddles two shards (rare) is read piece by piece.
+
+A reader using it implements ``_open_tokens(i)`` (a ``RawFile`` for the shard's tokens, or
+an array in memory) and ``_block_sums(i)`` (the shard's ``BlockSums``, or None when its
+bytes were checked whole at open), and calls ``_raw_windows`` / ``_raw_span``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.io.descriptors import descriptors, preads, read_into, read_windows
+from lmdata.io.process_local import per_process
+from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
+from lmdata.store.windows import concat_ranges
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """A shard's tokens as a file of ``nbytes`` raw bytes (its size already checked)."""
+
+    path: str
+    nbytes: int
+
+
+class RawWindows:
+    """Mixin for a ``ShardReader`` whose shards are raw token files (see the module docstring)."""
+
+    _sources = per_process(lambda self: [None] * len(self.shards))  # shard -> RawFile or array, once opened here
+    _n_sources = per_process(lambda self: 0)
+    _done = per_process(lambda self: np.zeros(int(self._block_base[-1]), dtype=bool))  # block -> checked here
+    # shard -> how its blocks are checked: 0 not known yet, then _FAST / _NONE / _SLOW (see _learn_sums)
+    _mode = per_process(lambda self: np.zeros(len(self.shards), dtype=np.int8))
+    _crcs = per_process(lambda self: np.zeros(int(self._block_base[-1]), dtype=np.uint32))  # block -> its CRC
+    _fds = per_process(lambda self: np.full(len(self.shards), -1, dtype=np.int32))  # shard -> its descriptor
+    _fds_epoch = per_process(lambda self: (None, -1))  # the pool and epoch ``_fds`` is valid for
+    _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
+
+    def _open_tokens(self, i: int) -> RawFile | np.ndarray:
+        raise NotImplementedError
+
+    def _block_sums(self, i: int) -> BlockSums | None:
+        raise NotImplementedError
+
+    def _where(self, i: int) -> str:
+        raise NotImplementedError
+
+    @property
+    def _block_base(self) -> np.ndarray:
+        """Global index of each shard's first block (then the total), for the flat ``_done`` bits."""
+        base = self.__dict__.get("_block_base_")
+        if base is None:
+            nbytes = np.array([s.n_tokens for s in self.shards], dtype=np.int64) * self.dtype.itemsize
+            base = self.__dict__["_block_base_"] = np.concatenate([[0], np.cumsum(-(-nbytes // BLOCK_BYTES))])
+        return base
+
+    def _source(self, i: int) -> RawFile | np.ndarray:
+        source = self._sources[i]
+        if source is None:
+            source = self._sources[i] = self._open_tokens(i)
+            self._n_sources += 1
+        return source
+
+    def _drop_sources(self) -> None:
+        """Forget every shard opened in this process (in-memory ones are freed when unused)."""
+        self._sources, self._n_sources = [None] * len(self.shards), 0
+
+    def _read_pieces(self, shards: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+        """Bytes ``[offsets[k], offsets[k] + lengths[k])`` of each shard ``shards[k]``, unchecked, into
+        ``out`` one after another (files: one ``preads`` call)."""
+        flat = out.reshape(-1).view(np.uint8)
+        fds = self._fd_array(shards) if preads is not None else None
+        if fds is not None and preads(fds, offsets.astype(np.int64, copy=False),
+                                      lengths.astype(np.int64, copy=False), flat) < 0:
+            return
+        at = 0  # piece by piece: arrays in memory, a short read or a lost file (each named or remade)
+        for i, off, n in zip(shards.tolist(), offsets.tolist(), lengths.tolist()):
+            self._read_one(i, off, flat[at:at + n])
+            at += n
+
+    def _fd_array(self, shards: np.ndarray) -> np.ndarray | None:
+        """Each shard's open descriptor, or None when one is no file (or the pool closed one meanwhile)."""
+        pool, fd_of = descriptors(), self._fds
+        owner, epoch = self._fds_epoch
+        if owner is not pool or epoch != pool.epoch:  # another thread's pool, or a descriptor closed since
+            fd_of[:] = -1
+            self._fds_epoch = (pool, pool.epoch)
+        fds = fd_of[shards]
+        if (fds >= 0).all():
+            return fds
+        epoch = pool.epoch
+        try:
+            for i in np.unique(shards[fds < 0]).tolist():
+                source = self._source(i)
+                if source.__class__ is not RawFile:
+                    return None
+                fd_of[i] = pool.get(source.path)
+        except FileNotFoundError:
+            return None
+        if pool.epoch != epoch:  # the pool closed some to open these: refill next time
+            self._fds_epoch = (None, -1)
+            return None
+        self._fds_epoch = (pool, epoch)
+        return fd_of[shards]
+
+    def _read_one(self, i: int, off: int, dest: np.ndarray) -> None:
+        source = self._source(i)
+        if source.__class__ is not RawFile:
+            dest[:] = source.view(np.uint8)[off:off + len(dest)]
+            return
+        try:
+            read_into(source.path, memoryview(dest), off)
+        except FileNotFoundError:
+            if not self._remakes_lost_files:
+                raise LmdataError(f"{self._where(i)}: its file went missing while it was read; run "
+                                  "`lmdata verify` and re-ingest with --overwrite") from None
+            self._forget_checks(i)  # made again by _open_tokens, and checked again
+            if self.verify != "size":
+                self._check_spans(np.array([i]), np.array([off]), np.array([off + len(dest)]))
+            self._read_one(i, off, dest)
+
+    def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        bounds, size = self._shard_bounds, self.dtype.itemsize
+        first = np.searchsorted(bounds, starts, side="right") - 1
+        last = np.searchsorted(bounds, starts + (length - 1), side="right") - 1
+        one = first == last
+        out = np.empty((len(starts), length), dtype=self.dtype)
+        if read_windows is not None and len(starts) and one.all() and self._read_in_c(first, starts, length, out):
+            return out
+        rows = np.flatnonzero(one)
+        shards, nbytes = first[rows], length * size
+        lows = (starts[rows] - bounds[shards]) * size
+        read = np.ones(len(rows), dtype=bool)
+        if self.verify != "size":
+            read = self._check_spans(shards, lows, lows + nbytes, out, rows)
+        if read.all() and len(rows) == len(starts):
+            self._read_pieces(shards, lows, np.full(len(shards), nbytes), out)
+        elif read.any():
+            part = np.empty((int(read.sum()), length), dtype=self.dtype)
+            self._read_pieces(shards[read], lows[read], np.full(len(part), nbytes), part)
+            out[rows[read]] = part
+        for j in np.flatnonzero(~one).tolist():  # straddles a shard boundary: copy it piece by piece
+            s0 = int(starts[j])
+            for i in range(int(first[j]), int(last[j]) + 1):
+                a, b = max(s0, int(bounds[i])), min(s0 + length, int(bounds[i + 1]))
+                out[j, a - s0:b - s0] = self._raw_span(i, a - int(bounds[i]), b - int(bounds[i]))
+        return out
+
+    def _read_in_c(self, shards: np.ndarray, starts: np.ndarray, length: int, out: np.ndarray) -> bool:
+        """The common batch (every window inside one shard file, 4 KiB CRCs) in one C call: each window
+        read, its new blocks checked first (``io._preads.read_windows``). False: the Python path reads it
+        (and names a failed block, or recovers)."""
+        check = self.verify != "size"
+        if check:
+            mode = self._mode
+            new = mode[shards] == 0
+            if new.any():
+                for i in np.unique(shards[new]).tolist():
+                    self._learn_sums(i)
+            if not (mode[shards] == _FAST).all():
+                return False
+        fds = self._fd_array(shards)
+        if fds is None:
+            return False
+        size = self.dtype.itemsize
+        offsets = (starts - self._shard_bounds[shards]) * size
+        failed = read_windows(fds, offsets.astype(np.int64, copy=False), length * size, self._file_bytes()[shards],
+                              self._block_base[shards], self._done.view(np.uint8), self._crcs, out, check)
+        return failed < 0
+
+    def _raw_span(self, i: int, lo: int, hi: int) -> np.ndarray:
+        """Tokens ``[lo, hi)`` of shard ``i``, their blocks checked."""
+        out = np.empty(max(0, hi - lo), dtype=self.dtype)
+        if len(out):
+            at, n = np.array([i]), np.array([lo * self.dtype.itemsize])
+            if self.verify != "size":
+                self._check_spans(at, n, n + out.nbytes)
+            self._read_pieces(at, n, np.array([out.nbytes]), out)
+        return out
+
+    def _check_spans(self, shard: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray | None = None,
+                     rows: np.ndarray | None = None) -> np.ndarray:
+        """Check the blocks under bytes ``[lo, hi)`` of each ``shard`` not yet checked in this process;
+        return which spans are still to be read. With ``out``, a span whose blocks were all read for the
+        check is copied from them into ``out[rows[k]]`` (a first touch reads its bytes once).
+
+        The batch's unchecked blocks are found in a few NumPy calls, each run of consecutive ones
+        read in one ``_read_pieces`` call, and every block checked in one flat loop against one
+        flat array of expected CRCs, whatever the number of shards the batch spans."""
+        unread = np.ones(len(shard), dtype=bool)
+        if not len(shard):
+            return unread
+        block_base = self._block_base
+        base = block_base[shard]
+        b0 = base + lo // BLOCK_BYTES
+        count = (hi - 1) // BLOCK_BYTES + 1 + base - b0
+        done = self._done
+        todo = _blocks(b0, count)
+        todo = todo[~done[todo]]
+        if not len(todo):
+            return unread
+        todo = _sorted_unique(todo)
+        owner = np.searchsorted(block_base, todo, side="right") - 1
+        mode = self._mode
+        new = mode[owner] == 0
+        if new.any():
+            for i in np.unique(owner[new]).tolist():  # shards met for the first time here
+                self._learn_sums(i)
+        fast = mode[owner] == _FAST
+        if not fast.all():
+            for i in np.unique(owner[~fast]).tolist():
+                self._check_blocks(i, todo[owner == i] - int(block_base[i]))
+            todo, owner = todo[fast], owner[fast]
+        bad, scratch, at = self._bad_blocks(todo, owner)
+        if bad.any():
+            for i in np.unique(owner[bad]).tolist():  # its own check names the block (or recovers: a stale copy)
+                self._check_blocks(i, todo[owner == i] - int(block_base[i]))
+            done[todo] = True
+            return unread
+        done[todo] = True
+        if out is None or not len(todo):
+            return unread
+        # a span whose first and last blocks were read, in one run, lies whole in the scratch
+        k0 = np.minimum(np.searchsorted(todo, b0), len(todo) - 1)
+        k1 = np.minimum(k0 + count - 1, len(todo) - 1)
+        whole = (todo[k0] == b0) & (todo[k1] == b0 + count - 1)
+        flat = out.view(np.uint8).reshape(len(out), -1)
+        starts = at[k0] + lo % BLOCK_BYTES
+        for k, a, n in zip(np.flatnonzero(whole).tolist(), starts[whole].tolist(), (hi - lo)[whole].tolist()):
+            flat[rows[k]] = scratch[a:a + n]
+        unread[whole] = False
+        return unread
+
+    def _bad_blocks(self, todo: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Whether each of ``todo`` (sorted global blocks of the shards ``owner``) fails its CRC; and the
+        blocks as read, one after another, with each one's offset in them."""
+        if not len(todo):
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+        bb = BLOCK_BYTES
+        file_end = self._file_bytes()[owner]  # each block's shard size in bytes
+        local = (todo - self._block_base[owner]) * bb
+        sizes = np.minimum(bb, file_end - local)
+        starts_run = np.empty(len(todo), dtype=bool)  # a run: consecutive blocks of one shard
+        starts_run[0] = True
+        starts_run[1:] = (todo[1:] != todo[:-1] + 1) | (owner[1:] != owner[:-1])
+        run = np.flatnonzero(starts_run)
+        run_bytes = np.add.reduceat(sizes, run)
+        scratch = np.empty(int(run_bytes.sum()), dtype=np.uint8)
+        self._read_pieces(owner[run], local[run], run_bytes, scratch)
+        at = np.cumsum(sizes) - sizes
+        view = memoryview(scratch)
+        found = np.fromiter((_crc32(view[a:a + n]) for a, n in zip(at.tolist(), sizes.tolist())), np.uint32,
+                            len(todo))
+        return found != self._crcs[todo], scratch, at
+
+    def _file_bytes(self) -> np.ndarray:
+        """Each shard's size in bytes."""
+        sizes = self.__dict__.get("_file_bytes_")
+        if sizes is None:
+            sizes = self.__dict__["_file_bytes_"] = np.array([s.n_tokens for s in self.shards],
+                                                             dtype=np.int64) * self.dtype.itemsize
+        return sizes
+
+    def _learn_sums(self, i: int) -> None:
+        """Open shard ``i`` and load its CRCs into the flat array: _FAST (4 KiB blocks, checked in the
+        flat loop), _NONE (no CRCs: the bytes were checked whole at open) or _SLOW (another block size)."""
+        self._source(i)
+        sums = self._block_sums(i)
+        if sums is None:
+            self._mode[i] = _NONE
+        elif sums.block_bytes != BLOCK_BYTES or len(sums.crcs) != self._block_base[i + 1] - self._block_base[i]:
+            self._mode[i] = _SLOW
+        else:
+            self._crcs[int(self._block_base[i]):int(self._block_base[i + 1])] = sums.crcs
+            self._mode[i] = _FAST
+
+    def _check_blocks(self, i: int, blocks: np.ndarray) -> None:
+        """Check shard ``i``'s blocks ``blocks`` (sorted local indices) against its CRCs; mark them checked
+        (another block size: the blocks are checked, nothing is remembered)."""
+        sums = self._block_sums(i)
+        if sums is not None:
+            raw = np.empty(sums.data_bytes, dtype=np.uint8)
+            self._read_pieces(np.array([i]), np.array([0]), np.array([sums.data_bytes]), raw)
+            if sums.block_bytes != BLOCK_BYTES:
+                lo, hi = sums.aligned(int(blocks[0]) * BLOCK_BYTES, min((int(blocks[-1]) + 1) * BLOCK_BYTES, len(raw)))
+                sums.check(lo, raw[lo:hi], self._where(i))
+                return
+            sums.check_blocks(raw, blocks, self._where(i))
+        self._done[blocks + int(self._block_base[i])] = True
+
+    def _forget_checks(self, i: int) -> None:
+        """Shard ``i``'s blocks are to be checked again (its file was replaced)."""
+        self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
+        self._mode[i] = 0
+        source, self._sources[i] = self._sources[i], None
+        if isinstance(source, RawFile):
+            descriptors().forget(source.path)
+
+
+_FAST, _NONE, _SLOW = 1, 2, 3
+
+
+def _blocks(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Every block ``first[k] .. first[k] + count[k] - 1`` (in no particular order): a window's span
+    is one or two blocks, so this is two NumPy calls, not ``concat_ranges``' five."""
+    widest = int(count.max())
+    if widest == 1:
+        return first
+    if widest == 2:
+        return np.concatenate([first, first[count == 2] + 1])
+    return concat_ranges(first, count)
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a short array, without its overhead (~4 us, not ~18)."""
+    values = np.sort(values)
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]

@@ -1,0 +1,151 @@
+"""The descriptor pool behind positional reads: bounded, per thread, closed in forked children."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
+from lmdata.io import descriptors as d
+
+
+def _files(tmp_path, n):
+    paths = []
+    for i in range(n):
+        p = tmp_path / f"f{i}.bin"
+        np.full(1024, i, np.uint32).tofile(p)
+        paths.append(str(p))
+    return paths
+
+
+def test_the_pool_keeps_at_most_its_size_open_and_reads_every_file(tmp_path):
+    pool, paths = d.Descriptors(3), _files(tmp_path, 10)
+    for rounds in range(2):
+        for i, p in enumerate(paths):
+            buf = np.empty(4, np.uint32)
+            assert os.preadv(pool.get(p), [buf], 400) == 16 and (buf == i).all()
+            assert len(pool.fds) <= 3
+    assert pool.epoch > 0  # closing one tells cached descriptors they may be stale
+    before = pool.epoch
+    pool.forget(paths[-1])
+    assert pool.epoch == before + 1 and paths[-1] not in pool.fds
+    pool.close_all()
+    assert not pool.fds
+
+
+def test_a_short_read_names_the_file(tmp_path):
+    (path,) = _files(tmp_path, 1)
+    with pytest.raises(LmdataError, match=r"f0\.bin: 8 bytes at offset 4092 asked, 4 read.*lmdata verify"):
+        d.read_into(path, memoryview(bytearray(8)), 4092)
+
+
+@pytest.mark.skipif(d.preads is None, reason="the C reader was not built")
+def test_preads_reads_each_piece_in_turn_and_reports_the_first_short_one(tmp_path):
+    paths = _files(tmp_path, 3)
+    pool = d.Descriptors(8)
+    fds = np.array([pool.get(p) for p in paths], np.int32)
+    out = np.zeros(12, np.uint8)
+    assert d.preads(fds, np.array([0, 4, 8], np.int64), np.array([4, 4, 4], np.int64), out) == -1
+    assert out.view(np.uint32).tolist() == [0, 1, 2]
+    assert d.preads(fds, np.array([0, 4096, 8], np.int64), np.array([4, 4, 4], np.int64), out) == 1  # past the end
+    with pytest.raises(ValueError, match="differ in count|too small"):
+        d.preads(fds, np.array([0, 0], np.int64), np.array([4, 4, 4], np.int64), out)
+    with pytest.raises(ValueError, match="too small"):
+        d.preads(fds, np.zeros(3, np.int64), np.full(3, 8, np.int64), out)
+
+
+def test_each_thread_has_its_own_pool():
+    pools = []
+    t = threading.Thread(target=lambda: pools.append(d.descriptors()))
+    t.start()
+    t.join()
+    assert pools[0] is not d.descriptors() and pools[0].size <= d.descriptors().size
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_closes_the_descriptors_it_inherited(tmp_path):
+    (path,) = _files(tmp_path, 1)
+    fd = d.descriptors().get(path)
+    pid = os.fork()
+    if pid == 0:  # the child: its first use of the pool closes the parent's copy
+        d.descriptors()
+        try:
+            os.fstat(fd)
+            os._exit(1)
+        except OSError:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    os.fstat(fd)  # the parent's own stays open
+
+
+def test_the_soft_limit_is_raised_and_descriptors_sit_above_select_s_range(tmp_path):
+    """As Ray and Dask do: a soft limit below the hard one is raised; with room, the pool's descriptors
+    are placed at 1024 or above, leaving select()'s range to everything else."""
+    (path,) = _files(tmp_path, 1)
+    code = textwrap.dedent(f"""
+        import resource
+        from lmdata.io.descriptors import descriptors
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        pool = descriptors()
+        fd = pool.get({path!r})
+        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], pool.size, fd, hard)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    soft, size, fd, hard = map(int, out.stdout.split())
+    assert soft == min(hard, d.RAISE_SOFT_TO) and size == min(d.MAX_POOL, soft // 4)
+    assert fd >= 1024 if soft >= 4096 else fd < soft
+
+
+def test_under_a_hard_limit_the_pool_takes_a_quarter_and_survives_exhaustion(tmp_path):
+    paths = _files(tmp_path, 40)
+    code = textwrap.dedent(f"""
+        import os, resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        from lmdata.io.descriptors import descriptors
+        pool = descriptors()
+        hog = []
+        try:
+            while True:
+                hog.append(os.open("/dev/null", os.O_RDONLY))  # something else takes every descriptor left
+        except OSError:
+            pass
+        os.close(hog.pop())
+        for p in {paths!r}:
+            pool.get(p)  # a full table: the pool gives up half its own and goes on
+        print(pool.size, len(pool.fds) <= pool.size)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["16", "True"], out.stderr
+
+
+@pytest.mark.skipif(d.read_windows is None, reason="the C reader was not built")
+def test_read_windows_checks_new_blocks_once_and_stops_at_a_bad_one(tmp_path):
+    import zlib
+
+    data = np.arange(8192, dtype=np.uint16)  # 4 blocks of 4 KiB
+    path = tmp_path / "t.bin"
+    data.tofile(path)
+    raw = data.tobytes()
+    crcs = np.array([zlib.crc32(raw[k:k + 4096]) for k in range(0, len(raw), 4096)], np.uint32)
+    done = np.zeros(4, np.uint8)
+    fds = np.full(2, d.Descriptors(4).get(str(path)), np.int32)
+    offsets, out = np.array([100, 5000], np.int64), np.zeros((2, 1025), np.uint16)
+    sizes, base = np.full(2, len(raw), np.int64), np.zeros(2, np.int64)
+    assert d.read_windows(fds, offsets, 2050, sizes, base, done, crcs, out, True) == -1
+    assert np.array_equal(out[0], data[50:1075]) and np.array_equal(out[1], data[2500:3525])
+    assert done.tolist() == [1, 1, 0, 0]  # the blocks under the two windows, and no other
+    bad = crcs.copy()
+    bad[3] ^= 1
+    offsets = np.array([6000, 13000], np.int64)
+    assert d.read_windows(fds, offsets, 2050, sizes, base, done, bad, out, True) == 1  # the window on block 3
+    assert done.tolist() == [1, 1, 0, 0] or done.tolist() == [1, 1, 1, 0]
+    assert done[3] == 0  # the failed block is never marked
+    assert d.read_windows(fds[:1], np.array([20000], np.int64), 2050, sizes[:1], base[:1], done, crcs, out, False) == 0
