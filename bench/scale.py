@@ -11,8 +11,11 @@ real prose; what grows is the store: bytes, shards, blocks to check). Per store:
 wall time, MB/s of text and peak RSS (a fresh process); then per format and worker count,
 each in a fresh process: open (``open_store`` + ``dataset``), first batch (from the
 process's start, imports included: what a training script waits), steady tokens/s
-(shuffled B=32 x 1024 windows, ``--warmup`` batches excluded, then ``--batches`` timed) and
-the PSS of the loader's processes at the end; a format's files are read once before its cells
+(shuffled B=32 x 1024 windows, ``--warmup`` batches excluded, then ``--batches`` timed: on a
+large store these are a first pass, nearly every window a block and many a shard the process
+meets for the first time), the PSS of the loader's processes at the end, and with 0 workers
+"after one pass": the same process reads every window of the store once, then times
+``--batches`` again (what every later epoch of a run reads at); a format's files are read once before its cells
 (a warm page cache). Parquet is first decoded whole into the
 bench's own empty ``LMDATA_CACHE_DIR`` (``--work``/cache) by a fresh process, timed ("one-time
 decode": what the first epoch on a machine pays once), so its cells read the decoded copies
@@ -101,8 +104,21 @@ for _ in range(batches):
 dt = time.perf_counter() - t1
 sys.path.insert(0, args["bench"])
 from common import tree_pss_mb  # after the timing: what the loader costs, not the bench
+pss = tree_pss_mb()
+after = None
+if args["after_pass"] and args["workers"] == 0:  # the same process once it has read every window: steady state
+    import numpy as np
+    for k in range(0, len(ds), 4096):
+        ds.read(np.arange(k, min(len(ds), k + 4096)) * args["L"])
+    it = iter(make_loader(ds, args["B"], num_workers=0, seed=args["seed"] + 1))  # another order, a fresh epoch
+    for _ in range(args["warmup"]):
+        next(it)
+    t2 = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    after = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
-                  "pss_mb": tree_pss_mb()}))
+                  "pss_mb": pss, "after_pass": after}))
 """
 
 
@@ -150,19 +166,22 @@ REPEAT = 1  # --repeat: each cell runs this many times (fresh processes), its be
 
 
 def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", warmup: int = 20,
-             batches: int = 200, seed: int = 0) -> dict[str, Any]:
+             batches: int = 200, seed: int = 0, after_pass: bool = False) -> dict[str, Any]:
     """The cell's best of ``REPEAT`` fresh processes: on a shared box, load only ever slows a run,
-    so the fastest run is the closest to the loader's own cost (each figure separately)."""
-    runs = [_run_cell(store, fmt, workers, verify=verify, warmup=warmup, batches=batches, seed=seed)
-            for _ in range(REPEAT)]
+    so the fastest run is the closest to the loader's own cost (each figure separately).
+    ``after_pass`` (0 workers): also the rate once the process has read the whole store."""
+    runs = [_run_cell(store, fmt, workers, verify=verify, warmup=warmup, batches=batches, seed=seed,
+                      after_pass=after_pass) for _ in range(REPEAT)]
+    after = [r["after_pass"] for r in runs if r.get("after_pass")]
     return {"open_s": min(r["open_s"] for r in runs), "first_batch_s": min(r["first_batch_s"] for r in runs),
-            "tokens_per_s": max(r["tokens_per_s"] for r in runs), "pss_mb": min(r["pss_mb"] for r in runs)}
+            "tokens_per_s": max(r["tokens_per_s"] for r in runs), "pss_mb": min(r["pss_mb"] for r in runs),
+            "after_pass": max(after) if after else None}
 
 
 def _run_cell(store: Path, fmt: str, workers: int, *, verify: str, warmup: int, batches: int,
-              seed: int) -> dict[str, Any]:
+              seed: int, after_pass: bool = False) -> dict[str, Any]:
     args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
-            "batches": batches, "B": B, "L": L, "seed": seed,
+            "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass,
             "bench": str(Path(__file__).resolve().parent)}
     done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True,
                           env=cache_env(store.parent))
@@ -192,21 +211,26 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
             decode_s = decode_parquet(store, args.work) if fmt == "parquet" else None
             warm_page_cache(store / "train" / fmt, *([args.work / "cache" / "parquet"] if fmt == "parquet" else []))
             for workers in args.workers:
-                cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)
+                cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, after_pass=True)
                 rows.append({"tokens": n_tokens(store), "shards": n_shards(store), "format": fmt, "workers": workers,
                              **cell, "ingest_mb_per_s": ingest["mb_per_s"], "ingest_rss_mb": ingest["peak_rss_mb"],
                              "decode_s": decode_s})
                 print(json.dumps(rows[-1]), flush=True)
     lines = ["| tokens | shards | ingest MB/s | ingest peak RSS | format | workers | open | first batch | "
-             "steady M tok/s | vs smallest | PSS MB | one-time decode |",
-             "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    base = {(r["format"], r["workers"]): r["tokens_per_s"] for r in rows if r["tokens"] == rows[0]["tokens"]}
+             "steady M tok/s | vs smallest | after one pass | vs smallest | PSS MB | one-time decode |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    first = [r for r in rows if r["tokens"] == rows[0]["tokens"]]
+    base = {(r["format"], r["workers"]): r["tokens_per_s"] for r in first}
+    base_after = {(r["format"], r["workers"]): r["after_pass"] for r in first}
     for r in rows:
         decode = "" if r["decode_s"] is None else f"{r['decode_s']:.1f} s"
+        ref = base_after[(r["format"], r["workers"])]
+        after = (f"{r['after_pass'] / 1e6:.1f} | {r['after_pass'] / ref:.2f}x" if r["after_pass"] and ref
+                 else "— | —")
         lines.append(f"| {r['tokens'] / 1e6:,.0f} M | {r['shards']:,} | {r['ingest_mb_per_s']:.1f} | "
                      f"{r['ingest_rss_mb']:,.0f} MB | {r['format']} | {r['workers']} | {r['open_s']:.2f} s | "
                      f"{r['first_batch_s']:.2f} s | {r['tokens_per_s'] / 1e6:.1f} | "
-                     f"{r['tokens_per_s'] / base[(r['format'], r['workers'])]:.2f}x | {r['pss_mb']:,.0f} | "
+                     f"{r['tokens_per_s'] / base[(r['format'], r['workers'])]:.2f}x | {after} | {r['pss_mb']:,.0f} | "
                      f"{decode} |")
     return "\n".join(lines), rows
 
@@ -247,13 +271,18 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for fmt in dict.fromkeys(r["format"] for r in rows):
         for workers in dict.fromkeys(r["workers"] for r in rows):
-            pts = [(r["tokens"], r["tokens_per_s"] / 1e6) for r in rows if r["format"] == fmt and r["workers"] == workers]
-            ax.plot(*zip(*pts), marker="o", label=f"{fmt}, {workers} workers")
+            cells = [r for r in rows if r["format"] == fmt and r["workers"] == workers]
+            line, = ax.plot([r["tokens"] for r in cells], [r["tokens_per_s"] / 1e6 for r in cells], marker="o",
+                            label=f"{fmt}, {workers} workers")
+            after = [(r["tokens"], r["after_pass"] / 1e6) for r in cells if r.get("after_pass")]
+            if after:
+                ax.plot(*zip(*after), marker="x", linestyle="--", color=line.get_color(),
+                        label=f"{fmt}, {workers} workers, after one pass")
     ax.set_xscale("log")
     ax.set_xlabel("store size (tokens)")
-    ax.set_ylabel("steady loader rate (M tokens/s)")
+    ax.set_ylabel("M tokens/s (solid: first 200 batches)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=6.5, loc="lower left", ncol=2)
     ax.set_title("lmdata loader vs store size (shuffled 32 x 1024)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
