@@ -377,7 +377,7 @@ def notes(decode_s: float | None) -> str:
         "(prefetch_factor 2, persistent workers). The peers' conversion reads the ids from the memmap store. "
         "Bytes per token: lmdata keeps uint16 ids (vocab 8,192) and Lance rows hold them twice (a `tokens` list and "
         "`token_bytes`); LitData's are litgpt's int32, Mosaic's llm-foundry's int64. Conversion times are single runs "
-        "on a shared box (the load moved between 2 and 12 while they ran). "
+        "(the load average at the start is in the line above the table). "
         "\"vs best peer\": tokens/s over the faster of LitData and Mosaic at the same worker count. First batch: "
         "from the process's start, imports included; PSS: the loader's processes (main + workers); exact resume: "
         f"a fresh process loads the state saved after {RESUME_AT} batches and hands out the same next batch."
