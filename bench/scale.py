@@ -309,6 +309,7 @@ def main() -> None:
     tokenizer = ensure_tokenizer(args.tokenizer)
     load = os.getloadavg()[0]
     argv = " ".join(sys.argv[1:])
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.shards:
         table, rows = shards_table(args, tokenizer)
         title, name = "Store size", "shards"

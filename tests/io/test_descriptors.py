@@ -87,21 +87,22 @@ def test_a_forked_child_closes_the_descriptors_it_inherited(tmp_path):
 
 def test_the_soft_limit_is_raised_and_descriptors_sit_above_select_s_range(tmp_path):
     """As Ray and Dask do: a soft limit below the hard one is raised; with room, the pool's descriptors
-    are placed at 1024 or above, leaving select()'s range to everything else."""
-    (path,) = _files(tmp_path, 1)
+    beyond its first 256 are placed at 1024 or above, leaving select()'s range to everything else."""
+    paths = _files(tmp_path, d.LOW_DESCRIPTORS + 4)
     code = textwrap.dedent(f"""
         import resource
         from lmdata.io.descriptors import descriptors
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
         pool = descriptors()
-        fd = pool.get({path!r})
-        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], pool.size, fd, hard)
+        fds = [pool.get(p) for p in {paths!r}]
+        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], pool.size, fds[0], fds[-1], hard)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    soft, size, fd, hard = map(int, out.stdout.split())
+    soft, size, first, last, hard = map(int, out.stdout.split())
     assert soft == min(hard, d.RAISE_SOFT_TO) and size == min(d.MAX_POOL, soft // 4)
-    assert fd >= 1024 if soft >= 4096 else fd < soft
+    assert first < 1024
+    assert last >= 1024 if soft >= 4096 else last < soft
 
 
 def test_under_a_hard_limit_the_pool_takes_a_quarter_and_survives_exhaustion(tmp_path):

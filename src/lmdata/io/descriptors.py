@@ -15,8 +15,8 @@ The descriptors live in a pool per thread (so none is closed under another threa
 oldest closed first when it is full, so the number of shards never meets ``ulimit -n``. The
 main thread's pool holds up to a quarter of the soft limit, after raising the soft limit
 towards the hard one (as Ray and Dask do); the
-descriptors are moved above 1024 when the limit allows it, so a library calling
-``select()`` on its own new descriptors never sees one past ``FD_SETSIZE``. A forked child
+descriptors beyond the first 256 are moved above 1024 when the limit allows it, so a library
+calling ``select()`` on its own new descriptors never sees one past ``FD_SETSIZE``. A forked child
 closes the copies it inherited on its first use of the pool.
 """
 
@@ -37,7 +37,8 @@ except ImportError:  # pragma: no cover - installed without a C compiler
 
 RAISE_SOFT_TO = 1 << 16  # the soft limit asked for (never above the hard one)
 MAX_POOL = 16384
-_SELECT_LIMIT = 1024  # FD_SETSIZE: descriptors below it are left to everything else
+_SELECT_LIMIT = 1024  # FD_SETSIZE: descriptors below it are left to everything else...
+LOW_DESCRIPTORS = 256  # ...once the pool holds this many (moving one costs two more syscalls)
 
 
 def _raise_soft_limit() -> int:
@@ -87,7 +88,7 @@ class Descriptors:
                                           "raise the open-file limit (ulimit -n)") from None
                     raise
                 self.close_half()  # something else took descriptors since the pool was sized
-        if self.floor and fd < self.floor:
+        if self.floor and fd < self.floor and len(self.fds) >= LOW_DESCRIPTORS:
             try:
                 high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, self.floor)
             except OSError:

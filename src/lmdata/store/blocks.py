@@ -36,6 +36,7 @@ A reader remembers the blocks (Lance: the rows) this process checked, so it neve
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass
 
@@ -94,12 +95,12 @@ class BlockSums:
         """Parse a sidecar; a damaged one is an error naming ``where``."""
         if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
             raise LmdataError(f"{where}: not a block-checksum file (bad header); re-ingest with --overwrite")
-        block_bytes, _ = np.frombuffer(raw, "<u4", 2, 8).tolist()
-        data_bytes = int(np.frombuffer(raw, "<u8", 1, 16)[0])
+        block_bytes, _, data_bytes = struct.unpack_from("<IIQ", raw, 8)
         n = -(-data_bytes // block_bytes) if block_bytes else -1
         if block_bytes <= 0 or len(raw) != HEADER_BYTES + 4 * n:
             raise LmdataError(f"{where}: block-checksum file is truncated or corrupt; re-ingest with --overwrite")
-        return cls(block_bytes, data_bytes, np.frombuffer(raw, "<u4", n, HEADER_BYTES).astype(np.uint32))
+        crcs = np.frombuffer(raw, "<u4", n, HEADER_BYTES)  # read-only, over ``raw``: a reader's first touch pays this
+        return cls(block_bytes, data_bytes, crcs if crcs.dtype == np.uint32 else crcs.astype(np.uint32))
 
     def aligned(self, start: int, stop: int) -> tuple[int, int]:
         """The block-aligned byte range ``[a, b)`` covering ``[start, stop)`` (clipped to the file)."""

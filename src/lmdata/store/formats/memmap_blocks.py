@@ -50,7 +50,8 @@ class BlockReads:
         self.shards = shards
         self.itemsize = np.dtype(dtype).itemsize
         self.dtype = np.dtype(dtype)
-        self.has_sums = [sidecar_info(s) is not None for s in shards]
+        self.sidecars = [sidecar_info(s) for s in shards]
+        self.has_sums = [info is not None for info in self.sidecars]
         self.cache = cache if cache is not None else (ByteCache.from_env() if self.remote else None)
         self.files = RangeFiles([FileRef(format_dir / s.files[0].path, s.files[0].bytes, name=f"shard {s.name}")
                                  for s in shards], cache=self.cache) if self.remote else None
@@ -80,7 +81,7 @@ class BlockReads:
             return None
         sums = self._sums.get(i)
         if sums is None:
-            info = sidecar_info(self.shards[i])
+            info = self.sidecars[i]
             raw = self._read(info)
             if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
                 raise LmdataError(f"{self._path(info)}: shard {self.shards[i].name} checksum file fails "
