@@ -79,14 +79,15 @@ class BlockReads:
         """Shard ``i``'s block checksums (loaded and sha256-checked on first use), or None."""
         if not self.has_sums[i]:
             return None
-        sums = self._sums.get(i)
+        cache = self._sums
+        sums = cache.get(i)
         if sums is None:
             info = self.sidecars[i]
             raw = self._read(info)
             if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
                 raise LmdataError(f"{self._path(info)}: shard {self.shards[i].name} checksum file fails "
                                   "its sha256; run `lmdata verify` and re-ingest with --overwrite")
-            sums = self._sums[i] = BlockSums.decode(raw, self._path(info))
+            sums = cache[i] = BlockSums.decode(raw, self._path(info))
             if sums.data_bytes != self.shards[i].files[0].bytes:
                 raise LmdataError(f"{self._path(info)}: covers {sums.data_bytes} bytes, the shard has "
                                   f"{self.shards[i].files[0].bytes}; re-ingest with --overwrite")
