@@ -153,11 +153,13 @@ def saved_dataset_files(path: Path) -> list[Path]:
     return [path / n for n in names]
 
 
-def describe(path: Location) -> dict[str, object]:
-    """The manifest's record of a source file: path (or URI) as given, size, sha256."""
+def describe(path: Location, stop: Any = None) -> dict[str, object]:
+    """The manifest's record of a source file: path (or URI) as given, size, sha256 (``{}`` once ``stop`` is set)."""
     digest = hashlib.sha256()
     with path.open_stream() as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
+            if stop is not None and stop.is_set():
+                return {}
             digest.update(block)
     return {"path": str(path), "bytes": path.size(), "sha256": digest.hexdigest()}
 

@@ -130,17 +130,17 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         if next(iter_documents(spec), None) is None:
             raise LmdataError(f"split {name!r}: the input holds no documents ({', '.join(spec.paths)})")
     plan = plan_splits(splits, holdout)
-    tokenizer_dir = Path(tokenizer_dir)
-    tok = _load_tokenizer(tokenizer_dir)
-    if tok.eot_id is None:
-        raise LmdataError(f"tokenizer {tokenizer_dir} has no <|endoftext|> special token; retrain it with one")
-    (vocab_size, id_limit), eot = _vocab_size(tok), int(tok.eot_id)
-    dtype = "uint16" if id_limit <= 1 << 16 else "uint32"
-    workers = workers or os.cpu_count() or 1
-
-    tok_files = output.read_tokenizer_files(tokenizer_dir)
+    hashes = output.BackgroundHashes(plan) if getattr(engine_cls, "describe_all", None) is None else None
     runner = None
     try:
+        tokenizer_dir = Path(tokenizer_dir)
+        tok = _load_tokenizer(tokenizer_dir)
+        if tok.eot_id is None:
+            raise LmdataError(f"tokenizer {tokenizer_dir} has no <|endoftext|> special token; retrain it with one")
+        (vocab_size, id_limit), eot = _vocab_size(tok), int(tok.eot_id)
+        dtype = "uint16" if id_limit <= 1 << 16 else "uint32"
+        workers = workers or os.cpu_count() or 1
+        tok_files = output.read_tokenizer_files(tokenizer_dir)
         # connect before the store is touched: a bad --ray-address leaves nothing behind
         runner = engine_cls(tokenizer_dir, workers, ray_address)
         created = output.missing_root(Path(out))
@@ -153,7 +153,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
             store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
             plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats,
-                                         getattr(runner, "describe_all", None))
+                                         getattr(runner, "describe_all", None) or hashes.describe_all)
             output.check_plan(out, plan_json)
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)
@@ -193,5 +193,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         finally:
             lock.close()
     finally:
+        if hashes is not None:
+            hashes.stop()
         if runner is not None:
             runner.stop()
