@@ -55,6 +55,19 @@ def concat_ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
     return np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a short array, without its overhead (~4 us, not ~18).
+
+    >>> sorted_unique(np.array([3, 1, 3, 2]))
+    array([1, 2, 3])
+    """
+    values = np.sort(values)
+    keep = np.empty(len(values), dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 class Segments:
     """Consecutive segments of a stream, given by their start offsets plus the stream's end."""
 

@@ -78,7 +78,7 @@ from lmdata.store.checksum import (
 from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
-from lmdata.store.windows import concat_ranges
+from lmdata.store.windows import concat_ranges, sorted_unique
 
 class LanceWriter(base.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
@@ -403,8 +403,7 @@ class LanceReader(base.ShardReader):
         n = len(starts)
         row, first = self._locate(np.concatenate([starts, starts + (length - 1)]))  # first and last token
         r0, first_token = row[:n], first[:n]
-        rows = np.sort(concat_ranges(r0, row[n:] - r0 + 1))
-        rows = rows[np.concatenate([[True], rows[1:] != rows[:-1]])]  # unique: sorting is most of np.unique
+        rows = sorted_unique(concat_ranges(r0, row[n:] - r0 + 1))
         values, offsets = self._take(rows, self._row_sizes(rows))
         src = offsets[np.searchsorted(rows, r0)] + (starts - first_token)
         return np.lib.stride_tricks.sliding_window_view(values, length)[src]

@@ -4,17 +4,18 @@ A shard's tokens are one raw little-endian file (memmap's ``tokens-NNNNN.bin``, 
 shard decoded once into the local cache: ``parquet_cache``), or an array in memory (a
 Parquet shard decoded with the machine's cache off). They are read here:
 
-- **with positional reads**, a batch's windows in one call (``io.descriptors.read_many``: C,
+- **with positional reads**, a batch's windows in one call (``io._preads.read_windows``: C,
   the GIL released) through the process's bounded pool of descriptors: nothing is mapped,
   so a first touch pays no page fault and the reader's RSS does not grow with the pages it
   has read (a mapping counted every page-cache folio it touched: ~1.6 GB after 220 batches
   of a 1 G-token store), and a store of 10,000 shards never meets ``ulimit -n``;
 - **block-checked once per process**: each 4 KiB block's CRC-32 (``store/blocks.py``) is
-  checked the first time this process reads it. A batch's unchecked blocks are found in a
-  few NumPy calls; each run of consecutive ones is read in the same kind of one call and
-  checked in one flat loop against one flat array of expected CRCs (each shard's sidecar
-  copied in when the shard is first met), so a batch whose blocks were all checked costs
-  a gather and one read call;
+  checked the first time this process reads it, against one flat array of expected CRCs
+  (each shard's sidecar copied in when the shard is first met). In C, a window holding an
+  unchecked block reads its block-aligned span once, checks the new blocks and copies the
+  window out; the Python path (no compiler, a window across shards, a failed check) finds a
+  batch's unchecked blocks in a few NumPy calls, reads each run of consecutive ones in one
+  call and checks them in one flat loop, then reads the windows;
 - a window that straddles two shards (rare) is read piece by piece.
 
 A reader using it implements ``_open_tokens(i)`` (a ``RawFile`` for the shard's tokens, or
@@ -32,7 +33,7 @@ from lmdata.errors import LmdataError
 from lmdata.io.descriptors import descriptors, preads, read_into, read_windows
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
-from lmdata.store.windows import concat_ranges
+from lmdata.store.windows import concat_ranges, sorted_unique
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,7 @@ class RawWindows:
         """Global index of each shard's first block (then the total), for the flat ``_done`` bits."""
         base = self.__dict__.get("_block_base_")
         if base is None:
-            nbytes = np.array([s.n_tokens for s in self.shards], dtype=np.int64) * self.dtype.itemsize
-            base = self.__dict__["_block_base_"] = np.concatenate([[0], np.cumsum(-(-nbytes // BLOCK_BYTES))])
+            base = self.__dict__["_block_base_"] = np.concatenate([[0], np.cumsum(-(-self._file_bytes() // BLOCK_BYTES))])
         return base
 
     def _source(self, i: int) -> RawFile | np.ndarray:
@@ -150,15 +150,14 @@ class RawWindows:
         rows = np.flatnonzero(one)
         shards, nbytes = first[rows], length * size
         lows = (starts[rows] - bounds[shards]) * size
-        read = np.ones(len(rows), dtype=bool)
         if self.verify != "size":
-            read = self._check_spans(shards, lows, lows + nbytes, out, rows)
-        if read.all() and len(rows) == len(starts):
+            self._check_spans(shards, lows, lows + nbytes)
+        if len(rows) == len(starts):
             self._read_pieces(shards, lows, np.full(len(shards), nbytes), out)
-        elif read.any():
-            part = np.empty((int(read.sum()), length), dtype=self.dtype)
-            self._read_pieces(shards[read], lows[read], np.full(len(part), nbytes), part)
-            out[rows[read]] = part
+        elif len(rows):
+            part = np.empty((len(rows), length), dtype=self.dtype)
+            self._read_pieces(shards, lows, np.full(len(rows), nbytes), part)
+            out[rows] = part
         for j in np.flatnonzero(~one).tolist():  # straddles a shard boundary: copy it piece by piece
             s0 = int(starts[j])
             for i in range(int(first[j]), int(last[j]) + 1):
@@ -198,18 +197,14 @@ class RawWindows:
             self._read_pieces(at, n, np.array([out.nbytes]), out)
         return out
 
-    def _check_spans(self, shard: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray | None = None,
-                     rows: np.ndarray | None = None) -> np.ndarray:
-        """Check the blocks under bytes ``[lo, hi)`` of each ``shard`` not yet checked in this process;
-        return which spans are still to be read. With ``out``, a span whose blocks were all read for the
-        check is copied from them into ``out[rows[k]]`` (a first touch reads its bytes once).
+    def _check_spans(self, shard: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Check the blocks under bytes ``[lo, hi)`` of each ``shard`` not yet checked in this process.
 
         The batch's unchecked blocks are found in a few NumPy calls, each run of consecutive ones
         read in one ``_read_pieces`` call, and every block checked in one flat loop against one
         flat array of expected CRCs, whatever the number of shards the batch spans."""
-        unread = np.ones(len(shard), dtype=bool)
         if not len(shard):
-            return unread
+            return
         block_base = self._block_base
         base = block_base[shard]
         b0 = base + lo // BLOCK_BYTES
@@ -218,8 +213,8 @@ class RawWindows:
         todo = _blocks(b0, count)
         todo = todo[~done[todo]]
         if not len(todo):
-            return unread
-        todo = _sorted_unique(todo)
+            return
+        todo = sorted_unique(todo)
         owner = np.searchsorted(block_base, todo, side="right") - 1
         mode = self._mode
         new = mode[owner] == 0
@@ -231,31 +226,16 @@ class RawWindows:
             for i in np.unique(owner[~fast]).tolist():
                 self._check_blocks(i, todo[owner == i] - int(block_base[i]))
             todo, owner = todo[fast], owner[fast]
-        bad, scratch, at = self._bad_blocks(todo, owner)
+        bad = self._bad_blocks(todo, owner)
         if bad.any():
             for i in np.unique(owner[bad]).tolist():  # its own check names the block (or recovers: a stale copy)
                 self._check_blocks(i, todo[owner == i] - int(block_base[i]))
-            done[todo] = True
-            return unread
         done[todo] = True
-        if out is None or not len(todo):
-            return unread
-        # a span whose first and last blocks were read, in one run, lies whole in the scratch
-        k0 = np.minimum(np.searchsorted(todo, b0), len(todo) - 1)
-        k1 = np.minimum(k0 + count - 1, len(todo) - 1)
-        whole = (todo[k0] == b0) & (todo[k1] == b0 + count - 1)
-        flat = out.view(np.uint8).reshape(len(out), -1)
-        starts = at[k0] + lo % BLOCK_BYTES
-        for k, a, n in zip(np.flatnonzero(whole).tolist(), starts[whole].tolist(), (hi - lo)[whole].tolist()):
-            flat[rows[k]] = scratch[a:a + n]
-        unread[whole] = False
-        return unread
 
-    def _bad_blocks(self, todo: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Whether each of ``todo`` (sorted global blocks of the shards ``owner``) fails its CRC; and the
-        blocks as read, one after another, with each one's offset in them."""
+    def _bad_blocks(self, todo: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Whether each of ``todo`` (sorted global blocks of the shards ``owner``) fails its CRC."""
         if not len(todo):
-            return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=bool)
         bb = BLOCK_BYTES
         file_end = self._file_bytes()[owner]  # each block's shard size in bytes
         local = (todo - self._block_base[owner]) * bb
@@ -271,7 +251,7 @@ class RawWindows:
         view = memoryview(scratch)
         found = np.fromiter((_crc32(view[a:a + n]) for a, n in zip(at.tolist(), sizes.tolist())), np.uint32,
                             len(todo))
-        return found != self._crcs[todo], scratch, at
+        return found != self._crcs[todo]
 
     def _file_bytes(self) -> np.ndarray:
         """Each shard's size in bytes."""
@@ -330,11 +310,3 @@ def _blocks(first: np.ndarray, count: np.ndarray) -> np.ndarray:
         return np.concatenate([first, first[count == 2] + 1])
     return concat_ranges(first, count)
 
-
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique`` of a short array, without its overhead (~4 us, not ~18)."""
-    values = np.sort(values)
-    keep = np.empty(len(values), dtype=bool)
-    keep[0] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
