@@ -24,6 +24,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.s3 import EndpointError, remote_error
+from lmdata.store.manifest import format_dir_inside, plain_name, resolve_inside
 from lmdata.store.protocol import FileInfo, ShardInfo
 
 _CHUNK = 1 << 20
@@ -61,12 +62,9 @@ def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:
     A plain file name that is no symlink, in a format directory already found inside the store,
     needs no ``realpath`` (~0.2 ms each: a reader opens thousands of shards).
     """
-    from lmdata.store.manifest import resolve_inside
-
     format_dir = Path(format_dir)
     full = format_dir / info.path
-    if "/" not in info.path and info.path not in ("", ".", "..") and _inside_store(format_dir) \
-            and not os.path.islink(full):
+    if plain_name(info.path) and _inside_store(format_dir) and not os.path.islink(full):
         return full
     # format_dir = <store>/<split>/<format>: the store is two levels up.
     return resolve_inside(format_dir.parent.parent, format_dir, info.path)
@@ -79,9 +77,7 @@ def _inside_store(format_dir: Path | str) -> bool:
     key = str(format_dir)
     inside = _dirs_inside.get(key)
     if inside is None:
-        format_dir = Path(format_dir)
-        root, real = format_dir.parent.parent.resolve(), format_dir.resolve()
-        inside = _dirs_inside[key] = root in real.parents
+        inside = _dirs_inside[key] = format_dir_inside(format_dir)
     return inside
 
 
@@ -99,7 +95,7 @@ def stat_shard_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo) ->
     is no symlink): a reader's first touch of each of thousands of shards pays this.
     """
     name = info.path
-    if "/" not in name and name not in ("", ".", "..") and _inside_store(format_dir):
+    if plain_name(name) and _inside_store(format_dir):
         path = os.path.join(format_dir, name)
         st = _stat(os.lstat, path, shard)
         if not S_ISLNK(st.st_mode):

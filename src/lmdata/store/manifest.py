@@ -326,9 +326,9 @@ def _check_inside(store: Path, base: Path, names: list[str]) -> None:
     a plain name that is no symlink, in a directory inside the store, is inside it (~2 us a file,
     against ~0.1 ms: a 1,000-shard store opened 0.6 s faster)."""
     base_s = os.fspath(base)
-    inside = not os.path.exists(base_s) or _resolves_inside(store, base)
+    inside = not os.path.exists(base_s) or format_dir_inside(base)
     for name in names:
-        if inside and "/" not in name and name not in ("", ".", ".."):
+        if inside and plain_name(name):
             try:
                 if not S_ISLNK(os.lstat(os.path.join(base_s, name)).st_mode):
                     continue
@@ -337,9 +337,15 @@ def _check_inside(store: Path, base: Path, names: list[str]) -> None:
         resolve_inside(store, base, name)
 
 
-def _resolves_inside(store: Path, base: Path) -> bool:
-    root, real = Path(store).resolve(), Path(base).resolve()
-    return root == real or root in real.parents
+def plain_name(name: str) -> bool:
+    """A file name with no directory part (inside its directory unless it is a symlink)."""
+    return "/" not in name and name not in ("", ".", "..")
+
+
+def format_dir_inside(format_dir: Path | str) -> bool:
+    """Whether ``<store>/<split>/<format>`` resolves inside its store (one ``realpath`` each)."""
+    format_dir = Path(format_dir)
+    return format_dir.parent.parent.resolve() in format_dir.resolve().parents
 
 
 def _refuse_escape(store: Any, relpath: str) -> None:

@@ -49,6 +49,7 @@ class DecodedShards:
 
     def __init__(self, root: Path, max_bytes: int) -> None:
         self.root, self.max_bytes = Path(root), int(max_bytes)
+        self._root = os.fspath(self.root)
         self._added = 0
 
     @classmethod
@@ -58,14 +59,15 @@ class DecodedShards:
         return cls(cache_root() / "parquet", limit_bytes) if limit_bytes > 0 else None
 
     def path(self, key: str, dtype: np.dtype) -> Path:
-        return self.root / key[:2] / f"{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
+        return Path(self._path(key, dtype))
+
+    def _path(self, key: str, dtype: np.dtype) -> str:
+        """The copy's path as a plain string: a reader's first touch of each of a thousand shards pays this."""
+        return f"{self._root}/{key[:2]}/{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
 
     def get(self, key: str, dtype: np.dtype, n_bytes: int) -> str | None:
-        """The copy of the shard with this key, if it is here whole (its use recorded for eviction).
-
-        Plain strings and ``os`` calls: a reader's first touch of each of a thousand shards pays this."""
-        root = self.__dict__.get("_root_str") or self.__dict__.setdefault("_root_str", os.fspath(self.root))
-        path = f"{root}/{key[:2]}/{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
+        """The copy of the shard with this key, if it is here whole (its use recorded for eviction)."""
+        path = self._path(key, dtype)
         try:
             if os.stat(path).st_size != n_bytes or not os.path.exists(path + SIDECAR_SUFFIX):
                 return None
