@@ -31,3 +31,11 @@ def test_a_stopped_hash_gives_up_between_blocks(tmp_path):
     stop = threading.Event()
     stop.set()
     assert describe(location(str(p)), stop) == {}
+
+
+def test_an_input_named_like_the_error_slot_is_a_file_like_any_other(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "error").write_text("a document\n")
+    hashes = BackgroundHashes({"train": SplitSource(SourceSpec(("error",)))})
+    (record,) = hashes.describe_all([location("error")])
+    assert record == describe(location("error"))

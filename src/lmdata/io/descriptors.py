@@ -14,10 +14,10 @@ costs ~2 us a window at any store size and leaves nothing mapped.
 The descriptors live in a pool per thread (so none is closed under another thread's read),
 oldest closed first when it is full, so the number of shards never meets ``ulimit -n``. The
 main thread's pool holds up to a quarter of the soft limit, after raising the soft limit
-towards the hard one (as Ray and Dask do); the
-descriptors beyond the first 256 are moved above 1024 when the limit allows it, so a library
-calling ``select()`` on its own new descriptors never sees one past ``FD_SETSIZE``. A forked child
-closes the copies it inherited on its first use of the pool.
+towards the hard one (as Ray and Dask do); descriptors beyond the first 256 are moved above
+1024 when the limit allows it, so a library calling ``select()`` on its own new descriptors
+never sees one past ``FD_SETSIZE``. A forked child closes the copies it inherited on its
+first use of the pool.
 """
 
 from __future__ import annotations
