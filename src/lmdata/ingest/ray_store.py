@@ -301,9 +301,13 @@ def _encoded_refs(engine: RayEngine, spec: Any, window: tuple, eot: int, dtype: 
     aws, depth = aws_environment(), 2 * engine.cpus + 2
     files = expand(spec.paths)
     firsts = _document_offsets(spec, files, window != (0, 0, None))
-    read = ray.remote(num_cpus=0, max_retries=MAX_RETRIES)(_read_stream).options(
+    # SPREAD: encoding is CPU-bound and a text batch is small beside its encoding cost, so the
+    # batches go round the nodes; under DEFAULT, locality kept them all on the node that read the
+    # file. The write tasks keep DEFAULT: they follow their tokens (no transfer between nodes).
+    read = ray.remote(num_cpus=0, max_retries=MAX_RETRIES, scheduling_strategy="SPREAD")(_read_stream).options(
         num_returns="streaming", _generator_backpressure_num_objects=depth)
-    enc = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_encode_batch).options(num_returns=2)
+    enc = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, scheduling_strategy="SPREAD")(_encode_batch).options(
+        num_returns=2)
     pending: deque = deque()
     for i, (path, first) in enumerate(zip(files, firsts)):
         for texts in read.remote(spec, str(path), i, first, window, encode.BATCH_BYTES, aws):

@@ -55,9 +55,9 @@ Conventions of the built-in formats (compatible extensions of the above):
   written after the shard's files are durable); ``completed()`` returns those whose files
   are all present with the recorded size (``lmdata.store.formats.base``).
 - Temporary files are named ``.NAME.tmp-PID``; ``cleanup_partial`` removes them.
-- A reader class may set ``fork_safe = False`` (Lance does: its runtime crashes in forked
-  children once the parent has used it); ``make_loader`` then starts workers with
-  forkserver instead of fork, with a warning.
+- A reader class may set ``fork_safe = False`` (Lance does: its runtime hangs or crashes
+  forked children once the parent has used it, and its reader refuses there);
+  ``make_loader`` then starts workers with forkserver instead of fork, with a warning.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ that column, and windows cost 1.6-1.8x less read through it than through the sam
 for DuckDB and other readers; a store written before ``token_bytes`` existed is read
 through ``tokens``.
 
-Reader: the dataset opens lazily in each process (Lance is not fork-safe once open) and its
+Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its
+parent (Lance is not fork-safe: ``lance_fork``); its
 committed row count is checked. On Linux it opens through Lance's io_uring reader
 (``file+uring://``, ``open_uring``): a take costs about a third less wall time and half
 the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file``
@@ -67,6 +68,7 @@ from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
 from lmdata.store.formats.lance_stream import FragmentStream
+from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
@@ -317,6 +319,7 @@ class LanceReader(base.ShardReader):
 
     def _open(self) -> Any:
         if self._ds is None:
+            refuse_if_forked_after_lance(self.format_dir)
             self.check()
             try:
                 ds = lance_fragments.open_dataset(self.format_dir, self.remote)
@@ -463,22 +466,6 @@ class LanceReader(base.ShardReader):
             return self._fragments[i].to_batches(columns=list(ROW_COLUMNS), batch_size=4096)
 
         return VerifiedRows(self, scan)
-
-
-def lance_runtime_started() -> bool:
-    """Whether Lance's runtime threads run in this process (Linux: by their names; elsewhere: assume so)."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return True
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/comm") as fh:
-                if fh.read().startswith("lance"):
-                    return True
-        except OSError:
-            continue
-    return False
 
 
 def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:

@@ -17,9 +17,9 @@ from lmdata.errors import LmdataError
 
 IO_ENV = "LMDATA_LANCE_IO"
 IO_MODES = ("auto", "uring", "file")
-# (pid, works): the process whose Lance started io_uring threads, and whether they work there.
-# A fork inherits it, and so learns that its parent's ring threads did not come along.
-_uring: tuple[int, bool] | None = None
+# Whether Lance's io_uring threads work in this process (None: not probed yet). A process forked
+# after Lance ran never reads (``lance_fork``), so a fork inheriting this does not matter.
+_uring: bool | None = None
 
 
 def check_io_mode(io: str) -> str:
@@ -50,24 +50,17 @@ def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
     global _uring
     if io == "file" or (io == "auto" and not sys.platform.startswith("linux")):
         return None
-    pid = os.getpid()
-    if _uring is not None and _uring[0] != pid:
-        # forked from a process whose io_uring threads did not come along: a read would wait forever
-        if io == "uring":
-            raise LmdataError(f"{format_dir}: Lance's io_uring reader cannot run in a process forked after it "
-                              "started; use spawn or forkserver, or io='file'")
-        return None
-    if _uring is not None and not _uring[1]:  # probed and failed in this process: warned then
+    if _uring is False:  # probed and failed in this process: warned then
         if io == "uring":
             raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here; set {IO_ENV}=file or io='file'")
         return None
-    _uring = (pid, True)  # before the ring threads start: a fork from here on must not use them
+    _uring = True
     probe = [0] if plain.count_rows() else []
     try:
         ds = lance.dataset(uring_uri(format_dir))
         fragments = ds.get_fragments()
     except Exception as exc:
-        return _no_uring(format_dir, io, exc, pid)
+        return _no_uring(format_dir, io, exc)
     try:
         if probe:
             fragments[0].take(probe, columns=[column])
@@ -77,13 +70,13 @@ def open_uring(format_dir: Path, plain: Any, column: str, io: str) -> Any:
             plain.get_fragments()[0].take(probe, columns=[column])
         except Exception:
             return ds  # damaged data, not io_uring: the reads name the shard
-        return _no_uring(format_dir, io, exc, pid)
+        return _no_uring(format_dir, io, exc)
 
 
-def _no_uring(format_dir: Path, io: str, exc: Exception, pid: int) -> None:
+def _no_uring(format_dir: Path, io: str, exc: Exception) -> None:
     """Remember that io_uring fails in this process; ``uring`` raises, ``auto`` warns (once)."""
     global _uring
-    _uring = (pid, False)
+    _uring = False
     if io == "uring":
         raise LmdataError(f"{format_dir}: Lance's io_uring reader does not work here ({exc}); "
                           f"set {IO_ENV}=file or io='file'") from exc
