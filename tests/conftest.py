@@ -30,6 +30,15 @@ from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Kill child processes a failed test left behind: multiprocessing joins them at exit, and one
+    hung child (a forked Lance reader did, once) then held the suite past CI's time limit."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+
+
 @pytest.fixture(autouse=True)
 def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """lmdata's local cache (decoded Parquet shards, remote tokenizers, staging) in a directory of each
