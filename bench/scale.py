@@ -105,7 +105,21 @@ dt = time.perf_counter() - t1
 sys.path.insert(0, args["bench"])
 from common import tree_pss_mb  # after the timing: what the loader costs, not the bench
 pss = tree_pss_mb()
-after = None
+after = touch_us = after_touch = None
+if args.get("after_touch") and args["workers"] == 0:  # every shard's one-time first touch, then a fresh epoch
+    import numpy as np
+    firsts = np.array([s.first_token for s in store.manifest.splits["train"].formats[args["format"]]])
+    t2 = time.perf_counter()
+    for k in range(0, len(firsts), args["B"]):
+        ds.reader.windows(firsts[k:k + args["B"]], 1)
+    touch_us = (time.perf_counter() - t2) / len(firsts) * 1e6
+    it = iter(make_loader(ds, args["B"], num_workers=0, seed=args["seed"] + 2))
+    for _ in range(args["warmup"]):
+        next(it)
+    t2 = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    after_touch = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
 if args["after_pass"] and args["workers"] == 0:  # the same process once it has read every window: steady state
     import numpy as np
     for k in range(0, len(ds), 4096):
@@ -118,7 +132,7 @@ if args["after_pass"] and args["workers"] == 0:  # the same process once it has 
         next(it)
     after = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
-                  "pss_mb": pss, "after_pass": after}))
+                  "pss_mb": pss, "after_pass": after, "touch_us": touch_us, "after_touch": after_touch}))
 """
 
 
@@ -166,22 +180,28 @@ REPEAT = 1  # --repeat: each cell runs this many times (fresh processes), its be
 
 
 def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", warmup: int = 20,
-             batches: int = 200, seed: int = 0, after_pass: bool = False) -> dict[str, Any]:
+             batches: int = 200, seed: int = 0, after_pass: bool = False, after_touch: bool = False) -> dict[str, Any]:
     """The cell's best of ``REPEAT`` fresh processes: on a shared box, load only ever slows a run,
     so the fastest run is the closest to the loader's own cost (each figure separately).
-    ``after_pass`` (0 workers): also the rate once the process has read the whole store."""
+    ``after_pass`` (0 workers): also the rate once the process has read the whole store;
+    ``after_touch`` (0 workers): the one-time cost of a shard's first touch in a process (us), and
+    the rate of a fresh epoch after it (its blocks are still checked as they come)."""
     runs = [_run_cell(store, fmt, workers, verify=verify, warmup=warmup, batches=batches, seed=seed,
-                      after_pass=after_pass) for _ in range(REPEAT)]
-    after = [r["after_pass"] for r in runs if r.get("after_pass")]
-    return {"open_s": min(r["open_s"] for r in runs), "first_batch_s": min(r["first_batch_s"] for r in runs),
-            "tokens_per_s": max(r["tokens_per_s"] for r in runs), "pss_mb": min(r["pss_mb"] for r in runs),
-            "after_pass": max(after) if after else None}
+                      after_pass=after_pass, after_touch=after_touch) for _ in range(REPEAT)]
+
+    def best(key: str, pick: Any = max) -> float | None:
+        got = [r[key] for r in runs if r.get(key)]
+        return pick(got) if got else None
+
+    return {"open_s": best("open_s", min), "first_batch_s": best("first_batch_s", min),
+            "tokens_per_s": best("tokens_per_s"), "pss_mb": best("pss_mb", min), "after_pass": best("after_pass"),
+            "touch_us": best("touch_us", min), "after_touch": best("after_touch")}
 
 
 def _run_cell(store: Path, fmt: str, workers: int, *, verify: str, warmup: int, batches: int,
-              seed: int, after_pass: bool = False) -> dict[str, Any]:
+              seed: int, after_pass: bool = False, after_touch: bool = False) -> dict[str, Any]:
     args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
-            "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass,
+            "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass, "after_touch": after_touch,
             "bench": str(Path(__file__).resolve().parent)}
     done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True,
                           env=cache_env(store.parent))
@@ -244,7 +264,9 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
             for name, store in (("small", small), ("big", big), ("many", many)):
-                row[name] = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)["tokens_per_s"]
+                cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, after_touch=True)
+                row[name], row[f"{name}_touched"], row[f"{name}_touch_us"] = (
+                    cell["tokens_per_s"], cell["after_touch"], cell["touch_us"])
             row["size_small"] = run_cell(small, fmt, workers, verify="size", warmup=args.warmup,
                                          batches=args.batches)["tokens_per_s"]
             row["first50"] = run_cell(big, fmt, workers, warmup=0, batches=50, seed=1)["tokens_per_s"]
@@ -253,12 +275,20 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
             print(json.dumps(row), flush=True)
     head = (f"| format | workers | {n_shards(small)} shards, {n_tokens(small) / 1e6:.1f} M | "
             f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
-            "default / size, steady (small) | default / size, first 50 batches (big) |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+            "default / size, steady (small) | default / size, first 50 batches (big) | "
+            "after each shard's first touch: small / big / many | first touch, us a shard: small / big / many |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        if r.get("small_touched"):
+            touched = (f"{r['small_touched'] / 1e6:.1f} / {r['big_touched'] / 1e6:.1f} "
+                       f"({r['big_touched'] / r['small_touched']:.2f}x) / {r['many_touched'] / 1e6:.1f} "
+                       f"({r['many_touched'] / r['small_touched']:.2f}x)")
+            touch = f"{r['small_touch_us']:.0f} / {r['big_touch_us']:.0f} / {r['many_touch_us']:.0f}"
+        else:
+            touched = touch = "— (0 workers only)"
         lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | "
                      f"{r['big'] / 1e6:.1f} ({r['big'] / r['small']:.2f}x) | {r['many'] / 1e6:.1f} ({r['many'] / r['small']:.2f}x) | "
-                     f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x |")
+                     f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x | {touched} | {touch} |")
     return "\n".join(lines), rows
 
 

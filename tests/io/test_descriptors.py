@@ -150,3 +150,38 @@ def test_read_windows_checks_new_blocks_once_and_stops_at_a_bad_one(tmp_path):
     assert done.tolist() == [1, 1, 0, 0] or done.tolist() == [1, 1, 1, 0]
     assert done[3] == 0  # the failed block is never marked
     assert d.read_windows(fds[:1], np.array([20000], np.int64), 2050, sizes[:1], base[:1], done, crcs, out, False) == 0
+
+
+def _window_check(tmp_path, flip: bool) -> int:
+    """read_windows over a 3-block file with its true CRCs (one byte flipped on disk when ``flip``)."""
+    import zlib
+
+    data = (np.arange(3 * 4096 // 2) % 65521).astype(np.uint16).tobytes()
+    crcs = np.array([zlib.crc32(data[i:i + 4096]) for i in range(0, len(data), 4096)], np.uint32)
+    path = tmp_path / "t.bin"
+    path.write_bytes(data[:5000] + bytes([data[5000] ^ 1]) + data[5001:] if flip else data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = np.empty(2048, np.uint8)
+        return d.read_windows(np.array([fd], np.int32), np.array([4000], np.int64), 2048,
+                              np.array([len(data)], np.int64), np.array([0], np.int64), np.zeros(3, np.uint8),
+                              crcs, out, True)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(d.use_crc32 is None, reason="the C reads are not built")
+def test_block_checks_use_isal_crc32_and_refuse_a_function_that_answers_otherwise(tmp_path):
+    """ISA-L's CRC-32 (~3.5x zlib's here) checks the blocks where the isal package is installed; a
+    function whose answers differ from zlib's (here zlib's own adler32) is refused, and zlib's used."""
+    import ctypes
+    import ctypes.util
+
+    assert d.FAST_CRC32 == (d._isal_crc32() != 0)
+    try:
+        adler = ctypes.cast(ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1").adler32, ctypes.c_void_p).value
+        assert d.use_crc32(adler) is False
+        assert _window_check(tmp_path, flip=False) == -1 and _window_check(tmp_path, flip=True) == 0
+    finally:
+        d.use_crc32(d._isal_crc32())
+    assert _window_check(tmp_path, flip=False) == -1 and _window_check(tmp_path, flip=True) == 0

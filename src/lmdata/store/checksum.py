@@ -14,6 +14,7 @@ so a replaced or rewritten file is hashed again and ``lmdata verify``'s pass cou
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.descriptors import descriptors
 from lmdata.io.s3 import EndpointError, remote_error
 from lmdata.store.manifest import format_dir_inside, plain_name, resolve_inside
 from lmdata.store.protocol import FileInfo, ShardInfo
@@ -102,6 +104,34 @@ def stat_shard_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo) ->
             return path, _sized(path, shard, info, st)
     path = str(shard_file_path(Path(format_dir), shard, info))
     return path, _sized(path, shard, info, _stat(os.stat, path, shard))
+
+
+def open_shard_file(format_dir: str, shard: ShardInfo, info: FileInfo) -> tuple[str, int]:
+    """One shard file's path and a descriptor from this thread's pool, its size checked (``stat_shard_file``).
+
+    A plain name in a format directory inside the store costs one ``open`` (``O_NOFOLLOW``:
+    a symlink takes the resolving path) and one ``fstat``, against an ``lstat``'s path walk
+    and then an ``open``'s: ~5 us less of a reader's first touch of each shard."""
+    pool = descriptors()
+    if plain_name(info.path) and _inside_store(format_dir):
+        path = os.path.join(format_dir, info.path)
+        try:
+            fd = pool.get(path, nofollow=True)
+        except FileNotFoundError:
+            _stat(os.lstat, path, shard)  # raises, naming the shard
+            raise
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+        else:
+            try:
+                _sized(path, shard, info, os.fstat(fd))
+            except LmdataError:
+                pool.forget(path)
+                raise
+            return path, fd
+    path, _ = stat_shard_file(format_dir, shard, info)
+    return path, pool.get(path)
 
 
 def _stat(stat: Any, path: str, shard: ShardInfo) -> os.stat_result:

@@ -29,7 +29,7 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
-    stat_shard_file, verify_shard
+    open_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.io.process_local import per_process
@@ -89,18 +89,19 @@ class MemmapReader(RawWindows, base.ShardReader):
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
 
     def _open_tokens(self, i: int) -> RawFile:
-        """Shard ``i``'s token file, its size checked against the manifest (one ``lstat``: a shard's
-        first touch in a process pays it)."""
+        """Shard ``i``'s token file, opened and its size checked against the manifest (an ``open`` and
+        an ``fstat``: a shard's first touch in a process pays them)."""
         shard = self.shards[i]
         if not self.blocks.has_sums[i]:  # a store without block checksums: sha256 of the whole shard, once
             verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
-        path, st = stat_shard_file(self._dir, shard, shard.files[0])
-        if st.st_size != shard.n_tokens * self.dtype.itemsize:
+        info = shard.files[0]
+        if info.bytes != shard.n_tokens * self.dtype.itemsize:
             raise LmdataError(
-                f"{path}: shard {shard.name} has {st.st_size} bytes, expected {shard.n_tokens} tokens of "
-                f"{self.dtype.name}; the store is damaged (run `lmdata verify`)"
+                f"{self.format_dir}: shard {shard.name} records {info.bytes} bytes, expected {shard.n_tokens} "
+                f"tokens of {self.dtype.name}; the store is damaged (run `lmdata verify`)"
             )
-        return RawFile(path, st.st_size)
+        path, _ = open_shard_file(self._dir, shard, info)
+        return RawFile(path, info.bytes)
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
 

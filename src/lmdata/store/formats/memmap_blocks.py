@@ -58,10 +58,10 @@ class BlockReads:
 
     _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
 
-    def _read(self, info: Any) -> bytes:
+    def _read(self, info: Any, path: str | None = None) -> bytes:
         if self.remote:
             return (self.format_dir / info.path).read_bytes()
-        fd = os.open(self._path(info), os.O_RDONLY | os.O_CLOEXEC)  # no buffered file: a shard's first touch pays this
+        fd = os.open(path or self._path(info), os.O_RDONLY | os.O_CLOEXEC)  # no buffered file: a first touch pays this
         try:
             return os.read(fd, info.bytes + 1)  # one byte more: a longer file is refused by its size
         finally:
@@ -83,13 +83,14 @@ class BlockReads:
         sums = cache.get(i)
         if sums is None:
             info = self.sidecars[i]
-            raw = self._read(info)
+            path = self._path(info)
+            raw = self._read(info, path)
             if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
-                raise LmdataError(f"{self._path(info)}: shard {self.shards[i].name} checksum file fails "
+                raise LmdataError(f"{path}: shard {self.shards[i].name} checksum file fails "
                                   "its sha256; run `lmdata verify` and re-ingest with --overwrite")
-            sums = cache[i] = BlockSums.decode(raw, self._path(info))
+            sums = cache[i] = BlockSums.decode(raw, path)
             if sums.data_bytes != self.shards[i].files[0].bytes:
-                raise LmdataError(f"{self._path(info)}: covers {sums.data_bytes} bytes, the shard has "
+                raise LmdataError(f"{path}: covers {sums.data_bytes} bytes, the shard has "
                                   f"{self.shards[i].files[0].bytes}; re-ingest with --overwrite")
             if self.files is not None:
                 self.files.files[i].check, self.files.files[i].align = sums.check, sums.block_bytes
