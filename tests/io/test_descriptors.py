@@ -140,16 +140,24 @@ def test_read_windows_checks_new_blocks_once_and_stops_at_a_bad_one(tmp_path):
     fds = np.full(2, d.Descriptors(4).get(str(path)), np.int32)
     offsets, out = np.array([100, 5000], np.int64), np.zeros((2, 1025), np.uint16)
     sizes, base = np.full(2, len(raw), np.int64), np.zeros(2, np.int64)
-    assert d.read_windows(fds, offsets, 2050, sizes, base, done, crcs, out, True) == -1
+    lens = np.full(2, 2050, np.int64)
+    assert d.read_windows(fds, offsets, lens, sizes, base, done, crcs, out, True) == -1
     assert np.array_equal(out[0], data[50:1075]) and np.array_equal(out[1], data[2500:3525])
     assert done.tolist() == [1, 1, 0, 0]  # the blocks under the two windows, and no other
     bad = crcs.copy()
     bad[3] ^= 1
     offsets = np.array([6000, 13000], np.int64)
-    assert d.read_windows(fds, offsets, 2050, sizes, base, done, bad, out, True) == 1  # the window on block 3
+    assert d.read_windows(fds, offsets, lens, sizes, base, done, bad, out, True) == 1  # the window on block 3
     assert done.tolist() == [1, 1, 0, 0] or done.tolist() == [1, 1, 1, 0]
     assert done[3] == 0  # the failed block is never marked
-    assert d.read_windows(fds[:1], np.array([20000], np.int64), 2050, sizes[:1], base[:1], done, crcs, out, False) == 0
+    assert d.read_windows(fds[:1], np.array([20000], np.int64), lens[:1], sizes[:1], base[:1], done, crcs, out, False) == 0
+    # pieces of different lengths end to end (a window across two files is two pieces); one past the end fails
+    flat = np.zeros(3000, np.uint16)
+    assert d.read_windows(fds, np.array([16000, 0], np.int64), np.array([384, 1000], np.int64), sizes, base, done,
+                          crcs, flat, True) == -1
+    assert np.array_equal(flat[:692], np.concatenate([data[8000:], data[:500]]))
+    assert d.read_windows(fds[:1], np.array([16000], np.int64), np.array([386], np.int64), sizes[:1], base[:1],
+                          np.zeros(4, np.uint8), crcs, flat, True) == 0
 
 
 def _window_check(tmp_path, flip: bool) -> int:
@@ -163,7 +171,7 @@ def _window_check(tmp_path, flip: bool) -> int:
     fd = os.open(path, os.O_RDONLY)
     try:
         out = np.empty(2048, np.uint8)
-        return d.read_windows(np.array([fd], np.int32), np.array([4000], np.int64), 2048,
+        return d.read_windows(np.array([fd], np.int32), np.array([4000], np.int64), np.array([2048], np.int64),
                               np.array([len(data)], np.int64), np.array([0], np.int64), np.zeros(3, np.uint8),
                               crcs, out, True)
     finally:

@@ -7,13 +7,14 @@
  * that failed or came back short (the caller redoes that one to name the file and errno).
  * A loader batch is 32 windows: one call instead of 32 Python-level os.preadv calls.
  *
- * read_windows(fds, offsets, nbytes, file_bytes, block0, done, crcs, out, check) reads window k
- * (nbytes at offsets[k] of descriptor fds[k]) into out[k * nbytes:]. With check, the 4 KiB blocks
- * under it not yet marked in done (uint8, one per block of the split; the file's first block is
- * block0[k]) are checked first: the block-aligned span is read once, each new block's CRC-32
- * compared with crcs (uint32, same indexing) and marked, and the window copied out of the span.
- * Returns -1, or the index of the first window that read short or failed a CRC (its failing
- * block left unmarked): the caller's Python path then names the block or recovers.
+ * read_windows(fds, offsets, lengths, file_bytes, block0, done, crcs, out, check) reads piece k
+ * (lengths[k] bytes at offsets[k] of descriptor fds[k]) into out, one after another (a window
+ * across a shard boundary is two pieces). With check, the 4 KiB blocks under it not yet marked
+ * in done (uint8, one per block of the split; the file's first block is block0[k]) are checked
+ * first: the block-aligned span is read once, each new block's CRC-32 compared with crcs
+ * (uint32, same indexing) and marked, and the piece copied out of the span. Returns -1, or the
+ * index of the first piece that read short or failed a CRC (its failing block left unmarked):
+ * the caller's Python path then names the block or recovers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,59 +83,67 @@ static int read_all(int fd, char *dst, int64_t len, int64_t off) {
     return 1;
 }
 
-static Py_ssize_t read_windows_nogil(Py_ssize_t n, const int32_t *fd, const int64_t *off, int64_t nbytes,
+static Py_ssize_t read_windows_nogil(Py_ssize_t n, const int32_t *fd, const int64_t *off, const int64_t *len,
                                      const int64_t *file_bytes, const int64_t *block0, uint8_t *done,
-                                     Py_ssize_t n_blocks, const uint32_t *crcs, char *out, int check,
+                                     Py_ssize_t n_blocks, const uint32_t *crcs, char *dst, int check,
                                      char *span) {
-    for (Py_ssize_t k = 0; k < n; k++) {
-        char *dst = out + k * nbytes;
-        int64_t lo = off[k] / BLOCK, hi = (off[k] + nbytes - 1) / BLOCK, b;
+    for (Py_ssize_t k = 0; k < n; dst += len[k], k++) {
+        if (len[k] == 0) continue;
+        int64_t lo = off[k] / BLOCK, hi = (off[k] + len[k] - 1) / BLOCK, b;
         int fresh = 0;
         if (check) {
             if (block0[k] < 0 || block0[k] + hi >= n_blocks) return k;
             for (b = lo; b <= hi; b++) fresh |= !done[block0[k] + b];
         }
         if (!fresh) {
-            if (!read_all(fd[k], dst, nbytes, off[k])) return k;
+            if (!read_all(fd[k], dst, len[k], off[k])) return k;
             continue;
         }
         int64_t a = lo * BLOCK, z = (hi + 1) * BLOCK;
         if (z > file_bytes[k]) z = file_bytes[k];
-        if (!read_all(fd[k], span, z - a, a)) return k;
+        if (z - a < off[k] - a + len[k] || !read_all(fd[k], span, z - a, a)) return k;
         for (b = lo; b <= hi; b++) {
-            int64_t at = (b - lo) * BLOCK, len = z - a - at < BLOCK ? z - a - at : BLOCK;
+            int64_t at = (b - lo) * BLOCK, n_at = z - a - at < BLOCK ? z - a - at : BLOCK;
             if (done[block0[k] + b]) continue;
-            if (block_crc32(0, (const unsigned char *)(span + at), (uint64_t)len) != crcs[block0[k] + b]) return k;
+            if (block_crc32(0, (const unsigned char *)(span + at), (uint64_t)n_at) != crcs[block0[k] + b]) return k;
             done[block0[k] + b] = 1;
         }
-        memcpy(dst, span + (off[k] - a), (size_t)nbytes);
+        memcpy(dst, span + (off[k] - a), (size_t)len[k]);
     }
     return -1;
 }
 
 static PyObject *read_windows(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer fds, offs, sizes, base, done, crcs, out;
-    Py_ssize_t nbytes;
+    Py_buffer fds, offs, lens, sizes, base, done, crcs, out;
     int check;
-    if (!PyArg_ParseTuple(args, "y*y*ny*y*w*y*w*p", &fds, &offs, &nbytes, &sizes, &base, &done, &crcs, &out, &check))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*y*w*p", &fds, &offs, &lens, &sizes, &base, &done, &crcs, &out, &check))
         return NULL;
-    Py_ssize_t n = fds.len / (Py_ssize_t)sizeof(int32_t), failed = -2;
-    int ok = nbytes > 0 && offs.len == n * 8 && sizes.len == n * 8 && base.len == n * 8 && out.len >= n * nbytes
+    Py_ssize_t n = fds.len / (Py_ssize_t)sizeof(int32_t), failed = -2, total = 0;
+    int64_t longest = 0;
+    int ok = offs.len == n * 8 && lens.len == n * 8 && sizes.len == n * 8 && base.len == n * 8
              && crcs.len == done.len * 4;
-    char *span = ok ? malloc((size_t)nbytes + 2 * BLOCK) : NULL;
+    const int64_t *len = lens.buf;
+    for (Py_ssize_t k = 0; ok && k < n; k++) {
+        if (len[k] < 0) ok = 0;
+        total += (Py_ssize_t)len[k];
+        if (len[k] > longest) longest = len[k];
+    }
+    ok = ok && total <= out.len;
+    char *span = ok ? malloc((size_t)longest + 2 * BLOCK) : NULL;
     if (span) {
         Py_BEGIN_ALLOW_THREADS
-        failed = read_windows_nogil(n, fds.buf, offs.buf, nbytes, sizes.buf, base.buf, done.buf, done.len, crcs.buf,
+        failed = read_windows_nogil(n, fds.buf, offs.buf, len, sizes.buf, base.buf, done.buf, done.len, crcs.buf,
                                     out.buf, check, span);
         Py_END_ALLOW_THREADS
         free(span);
     }
-    PyBuffer_Release(&fds); PyBuffer_Release(&offs); PyBuffer_Release(&sizes); PyBuffer_Release(&base);
-    PyBuffer_Release(&done); PyBuffer_Release(&crcs); PyBuffer_Release(&out);
+    PyBuffer_Release(&fds); PyBuffer_Release(&offs); PyBuffer_Release(&lens); PyBuffer_Release(&sizes);
+    PyBuffer_Release(&base); PyBuffer_Release(&done); PyBuffer_Release(&crcs); PyBuffer_Release(&out);
     if (failed == -2) {
         if (ok) return PyErr_NoMemory();
-        PyErr_SetString(PyExc_ValueError, "read_windows: arrays of different lengths, or done/crcs/out too small");
+        PyErr_SetString(PyExc_ValueError, "read_windows: arrays of different lengths, a negative length, "
+                                          "or done/crcs/out too small");
         return NULL;
     }
     return PyLong_FromSsize_t(failed);
@@ -163,7 +172,7 @@ static PyMethodDef methods[] = {
     {"use_crc32", use_crc32, METH_VARARGS,
      "use_crc32(address) -> whether the block checks now use that C function (0: zlib's again)"},
     {"read_windows", read_windows, METH_VARARGS,
-     "read_windows(fds, offsets, nbytes, file_bytes, block0, done, crcs, out, check) -> -1, or the first failed window"},
+     "read_windows(fds, offsets, lengths, file_bytes, block0, done, crcs, out, check) -> -1, or the first failed piece"},
     {"preads", preads, METH_VARARGS, "preads(fds, offsets, lengths, out) -> -1, or the index of the first short read"},
     {NULL, NULL, 0, NULL},
 };
