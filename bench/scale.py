@@ -91,6 +91,14 @@ from lmdata.data import make_loader
 store = open_store(args["store"])
 ds = store.dataset("train", args["L"], format=args["format"], verify=args["verify"])
 t_open = time.perf_counter() - t0
+touch_us = None
+if args.get("touch_first"):  # each shard's one-time first touch in this process, timed, before the loader
+    import numpy as np
+    firsts = np.array([s.first_token for s in store.manifest.splits["train"].formats[args["format"]]])
+    t2 = time.perf_counter()
+    for k in range(0, len(firsts), args["B"]):
+        ds.reader.windows(firsts[k:k + args["B"]], 1)
+    touch_us = (time.perf_counter() - t2) / len(firsts) * 1e6
 loader = make_loader(ds, args["B"], num_workers=args["workers"], seed=args["seed"])
 batches = min(args["batches"], len(loader) - args["warmup"] - 1)  # one epoch: a small store has few batches
 it = iter(loader)
@@ -105,21 +113,7 @@ dt = time.perf_counter() - t1
 sys.path.insert(0, args["bench"])
 from common import tree_pss_mb  # after the timing: what the loader costs, not the bench
 pss = tree_pss_mb()
-after = touch_us = after_touch = None
-if args.get("after_touch") and args["workers"] == 0:  # every shard's one-time first touch, then a fresh epoch
-    import numpy as np
-    firsts = np.array([s.first_token for s in store.manifest.splits["train"].formats[args["format"]]])
-    t2 = time.perf_counter()
-    for k in range(0, len(firsts), args["B"]):
-        ds.reader.windows(firsts[k:k + args["B"]], 1)
-    touch_us = (time.perf_counter() - t2) / len(firsts) * 1e6
-    it = iter(make_loader(ds, args["B"], num_workers=0, seed=args["seed"] + 2))
-    for _ in range(args["warmup"]):
-        next(it)
-    t2 = time.perf_counter()
-    for _ in range(batches):
-        next(it)
-    after_touch = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
+after = None
 if args["after_pass"] and args["workers"] == 0:  # the same process once it has read every window: steady state
     import numpy as np
     for k in range(0, len(ds), 4096):
@@ -132,7 +126,7 @@ if args["after_pass"] and args["workers"] == 0:  # the same process once it has 
         next(it)
     after = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
-                  "pss_mb": pss, "after_pass": after, "touch_us": touch_us, "after_touch": after_touch}))
+                  "pss_mb": pss, "after_pass": after, "touch_us": touch_us}))
 """
 
 
@@ -180,14 +174,14 @@ REPEAT = 1  # --repeat: each cell runs this many times (fresh processes), its be
 
 
 def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", warmup: int = 20,
-             batches: int = 200, seed: int = 0, after_pass: bool = False, after_touch: bool = False) -> dict[str, Any]:
+             batches: int = 200, seed: int = 0, after_pass: bool = False, touch_first: bool = False) -> dict[str, Any]:
     """The cell's best of ``REPEAT`` fresh processes: on a shared box, load only ever slows a run,
     so the fastest run is the closest to the loader's own cost (each figure separately).
     ``after_pass`` (0 workers): also the rate once the process has read the whole store;
-    ``after_touch`` (0 workers): the one-time cost of a shard's first touch in a process (us), and
-    the rate of a fresh epoch after it (its blocks are still checked as they come)."""
+    ``touch_first`` (0 workers): first touch every shard (one window each, timed: ``touch_us`` a
+    shard), then the cell as usual (its blocks are still checked as they come)."""
     runs = [_run_cell(store, fmt, workers, verify=verify, warmup=warmup, batches=batches, seed=seed,
-                      after_pass=after_pass, after_touch=after_touch) for _ in range(REPEAT)]
+                      after_pass=after_pass, touch_first=touch_first) for _ in range(REPEAT)]
 
     def best(key: str, pick: Any = max) -> float | None:
         got = [r[key] for r in runs if r.get(key)]
@@ -195,13 +189,13 @@ def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", 
 
     return {"open_s": best("open_s", min), "first_batch_s": best("first_batch_s", min),
             "tokens_per_s": best("tokens_per_s"), "pss_mb": best("pss_mb", min), "after_pass": best("after_pass"),
-            "touch_us": best("touch_us", min), "after_touch": best("after_touch")}
+            "touch_us": best("touch_us", min)}
 
 
 def _run_cell(store: Path, fmt: str, workers: int, *, verify: str, warmup: int, batches: int,
-              seed: int, after_pass: bool = False, after_touch: bool = False) -> dict[str, Any]:
+              seed: int, after_pass: bool = False, touch_first: bool = False) -> dict[str, Any]:
     args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
-            "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass, "after_touch": after_touch,
+            "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass, "touch_first": touch_first,
             "bench": str(Path(__file__).resolve().parent)}
     done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True,
                           env=cache_env(store.parent))
@@ -261,12 +255,17 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     many, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 100_000)
     rows = []
     for fmt in args.formats:
+        # this box keeps ~2 GB of page cache: the three stores of one format (and Parquet's decoded
+        # copies), warmed before its cells, stay in it; all formats of all three do not
+        warm_page_cache(*(st / "train" / fmt for st in (small, big, many)),
+                        *([args.work / "cache" / "parquet"] if fmt == "parquet" else []))
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
             for name, store in (("small", small), ("big", big), ("many", many)):
-                cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, after_touch=True)
-                row[name], row[f"{name}_touched"], row[f"{name}_touch_us"] = (
-                    cell["tokens_per_s"], cell["after_touch"], cell["touch_us"])
+                row[name] = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)["tokens_per_s"]
+                if workers == 0:
+                    cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, touch_first=True)
+                    row[f"{name}_touched"], row[f"{name}_touch_us"] = cell["tokens_per_s"], cell["touch_us"]
             row["size_small"] = run_cell(small, fmt, workers, verify="size", warmup=args.warmup,
                                          batches=args.batches)["tokens_per_s"]
             row["first50"] = run_cell(big, fmt, workers, warmup=0, batches=50, seed=1)["tokens_per_s"]
@@ -276,7 +275,7 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     head = (f"| format | workers | {n_shards(small)} shards, {n_tokens(small) / 1e6:.1f} M | "
             f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
             "default / size, steady (small) | default / size, first 50 batches (big) | "
-            "after each shard's first touch: small / big / many | first touch, us a shard: small / big / many |")
+            "after each shard's first touch: small / big / many | a shard's first touch, us: small / big / many |")
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("small_touched"):
