@@ -201,8 +201,8 @@ def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str
 STRIP_NUL = "if it is text with stray NUL bytes, remove them first: tr -d '\\000' < IN > OUT"
 
 
-def decode(data: bytes, errors: str, where: str, offset: int, stats: SourceStats) -> str:
-    """UTF-8 -> str; strict names file and byte offset, replace counts each bad sequence; NUL is binary."""
+def decode(data: bytes, errors: str, where: object, offset: int, stats: SourceStats) -> str:
+    """UTF-8 -> str; strict names ``where`` (a path, formatted on error) and byte offset; NUL is binary."""
     nul = data.find(0)
     if nul >= 0:
         raise LmdataError(f"{where}: a NUL byte at byte {offset + nul}: binary data, not text; give a text file "
@@ -325,14 +325,14 @@ def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, off
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
     if data:
-        yield Document(decode(data, spec.errors, str(path), offset, stats), consumed, source, offset)
+        yield Document(decode(data, spec.errors, path, offset, stats), consumed, source, offset)
 
 
 def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
     for offset, line in _read_lines(path):
         data = _no_bom(line, offset).rstrip(b"\r\n")
         if data:
-            yield Document(decode(data, spec.errors, str(path), offset, stats), len(line), source, offset)
+            yield Document(decode(data, spec.errors, path, offset, stats), len(line), source, offset)
 
 
 def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:

@@ -111,6 +111,49 @@ def test_shards_cut_at_document_boundaries(tmp_path_factory, lengths, shard_toke
     assert all(s.n_tokens <= shard_tokens or s.n_docs == 1 for s in shards)
 
 
+def _reference_cuts(lengths: list[int], shard_tokens: int) -> list[int]:
+    """The cut rule a document at a time (the cutter's loop before it took slices): documents per shard."""
+    shards, n, docs = [], 0, 0
+    for length in lengths:
+        if n and n + length > shard_tokens:
+            shards.append(docs)
+            n = docs = 0
+        n, docs = n + length, docs + 1
+    return shards + ([docs] if docs else [])
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=60), shard_tokens=st.integers(1, 120),
+       cuts=st.lists(st.integers(0, 60), max_size=5))
+def test_the_cutter_cuts_as_the_per_document_rule_across_batches(tmp_path_factory, lengths, shard_tokens, cuts):
+    """Batches of any sizes (empty ones too; a document holds at least its EOT) give the shards and
+    tokens the per-document rule gives, with each document's origin kept beside it."""
+    from lmdata.store.formats.memmap import MemmapWriter
+
+    class Origins:  # stands in for the provenance writer: what each shard was given
+        def __init__(self):
+            self.got = []
+
+        def write_shard(self, index, origins, n_tokens, first_doc, first_token):
+            self.got.append(origins.copy())
+
+    writer, origins = MemmapWriter(tmp_path_factory.mktemp("cut"), np.dtype("uint16")), Origins()
+    cutter = ShardCutter({"memmap": writer}, {"memmap": {}}, shard_tokens, 0, 0, 0, provenance=origins)
+    tokens = np.arange(sum(lengths), dtype=np.uint16)
+    bounds = sorted({0, len(lengths), *(c for c in cuts if c <= len(lengths))})
+    ends = np.concatenate([[0], np.cumsum(lengths)])
+    for a, b in zip(bounds, bounds[1:] or [len(lengths)]):
+        docs = np.arange(a, b, dtype=np.int64)
+        cutter.add(tokens[ends[a]:ends[b]], np.array(lengths[a:b], dtype=np.int64), np.stack([docs, docs], axis=1))
+    cutter.flush()
+    shards = cutter.written["memmap"]
+    assert [s.n_docs for s in shards] == _reference_cuts(lengths, shard_tokens)
+    assert np.concatenate([o[:, 0] for o in origins.got]).tolist() == list(range(len(lengths)))
+    for s in shards:
+        got = np.fromfile(writer.format_dir / s.files[0].path, dtype=np.uint16)
+        assert got.tolist() == tokens[s.first_token:s.first_token + s.n_tokens].tolist()
+
+
 # ---------------------------------------------------------------------------- kill and resume
 
 

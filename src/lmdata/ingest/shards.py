@@ -73,35 +73,49 @@ class ShardCutter:
         self.index, self.first_doc, self.first_token = index, first_doc, first_token
         self.provenance = provenance
         self.pieces: list[np.ndarray] = []
-        self.lengths: list[int] = []
+        self.lengths: Any = []  # this shard's documents' lengths: arrays, one per piece, until ``flush``
         self.origins: list[np.ndarray] = []
         self.n = 0
         self.written: dict[str, list[Any]] = {fmt: [] for fmt in writers}
         self.origins_written: list[Any] = []  # what ``provenance.write_shard`` returned (a Future, say)
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray, origins: np.ndarray | None = None) -> None:
+        """The batch's documents, in order: a shard is cut before the first document that would take
+        it past ``shard_tokens`` (a document longer than that gets a shard of its own).
+
+        The documents of a batch that go to one shard are one slice of its tokens, found with one
+        ``searchsorted`` per shard: a per-document loop cost the main thread ~1 us a document
+        and the shard ~1,000 slices to join (~1.5 ms a shard)."""
         if self.provenance is not None and (origins is None or len(origins) != len(lengths)):
             raise RuntimeError("ShardCutter.add: a batch without the origins of each of its documents")
-        offset = first = 0
-        for k, length in enumerate(lengths.tolist()):
-            if self.n and self.n + length > self.shard_tokens:
-                if origins is not None:
-                    self.origins.append(origins[first:k])
-                    first = k
+        lengths = np.asarray(lengths, dtype=np.int64)
+        ends = np.cumsum(lengths)  # each document's end in the batch's tokens
+        p, offset, n_docs = 0, 0, len(lengths)
+        while p < n_docs:
+            m = int(np.searchsorted(ends, offset + self.shard_tokens - self.n, side="right"))  # p..m-1 fit
+            if m <= p:
+                if self.n:  # the next document does not fit: cut here
+                    self.flush()
+                    continue
+                m = p + 1
+            end = int(ends[m - 1])
+            self.pieces.append(tokens[offset:end])
+            self.lengths.append(lengths[p:m])
+            if origins is not None:
+                self.origins.append(origins[p:m])
+            self.n += end - offset
+            offset, p = end, m
+            if p < n_docs:  # document p does not fit (m was the most that did)
                 self.flush()
-            self.pieces.append(tokens[offset : offset + length])
-            self.lengths.append(length)
-            self.n += length
-            offset += length
-        if origins is not None:
-            self.origins.append(origins[first:])
 
     def flush(self) -> None:
         if not self.n:
             return
         tokens = self.join(self.pieces)
-        doc_starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
-        np.cumsum(self.lengths, out=doc_starts[1:])
+        lengths = np.concatenate(self.lengths)
+        doc_starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_starts[1:])
+        self.lengths = lengths  # one array: its len() is the shard's documents
         if self.provenance is not None:
             self._write_origins()
         for fmt, writer in self.writers.items():
