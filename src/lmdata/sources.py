@@ -320,12 +320,12 @@ def _no_bom(data: bytes, offset: int) -> bytes:
 
 
 def _emit(path: Location, data: bytes, spec: SourceSpec, stats: SourceStats, offset: int, consumed: int,
-          source: int) -> Iterator[Document]:
+          source: int) -> tuple[Document, ...]:
+    """The document (none if empty) as a tuple: no generator made per document on the main thread."""
     data = _no_bom(data, offset)
     if data.endswith(b"\n"):  # the line break before the separator belongs to the separator
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
-    if data:
-        yield Document(decode(data, spec.errors, path, offset, stats), consumed, source, offset)
+    return (Document(decode(data, spec.errors, path, offset, stats), consumed, source, offset),) if data else ()
 
 
 def _line_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
