@@ -1,10 +1,10 @@
 """Lance and ``fork``: whether its runtime runs here, and whether it ran in the parent of a fork.
 
 Lance is not fork-safe: its runtime's threads do not survive a fork, and a forked child
-that reads through Lance works for a while or hangs for good (one CI run in many hung in
-``take``; Lance warns "lance is not fork-safe" at every fork). So a reader refuses, with the
-way out, in a process forked after Lance ran in its parent, and ``make_loader`` forks Lance
-workers from a clean forkserver instead (``LanceReader.fork_safe``).
+that reads through Lance mostly works and once in a while hangs for good (one CI run did, in
+a test that read in such a child; Lance warns "lance is not fork-safe" at every fork). So a
+reader refuses, with the way out, in a process forked after Lance ran in its parent, and
+``make_loader`` forks Lance workers from a clean forkserver instead (``LanceReader.fork_safe``).
 """
 
 from __future__ import annotations
