@@ -73,7 +73,7 @@ class ShardCutter:
         self.index, self.first_doc, self.first_token = index, first_doc, first_token
         self.provenance = provenance
         self.pieces: list[np.ndarray] = []
-        self.lengths: Any = []  # this shard's documents' lengths: arrays, one per piece, until ``flush``
+        self.lengths: list[np.ndarray] = []  # this shard's documents' lengths, an array per piece
         self.origins: list[np.ndarray] = []
         self.n = 0
         self.written: dict[str, list[Any]] = {fmt: [] for fmt in writers}
@@ -115,27 +115,26 @@ class ShardCutter:
         lengths = np.concatenate(self.lengths)
         doc_starts = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=doc_starts[1:])
-        self.lengths = lengths  # one array: its len() is the shard's documents
         if self.provenance is not None:
-            self._write_origins()
+            self._write_origins(len(lengths))
         for fmt, writer in self.writers.items():
             have = self.done[fmt].get(self.index)
             if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (
-                len(self.lengths), self.n, self.first_doc
+                len(lengths), self.n, self.first_doc
             ):
                 self.written[fmt].append(have)  # finished by the interrupted run
             else:
                 self.written[fmt].append(writer.write_shard(self.index, tokens, doc_starts, self.first_doc, self.first_token))
         self.index += 1
-        self.first_doc += len(self.lengths)
+        self.first_doc += len(lengths)
         self.first_token += self.n
         self.pieces, self.lengths, self.origins, self.n = [], [], [], 0
 
-    def _write_origins(self) -> None:
+    def _write_origins(self, n_docs: int) -> None:
         """This shard's origins (skipped when on disk). Their record need not come first: a shard
         whose origins are not recorded is not in the reusable prefix, so a resume redoes it."""
         have = self.done.get(PROVENANCE_DIR, {}).get(self.index)
-        if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (len(self.lengths), self.n, self.first_doc):
+        if have is not None and (have.n_docs, have.n_tokens, have.first_doc) == (n_docs, self.n, self.first_doc):
             return  # the interrupted run wrote it (the plan is the same, so are the origins)
         self.origins_written.append(self.provenance.write_shard(self.index, np.concatenate(self.origins), self.n,
                                                                 self.first_doc, self.first_token))

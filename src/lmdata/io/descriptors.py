@@ -40,8 +40,8 @@ def _isal_crc32() -> int:
     """The address of ISA-L's CRC-32 in the ``isal`` package's extension (0: not there).
 
     ``read_windows`` checks a first-epoch window's ~6 KiB through it in ~0.9 us, against
-    ~3.3 us through zlib's: on a 118 M-token store, the first epoch's rate went from ~0.6x to
-    ~0.9x of ``verify="size"``. The C side uses it only if it answers as zlib's does."""
+    ~3.3 us through zlib's: on a 118 M-token store, the first epoch's rate went from ~0.65x to
+    ~1.0x of ``verify="size"``. The C side uses it only if it answers as zlib's does."""
     try:
         import ctypes
 

@@ -90,9 +90,7 @@ class per_process(Generic[T]):  # noqa: N801 - used like ``property``
         slot = obj.__dict__.get(self._key)
         if slot is not None and slot.pid == _pid:  # the hot path: a value this process built
             return slot.value
-        slot = self._slot(obj)
-        slot.value, slot.pid = self._build(obj), _pid
-        return slot.value
+        return self._slot(obj).get(lambda: self._build(obj))
 
     def __set__(self, obj: Any, value: T) -> None:
         slot = self._slot(obj)
