@@ -8,8 +8,9 @@ A moto S3 server on loopback (``bench/remote.py``'s ``start_moto``) holds the lm
 they are), LitData's optimized copy and Mosaic's MDS copy (``bench/peers.py``'s conversions of
 the same ids). For each ``--delays`` value a delay proxy (``lmdata.bench.delay_proxy``) adds
 that many ms to every request. Every cell is a fresh process with an empty cache (a new
-training node's first epoch): lmdata reads ``s3://`` with its own ranged reads
-(``LMDATA_CACHE_DIR`` empty: Parquet decodes the shards it touches); LitData streams with
+training node's first epoch): lmdata reads ``s3://`` its own way (``LMDATA_CACHE_DIR``
+empty: memmap fetches the shards it touches whole, Parquet decodes them; ``--shard-tokens
+100000 --tiles 20`` makes a 1,160-shard store for the shard-count comparison); LitData streams with
 ``StreamingDataset(input_dir="s3://...", cache_dir=..., storage_options={"endpoint_url": ...})``
 (its downloader: whole 50 MB chunks, ``max_pre_download=2``); Mosaic with
 ``StreamingDataset(remote="s3://...", local=...)`` (whole 64 MiB shards, ``S3_ENDPOINT_URL``).
@@ -36,21 +37,23 @@ from scale import cache_env, ensure_store, n_shards, n_tokens
 
 
 NOTES = (
-    "Each tool reads its own copy: lmdata the store's files as uploaded (memmap: ranged GETs per window group, no "
-    "local cache by default; Parquet: each shard touched is fetched and decoded whole into the empty "
+    "Each tool reads its own copy: lmdata the store's files as uploaded (memmap: each shard touched fetched whole into the "
+    "empty LMDATA_CACHE_DIR, its default when the split fits LMDATA_MEMMAP_CACHE_BYTES; Parquet: each shard touched is fetched and decoded whole into the empty "
     "LMDATA_CACHE_DIR; Lance: its own object-store reads); LitData `StreamingDataset(input_dir='s3://...', "
     "cache_dir=..., storage_options={'endpoint_url': ...})` downloads whole 50 MB chunks (obstore, told "
     "`allow_http` for the loopback endpoint: the one change to its defaults); Mosaic `StreamingDataset(remote="
     "'s3://...', local=...)` downloads whole 64 MiB shards (boto3, `S3_ENDPOINT_URL`). \"vs best peer\": over the "
-    "faster of LitData and Mosaic at the same latency and worker count. Not measured here: resume from s3:// and "
-    "the 6 vs 1,000+ shard comparison on s3://."
+    "faster of LitData and Mosaic at the same latency and worker count. Not measured here: resume from s3://."
 )
 
 
-def upload(client: object, root: Path, bucket: str, prefix: str) -> None:
+def upload(client: object, root: Path, bucket: str, prefix: str, formats: tuple[str, ...] = ()) -> None:
+    """Every file of ``root`` (of a store: only the ``formats`` given, when given)."""
     for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != ".lock":
-            client.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root)}")
+        rel = p.relative_to(root)
+        skip = formats and len(rel.parts) > 2 and rel.parts[1] in LMDATA and rel.parts[1] not in formats
+        if p.is_file() and p.name != ".lock" and not skip:
+            client.upload_file(str(p), bucket, f"{prefix}/{rel}")
 
 
 def last_error(text: str) -> str:
@@ -98,6 +101,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
     ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-peers-remote"))
     ap.add_argument("--tiles", type=int, default=4, help="copies of --corpus in the store (moto holds it in memory)")
+    ap.add_argument("--shard-tokens", type=int, default=1 << 20, help="tokens per shard of the lmdata store")
     ap.add_argument("--tools", type=lambda s: s.split(","), default=",".join(LMDATA + PEERS))
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
     ap.add_argument("--delays", type=lambda s: [float(x) for x in s.split(",")], default="0,20")
@@ -108,8 +112,9 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), args.tiles, 1 << 20)
-    local = {t: store for t in LMDATA} | {t: ensure_peer(t, store, args.work, cache_env(args.work))[0] for t in PEERS}
+    store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), args.tiles, args.shard_tokens)
+    peers = [t for t in PEERS if t in args.tools]
+    local = {t: store for t in LMDATA} | {t: ensure_peer(t, store, args.work, cache_env(args.work))[0] for t in peers}
     moto_url, moto = start_moto()
     procs, rows = [moto], []
     try:
@@ -117,10 +122,10 @@ def main() -> None:
 
         client = boto3.client("s3", endpoint_url=moto_url, aws_access_key_id="bench", aws_secret_access_key="bench",
                               region_name="us-east-1")
-        upload(client, store, "bench", "store")
-        for t in PEERS:
+        upload(client, store, "bench", "store", tuple(t for t in LMDATA if t in args.tools))
+        for t in peers:
             upload(client, local[t], "bench", t)
-        remote = {t: "s3://bench/store" for t in LMDATA} | {t: f"s3://bench/{t}" for t in PEERS}
+        remote = {t: "s3://bench/store" for t in LMDATA} | {t: f"s3://bench/{t}" for t in peers}
         for delay in args.delays:
             url, proxy = start_proxy(moto_url.split("://")[1], delay)
             procs.append(proxy)
@@ -142,7 +147,8 @@ def main() -> None:
             proc.kill()
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "peers-remote.json").write_text(json.dumps(rows, indent=1))
+    suffix = "" if args.shard_tokens == 1 << 20 else f"-x{args.tiles}-s{args.shard_tokens}"
+    (out / f"peers-remote{suffix}.json").write_text(json.dumps(rows, indent=1))
     body = (f"## Peers (remote)\n\n`.venv-peers/bin/python bench/peers_remote.py {' '.join(sys.argv[1:])}` "
             f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
             f"{n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards, {args.corpus.name} tiled x{args.tiles}; "

@@ -41,7 +41,7 @@ def test_with_the_cache_off_shards_are_decoded_into_memory(sample_store, tmp_pat
     memmap = open_store(sample_store).reader("train", "memmap")
     reader, starts, got = _windows(sample_store)
     np.testing.assert_array_equal(got, memmap.windows(starts, 65))
-    assert not (tmp_path / "cache").exists() and reader.decoded is None
+    assert not (tmp_path / "cache").exists() and reader.copies is None
 
 
 def test_a_damaged_decoded_copy_is_decoded_again(sample_store, tmp_path, monkeypatch):

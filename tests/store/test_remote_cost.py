@@ -1,11 +1,21 @@
-"""Integrity that costs what you read: the first 50 batches of a store 10x larger download
-about what they download from a small one (counted at a proxy in front of the S3 server:
-requests and response bytes, never time). Requests grow with the shards the batches touch,
-never past a bound set by the windows read."""
+"""What a remote memmap store costs in requests and bytes (counted at a proxy in front of the S3
+server, never time).
+
+- Read by ranges (the machine's copies off, or a split over their budget): integrity that costs
+  what you read: the first 50 batches of a store 10x larger download about what they download
+  from a small one; requests grow with the shards the batches touch, never past a bound set by
+  the windows read.
+- Read through the machine's copies (the default): one GET per shard per machine, whatever the
+  number of windows, processes or epochs that read it."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
+import pytest
+
+from lmdata.errors import LmdataError
 
 from lmdata.bench.delay_proxy import DelayProxy
 from lmdata.store import open_store
@@ -35,6 +45,7 @@ def _cost(store_builder, tmp_path, s3, monkeypatch, name, n_tokens):
 
 def test_first_50_batches_of_a_10x_store_cost_what_they_cost_on_a_small_one(store_builder, tmp_path, s3, monkeypatch):
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "0")  # read by ranges
     (small_req, small_bytes), small_size = _cost(store_builder, tmp_path, s3, monkeypatch, "small", 160_000)
     (big_req, big_bytes), big_size = _cost(store_builder, tmp_path, s3, monkeypatch, "big", 1_600_000)
     assert big_size > 9 * small_size
@@ -49,3 +60,72 @@ def test_first_50_batches_of_a_10x_store_cost_what_they_cost_on_a_small_one(stor
     # bounded by the windows read, whatever the store's size (here 100 shards vs 10)
     windows = BATCHES * BATCH
     assert small_req <= 3 * windows and big_req <= 3 * windows, (small_req, big_req, windows)
+
+
+def test_copies_fetch_each_shard_once_per_machine(store_builder, tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    local = tmp_path / "store"
+    store_builder(local, ["memmap"], n_tokens=160_000, shard_tokens=SHARD_TOKENS)
+    uri = s3.uri("copies")
+    publish(local, location(uri))
+    here = open_store(local).dataset("train", SEQ)
+    order = np.random.default_rng(0).permutation(len(here))[: BATCHES * BATCH]
+    with DelayProxy(s3.server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        costs = []
+        for _ in range(2):  # two readers (processes, ranks) on one machine
+            ds = open_store(uri).dataset("train", SEQ)
+            before = proxy.requests, proxy.sent_bytes
+            for b in range(BATCHES):
+                got = ds.batch(order[b * BATCH:(b + 1) * BATCH])
+                assert np.array_equal(got, here.batch(order[b * BATCH:(b + 1) * BATCH]))
+            costs.append((proxy.requests - before[0], proxy.sent_bytes - before[1]))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.server.endpoint)
+    shards = sorted((local / "train" / "memmap").glob("tokens-*.bin"))
+    touched = {int(np.searchsorted(here.reader._shard_bounds, k * SEQ, side="right")) - 1 for k in order}
+    (first_req, first_bytes), (second_req, second_bytes) = costs
+    assert len(touched) == len(shards)  # 200 windows over 10 shards
+    assert first_req == 2 * len(shards), costs  # a shard: pyarrow's HEAD and one GET (checked by sha256: no sidecar)
+    assert sum(p.stat().st_size for p in shards) <= first_bytes < 1.1 * sum(p.stat().st_size for p in shards)
+    assert second_req == 0 and second_bytes == 0, costs  # the second reader reads the machine's copies
+    assert list((tmp_path / "cache" / "memmap").glob("*/*.bin.crc"))
+
+
+def test_a_split_over_the_copies_budget_is_read_by_ranges(store_builder, tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    local = tmp_path / "store"
+    store_builder(local, ["memmap"], n_tokens=160_000, shard_tokens=SHARD_TOKENS)
+    uri = s3.uri("budget")
+    publish(local, location(uri))
+    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", str(100_000))  # under the split's ~320 KB
+    ds, here = open_store(uri).dataset("train", SEQ), open_store(local).dataset("train", SEQ)
+    assert ds.reader.copies is None
+    assert np.array_equal(ds.batch(np.arange(0, len(ds), 97)), here.batch(np.arange(0, len(ds), 97)))
+    assert not (tmp_path / "cache" / "memmap").exists()
+    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "lots")
+    with pytest.raises(LmdataError, match="LMDATA_MEMMAP_CACHE_BYTES='lots': give a number of bytes"):
+        open_store(uri).dataset("train", SEQ)
+
+
+def test_a_damaged_copy_is_fetched_again_and_a_damaged_object_refused(store_builder, tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    local = tmp_path / "store"
+    store_builder(local, ["memmap"], n_tokens=40_000, shard_tokens=SHARD_TOKENS)
+    uri = s3.uri("damaged")
+    publish(local, location(uri))
+    here = open_store(local).dataset("train", SEQ)
+    every = np.arange(len(here))
+    assert np.array_equal(open_store(uri).dataset("train", SEQ).batch(every), here.batch(every))
+    for copy in (tmp_path / "cache" / "memmap").glob("*/*.bin"):  # a bit flipped in every copy on this machine
+        raw = bytearray(copy.read_bytes())
+        raw[len(raw) // 2] ^= 0x40
+        copy.write_bytes(bytes(raw))
+    assert np.array_equal(open_store(uri).dataset("train", SEQ).batch(every), here.batch(every))
+    shutil.rmtree(tmp_path / "cache" / "memmap")
+    name = sorted((local / "train" / "memmap").glob("tokens-*.bin"))[1].name
+    obj = location(f"{uri}/train/memmap/{name}")
+    raw = bytearray(obj.read_bytes())
+    raw[100] ^= 0x01
+    obj.write_bytes(bytes(raw))
+    with pytest.raises(LmdataError, match=f"{name}: shard 00001 fails its sha256 checksum"):
+        open_store(uri).dataset("train", SEQ).batch(every)

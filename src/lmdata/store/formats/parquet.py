@@ -33,11 +33,11 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
-from lmdata.io.descriptors import descriptors
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
+from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
     read_error, shard_file_path, stat_shard_file, verify_shard
@@ -212,7 +212,7 @@ class ParquetWriter(base.RecordedShardWriter):
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
-class ParquetReader(RawWindows, base.ShardReader):
+class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
     """Windows from each shard decoded once per machine (``parquet_cache``), read like memmap shards."""
 
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 1), "extra": {"rows": int, "row_groups?": int}}
@@ -223,11 +223,7 @@ class ParquetReader(RawWindows, base.ShardReader):
     ) -> None:
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.cache_bytes = cache_bytes  # decoded shards kept in memory when the machine's cache is off
-        self.decoded = DecodedShards.from_env()
-
-    _in_memory = per_process(lambda self: 0)  # bytes of decoded shards held in this process's memory
-    _sums = per_process(lambda self: {})  # shard -> BlockSums of its decoded copy
-    _key = per_process(lambda self: {})  # shard -> the key of the copy this process reads
+        self.copies = DecodedShards.from_env("parquet")
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
@@ -258,52 +254,18 @@ class ParquetReader(RawWindows, base.ShardReader):
     def _open_tokens(self, i: int) -> RawFile | np.ndarray:
         """Shard ``i``'s tokens: its decoded copy, decoding it first when the machine has none (in
         memory when the machine's cache is off)."""
-        shard = self.shards[i]
-        tokens = None
-        if self.decoded is None:
-            if not self.remote:
-                verify_shard(self.format_dir, shard, "size")
-        else:
-            key = self._key[i] = self._copy_key(i)
-            copy = self._decoded_copy(i, key)
-            if copy is None:
-                tokens = self._decode(i)
-                if self.decoded.put(key, self.dtype, tokens) is not None:
-                    copy = self._decoded_copy(i, key)
-            if copy is not None:
-                return copy
-        tokens = self._decode(i) if tokens is None else tokens
-        self._sums.pop(i, None)  # checked as it was decoded
-        self._in_memory += tokens.nbytes
-        if self._in_memory > self.cache_bytes:  # over the budget: forget every decoded shard but this one
-            self._drop_sources()
-            self._in_memory = tokens.nbytes
-        return tokens
-
-    def _decoded_copy(self, i: int, key: str) -> RawFile | None:
-        """The machine's decoded copy of shard ``i``, opened, its CRCs read with it; None if it has none
-        (or another process evicted it meanwhile)."""
-        nbytes = self.shards[i].n_tokens * self.dtype.itemsize
-        path = self.decoded.get(key, self.dtype, nbytes)
-        if path is None:
-            return None
-        pool = descriptors()
-        try:
-            pool.forget(path)  # a descriptor of an earlier copy at this path is stale
-            pool.get(path)  # held from now on: another process's eviction cannot take it before the first read
-            self._sums[i] = self.decoded.sums(path)
-        except FileNotFoundError:
-            return None
-        return RawFile(path, nbytes)
+        if self.copies is None and not self.remote:
+            verify_shard(self.format_dir, self.shards[i], "size")
+        return self._copied_tokens(i)
 
     def _block_sums(self, i: int) -> BlockSums | None:
-        """The CRCs written with the decoded copy (None for a shard decoded into memory: checked as it was read)."""
-        return self._sums.get(i)
+        return self._copied_sums(i)
 
     def _where(self, i: int) -> str:
-        shard, key = self.shards[i], self._key.get(i)
-        copy = self.decoded.path(key, self.dtype) if self.decoded and key else "memory"
-        return f"{self._path(i)}: shard {shard.name} (decoded copy {copy})"
+        return f"{self._path(i)}: shard {self.shards[i].name} (decoded copy {self._copy_name(i)})"
+
+    def _fetch(self, i: int) -> np.ndarray:
+        return self._decode(i)
 
     def _decode(self, i: int) -> np.ndarray:
         """Shard ``i``'s tokens, from its bytes checked against the manifest (sha256 unless verify="size")."""
@@ -328,19 +290,6 @@ class ParquetReader(RawWindows, base.ShardReader):
             raise LmdataError(f"{path}: shard {shard.name} holds {len(tokens)} tokens, the manifest says "
                               f"{shard.n_tokens}; run `lmdata verify`")
         return np.ascontiguousarray(tokens, dtype=self.dtype)
-
-    def _check_blocks(self, i: int, blocks: np.ndarray) -> None:
-        try:
-            super()._check_blocks(i, blocks)
-        except LmdataError:
-            if self.decoded is None:
-                raise
-            key = self._key.get(i)
-            if key is not None:  # our decoded copy is damaged, not the store: decode it again, once
-                self.decoded.drop(self.decoded.path(key, self.dtype))
-            self._sums.pop(i, None)
-            self._forget_checks(i)
-            super()._check_blocks(i, blocks)
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         return self._raw_windows(starts, length)

@@ -31,12 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
+from lmdata.errors import LmdataError
 from lmdata.io.atomic import temp_path
 from lmdata.io.cache import cache_root, evict_oldest
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
-CACHE_BYTES_ENV = "LMDATA_PARQUET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 64 << 30
+
+
+def cache_bytes_env(kind: str) -> str:
+    """The variable bounding the machine's copies of one kind of shard: LMDATA_PARQUET_CACHE_BYTES, ..."""
+    return f"LMDATA_{kind.upper()}_CACHE_BYTES"
 
 
 def copy_key(sha256: str, source: str) -> str:
@@ -47,16 +52,22 @@ def copy_key(sha256: str, source: str) -> str:
 class DecodedShards:
     """The machine's decoded copies of Parquet shards (see the module docstring)."""
 
-    def __init__(self, root: Path, max_bytes: int) -> None:
-        self.root, self.max_bytes = Path(root), int(max_bytes)
+    def __init__(self, root: Path, max_bytes: int, kind: str = "parquet") -> None:
+        self.root, self.max_bytes, self.kind = Path(root), int(max_bytes), kind
         self._root = os.fspath(self.root)
         self._added = 0
 
     @classmethod
-    def from_env(cls) -> "DecodedShards | None":
-        limit = os.environ.get(CACHE_BYTES_ENV)
-        limit_bytes = DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
-        return cls(cache_root() / "parquet", limit_bytes) if limit_bytes > 0 else None
+    def from_env(cls, kind: str = "parquet") -> "DecodedShards | None":
+        """The copies of one ``kind`` of shard under ``cache_root()/kind``, bounded by
+        ``LMDATA_<KIND>_CACHE_BYTES`` (default 64 GiB; 0: off)."""
+        name = cache_bytes_env(kind)
+        limit = os.environ.get(name)
+        try:
+            limit_bytes = DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
+        except ValueError:
+            raise LmdataError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
+        return cls(cache_root() / kind, limit_bytes, kind) if limit_bytes > 0 else None
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self._path(key, dtype))
@@ -92,8 +103,9 @@ class DecodedShards:
                 finally:
                     tmp.unlink(missing_ok=True)
         except OSError as exc:
-            warnings.warn(f"{self.root}: cannot keep decoded Parquet shards here ({exc}); decoding into memory "
-                          f"instead (set LMDATA_CACHE_DIR, or {CACHE_BYTES_ENV}=0 to silence this)", RuntimeWarning,
+            warnings.warn(f"{self.root}: cannot keep copies of {self.kind} shards here ({exc}); reading them into "
+                          f"memory instead (set LMDATA_CACHE_DIR, or {cache_bytes_env(self.kind)}=0 to silence this)",
+                          RuntimeWarning,
                           stacklevel=3)
             return None
         self._added += tokens.nbytes

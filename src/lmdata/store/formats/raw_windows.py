@@ -139,8 +139,13 @@ class RawWindows:
                 self._check_spans(np.array([i]), np.array([off]), np.array([off + len(dest)]))
             self._read_one(i, off, dest)
 
+    def _prefetch(self, shards: np.ndarray) -> None:
+        """Get ready, all at once, the shards of a batch not opened yet (a reader whose shards are fetched)."""
+
     def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         shard, lows, nbytes = self._pieces(starts, length)
+        if self._n_sources < len(self.shards):
+            self._prefetch(shard)
         out = np.empty((len(starts), length), dtype=self.dtype)
         if read_windows is not None and len(shard) and self._read_in_c(shard, lows, nbytes, out):
             return out
