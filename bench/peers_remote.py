@@ -47,13 +47,10 @@ NOTES = (
 )
 
 
-def upload(client: object, root: Path, bucket: str, prefix: str, formats: tuple[str, ...] = ()) -> None:
-    """Every file of ``root`` (of a store: only the ``formats`` given, when given)."""
+def upload(client: object, root: Path, bucket: str, prefix: str) -> None:
     for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        skip = formats and len(rel.parts) > 2 and rel.parts[1] in LMDATA and rel.parts[1] not in formats
-        if p.is_file() and p.name != ".lock" and not skip:
-            client.upload_file(str(p), bucket, f"{prefix}/{rel}")
+        if p.is_file() and p.name != ".lock":
+            client.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root)}")
 
 
 def last_error(text: str) -> str:
@@ -122,7 +119,7 @@ def main() -> None:
 
         client = boto3.client("s3", endpoint_url=moto_url, aws_access_key_id="bench", aws_secret_access_key="bench",
                               region_name="us-east-1")
-        upload(client, store, "bench", "store", tuple(t for t in LMDATA if t in args.tools))
+        upload(client, store, "bench", "store")
         for t in peers:
             upload(client, local[t], "bench", t)
         remote = {t: "s3://bench/store" for t in LMDATA} | {t: f"s3://bench/{t}" for t in peers}

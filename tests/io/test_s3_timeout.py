@@ -52,6 +52,10 @@ def _assert_names_the_object_and_the_setting(text: str, fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["memmap", "lance", "parquet"])
 def test_a_frozen_endpoint_fails_a_read_within_the_timeout(s3, s3_server, tokenizer_dir, monkeypatch, fmt):
     uri = _remote_store(s3, tokenizer_dir, fmt)
+    # no machine copies (memmap by ranges, Parquet decoded in memory): the background fetch of the
+    # split could otherwise make every shard local before the freeze (the next test freezes first)
+    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "0")
+    monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")
     with DelayProxy(s3_server.host_port) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         monkeypatch.setenv("LMDATA_S3_TIMEOUT", str(TIMEOUT_S))
@@ -64,6 +68,26 @@ def test_a_frozen_endpoint_fails_a_read_within_the_timeout(s3, s3_server, tokeni
         with pytest.raises(LmdataError) as info:
             read.result()
         proxy.delay_ms = 0  # let the held requests go, so the proxy can stop
+    _assert_names_the_object_and_the_setting(str(info.value), fmt)
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_a_frozen_endpoint_fails_a_whole_shard_fetch_within_the_timeout(s3, s3_server, tokenizer_dir, monkeypatch,
+                                                                        fmt):
+    """The machine's copies (the default): the batch's fetch, and the background fetch it waits on,
+    each give up after the timeout; the batch fails naming the object, never hangs."""
+    uri = _remote_store(s3, tokenizer_dir, fmt)
+    with DelayProxy(s3_server.host_port) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        monkeypatch.setenv("LMDATA_S3_TIMEOUT", str(TIMEOUT_S))
+        ds = TokenDataset(open_store(uri).reader("train", fmt), 16)
+        assert ds.reader.copies is not None
+        proxy.delay_ms = FROZEN_MS  # before any shard is fetched
+        read = Bounded(lambda: ds.batch([0, len(ds) - 1]))
+        assert read.wait(HANG_S), f"a {fmt} fetch from the frozen endpoint still waited {HANG_S} s later"
+        with pytest.raises(LmdataError) as info:
+            read.result()
+        proxy.delay_ms = 0
     _assert_names_the_object_and_the_setting(str(info.value), fmt)
 
 

@@ -10,7 +10,12 @@ server, never time).
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -129,3 +134,91 @@ def test_a_damaged_copy_is_fetched_again_and_a_damaged_object_refused(store_buil
     obj.write_bytes(bytes(raw))
     with pytest.raises(LmdataError, match=f"{name}: shard 00001 fails its sha256 checksum"):
         open_store(uri).dataset("train", SEQ).batch(every)
+
+
+_ONE_BATCH = """
+import sys
+import numpy as np
+from lmdata.store import open_store
+ds = open_store(sys.argv[1]).dataset("train", 64)
+print(ds.batch(np.arange(0, len(ds), len(ds) // 8)[:8]).sum())
+"""
+
+
+def test_a_script_exits_at_once_and_silently_while_shards_are_fetched_behind_it(store_builder, tmp_path, s3):
+    """The background fetch of the rest of the split is daemon threads: a plain script that reads
+    one batch and ends neither waits for the split nor prints anything at exit (piped output)."""
+    local = tmp_path / "store"
+    store_builder(local, ["memmap", "parquet"], n_tokens=400_000, shard_tokens=4_000)  # 100 shards
+    uri = s3.uri("exit")
+    publish(local, location(uri))
+    expected = open_store(local).dataset("train", 64)
+    want = str(expected.batch(np.arange(0, len(expected), len(expected) // 8)[:8]).sum())
+    for fmt in ("memmap", "parquet"):
+        script = _ONE_BATCH.replace('"train", 64)', f'"train", 64, format="{fmt}")')
+        env = {**os.environ, "LMDATA_CACHE_DIR": str(tmp_path / f"cache-{fmt}")}
+        done = subprocess.run([sys.executable, "-c", script, uri], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+        assert done.stdout.strip() == want
+        copies = list((tmp_path / f"cache-{fmt}" / fmt).glob("*/*.bin"))
+        assert 0 < len(copies) <= 100
+
+
+def test_the_rest_of_the_split_is_fetched_in_the_background(store_builder, tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    local = tmp_path / "store"
+    store_builder(local, ["memmap"], n_tokens=160_000, shard_tokens=SHARD_TOKENS)
+    uri = s3.uri("mirror")
+    publish(local, location(uri))
+    ds = open_store(uri).dataset("train", SEQ)
+    ds.batch([0])  # one window of the first shard
+    for t in [t for t in threading.enumerate() if t.name.startswith("lmdata-mirror")]:  # some may be done
+        assert t.daemon
+        t.join(60)
+    copies = list((tmp_path / "cache" / "memmap").glob("*/*.bin"))
+    assert len(copies) == len(list((local / "train" / "memmap").glob("tokens-*.bin")))
+    with DelayProxy(s3.server.endpoint) as proxy:  # every window is now read from the machine's copies
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        everything = np.arange(len(ds))
+        assert np.array_equal(ds.batch(everything), open_store(local).dataset("train", SEQ).batch(everything))
+        assert proxy.requests == 0
+
+
+_READ_ALL = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from lmdata.store import open_store
+ds = open_store(sys.argv[1]).dataset("train", 64)
+while not Path(sys.argv[2]).exists():  # both processes start reading together
+    time.sleep(0.01)
+for k in range(0, len(ds), 64):
+    ds.batch(np.arange(k, min(len(ds), k + 64)))
+print("ok")
+"""
+
+
+def test_processes_on_one_machine_fetch_each_shard_once_between_them(store_builder, tmp_path, s3):
+    """Loader workers and ranks on one node share the machine's copies: while one process fetches a
+    shard, another that needs it waits for that copy (a lock per copy) instead of fetching it too."""
+    local = tmp_path / "store"
+    store_builder(local, ["memmap"], n_tokens=1_600_000, shard_tokens=SHARD_TOKENS)  # 100 shards, 3.2 MB
+    uri = s3.uri("shared")
+    publish(local, location(uri))
+    store_bytes = sum(p.stat().st_size for p in (local / "train" / "memmap").glob("tokens-*.bin"))
+    go = tmp_path / "go"
+    with DelayProxy(s3.server.endpoint, delay_ms=5) as proxy:
+        env = {**os.environ, "LMDATA_CACHE_DIR": str(tmp_path / "cache"), "AWS_ENDPOINT_URL": proxy.url}
+        procs = [subprocess.Popen([sys.executable, "-c", _READ_ALL, uri, str(go)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            time.sleep(3)  # both opened the store
+            go.touch()
+            outs = [p.communicate(timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        sent = proxy.sent_bytes
+    assert all(p.returncode == 0 and out == "ok\n" for p, (out, _) in zip(procs, outs)), outs
+    assert store_bytes <= sent < 1.2 * store_bytes, (sent, store_bytes)  # twice without the lock

@@ -24,10 +24,13 @@ Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be w
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -71,6 +74,25 @@ class DecodedShards:
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self._path(key, dtype))
+
+    @contextmanager
+    def making(self, key: str, dtype: np.dtype) -> Iterator[None]:
+        """Held while one process makes a copy (``flock`` on ``<copy>.lock``): a worker or rank that
+        needs the same shard meanwhile waits for it instead of fetching it again (8 ranks of a node
+        would download the store 8 times). A process that dies lets go of it; a lock that cannot be
+        taken (a read-only cache) is no lock."""
+        path = self._path(key, dtype) + ".lock"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits without the GIL
+            yield
+        finally:
+            os.close(fd)
 
     def _path(self, key: str, dtype: np.dtype) -> str:
         """The copy's path as a plain string: a reader's first touch of each of a thousand shards pays this."""
