@@ -52,10 +52,10 @@ def _assert_names_the_object_and_the_setting(text: str, fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["memmap", "lance", "parquet"])
 def test_a_frozen_endpoint_fails_a_read_within_the_timeout(s3, s3_server, tokenizer_dir, monkeypatch, fmt):
     uri = _remote_store(s3, tokenizer_dir, fmt)
-    # no machine copies (memmap by ranges, Parquet decoded in memory): the background fetch of the
+    # no machine copies (memmap by ranges, Parquet decoded in memory, Lance remote): the background fetch of the
     # split could otherwise make every shard local before the freeze (the next test freezes first)
-    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "0")
-    monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")
+    for kind in ("MEMMAP", "PARQUET", "LANCE"):
+        monkeypatch.setenv(f"LMDATA_{kind}_CACHE_BYTES", "0")
     with DelayProxy(s3_server.host_port) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         monkeypatch.setenv("LMDATA_S3_TIMEOUT", str(TIMEOUT_S))
@@ -98,9 +98,9 @@ def test_training_on_a_frozen_endpoint_exits_with_one_line(s3, s3_server, tokeni
     with DelayProxy(s3_server.host_port) as proxy:
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "AWS_ENDPOINT_URL": proxy.url,
                "LMDATA_S3_TIMEOUT": str(TIMEOUT_S),
-               # memmap by ranges, so every step needs the endpoint: with the machine's copies (the
-               # default) the sample's few shards are all local after step 3 and training goes on
-               "LMDATA_MEMMAP_CACHE_BYTES": "0"}
+               # no machine copies, so every step needs the endpoint: with them (the default) the
+               # sample's few shards are all local after step 3 and training goes on
+               "LMDATA_MEMMAP_CACHE_BYTES": "0", "LMDATA_LANCE_CACHE_BYTES": "0"}
         proc = subprocess.Popen(
             [sys.executable, "-m", "lmdata", "train", "--store", uri, "--format", fmt, "--out", str(tmp_path / "run"),
              "--steps", "100000", "--batch-size", "2", "--seq-len", "16", "--log-every", "1", "--eval-every", "0",

@@ -47,6 +47,8 @@ file only by size. A store without row CRCs falls back to a whole-file sha256 on
 (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
 ``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
+Remote: from a loader's first batch the split is copied to the machine in the background and read
+from the copy once it is whole (``lance_mirror``); until then, and over its budget, takes are remote.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
 from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
+from lmdata.store.formats.lance_mirror import LanceMirror
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
@@ -249,6 +252,8 @@ class LanceReader(base.ShardReader):
 
     _ds = per_process(lambda self: None)  # the open dataset (``_open``)
     _fragments = per_process(lambda self: [])
+    _mirror = per_process(lambda self: False)  # remote: the machine's copy being made (``lance_mirror``; None: none)
+    _on_copy = per_process(lambda self: False)  # remote: reading the machine's copy now
     _column = per_process(lambda self: "token_bytes")  # "tokens" in a store written before token_bytes
     _row_bounds = per_process(lambda self: {})  # fragment -> ``_index``
     _checked = per_process(lambda self: np.zeros(int(self._row_base[-1]), dtype=bool))  # row -> CRC checked here
@@ -330,21 +335,29 @@ class LanceReader(base.ShardReader):
                     f"{self.format_dir}: the Lance dataset cannot be opened ({exc}); run `lmdata verify`"
                 ) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
-            self._ds = ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds)
-            self._fragments = self._ds.get_fragments()  # committed in stream order: the manifest's shards
-            committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None
-                         for f in self._fragments]
-            if committed != [s.files[0].path for s in self.shards]:
-                raise LmdataError(
-                    f"{self.format_dir}: the committed Lance fragments are not the manifest's (an ingest was "
-                    "interrupted after its commit); re-run the ingest with --resume or --overwrite"
-                )
-            if self._ds.count_rows() != self._row_base[-1]:  # same files, so the same fragment count
-                raise LmdataError(
-                    f"{self.format_dir}: Lance dataset has {self._ds.count_rows()} rows, the manifest says "
-                    f"{self._row_base[-1]}; re-run the ingest with --resume or --overwrite"
-                )
+            self._use(ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds))
+        if self._mirror and self._mirror.ready():  # the machine's copy is whole: read it from now on
+            local, self._mirror = self._mirror.local, None
+            ds = lance_fragments.open_dataset(local, False)
+            self._use(open_uring(local, ds, self._column, self.io) or ds)
+            self._on_copy = True
         return self._ds
+
+    def _use(self, ds: Any) -> None:
+        """Read through ``ds`` (the store's dataset, or the machine's copy of it), if it is the manifest's."""
+        fragments = ds.get_fragments()  # committed in stream order: the manifest's shards
+        committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None for f in fragments]
+        if committed != [s.files[0].path for s in self.shards]:
+            raise LmdataError(
+                f"{self.format_dir}: the committed Lance fragments are not the manifest's (an ingest was "
+                "interrupted after its commit); re-run the ingest with --resume or --overwrite"
+            )
+        if ds.count_rows() != self._row_base[-1]:  # same files, so the same fragment count
+            raise LmdataError(
+                f"{self.format_dir}: Lance dataset has {ds.count_rows()} rows, the manifest says "
+                f"{self._row_base[-1]}; re-run the ingest with --resume or --overwrite"
+            )
+        self._ds, self._fragments = ds, fragments
 
     def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
@@ -367,7 +380,8 @@ class LanceReader(base.ShardReader):
                 take = partial(self._fragments[first].take, rows - self._row_base[first], columns=columns)
             else:
                 take = partial(ds.take, pa.array(rows, type=pa.int64()), columns=columns)
-            table = within_timeout(take, str(self._data_path(self.shards[first]))) if self.remote else take()
+            remote = self.remote and not self._on_copy
+            table = within_timeout(take, str(self._data_path(self.shards[first]))) if remote else take()
             column = table.column(0)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
@@ -401,6 +415,8 @@ class LanceReader(base.ShardReader):
         take returns rows in order, so each window is one slice of the take's values.
         """
         self._open()
+        if self._mirror is False:  # a loader's first batch (not a scan for SQL): copy the split if it fits
+            self._mirror = LanceMirror.start(self.format_dir, self.shards) if self.remote else None
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)
