@@ -11,7 +11,9 @@ and worker count it times ``open_store`` + the first batch (start-up) and then `
 batches of ``--batch x --seq`` tokens, each followed by a simulated H100 step of
 ``batch * seq / --rate`` seconds (the measured H100 ``small`` rate, 3.5 M tok/s), so stall =
 wait / (wait + step). The naive remote reader is one GET per window, one after another.
-Also: memmap at the highest latency with the local cache on, epoch 1 vs epoch 2.
+Also: memmap by ranges at the highest latency with the range cache on, epoch 1 vs epoch 2.
+Each remote cell starts with an empty ``LMDATA_CACHE_DIR`` (a fresh machine): memmap, Parquet
+and Lance then fetch or copy the shards they read (README, "Which format on object storage").
 
 CPU-only numbers on this box (2 shared cores, loopback server): the server is moto (Python;
 it reads a whole object for each ranged GET), so absolute rates are low next to S3; the
@@ -129,6 +131,7 @@ def cache_epochs(store: str, args: argparse.Namespace) -> tuple[float, float, in
     from lmdata.store import open_store
 
     os.environ["LMDATA_REMOTE_CACHE_BYTES"] = str(256 << 20)
+    os.environ["LMDATA_MEMMAP_CACHE_BYTES"] = "0"  # by ranges, through the range cache (not whole copies)
     try:
         times = []
         for _ in range(2):
@@ -142,7 +145,7 @@ def cache_epochs(store: str, args: argparse.Namespace) -> tuple[float, float, in
         requests = ds.reader.blocks.files.requests if hasattr(ds, "reader") else -1
         return times[0], times[1], requests
     finally:
-        del os.environ["LMDATA_REMOTE_CACHE_BYTES"]
+        del os.environ["LMDATA_REMOTE_CACHE_BYTES"], os.environ["LMDATA_MEMMAP_CACHE_BYTES"]
 
 
 def main() -> None:
@@ -202,7 +205,8 @@ def main() -> None:
                          **run_naive(remote, args)})
             print(json.dumps(rows[-1]), flush=True)
             for fmt in FORMATS:
-                for w in workers:
+                for w in workers:  # a fresh machine each: an empty cache (no copies of earlier cells)
+                    os.environ["LMDATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=work)
                     rows.append({"format": fmt, "where": "s3", "delay_ms": delay, "workers": w,
                                  **run_loader(remote, fmt, w, args)})
                     print(json.dumps(rows[-1]), flush=True)
