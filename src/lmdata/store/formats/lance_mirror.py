@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from lmdata.errors import LmdataError
 from lmdata.io.atomic import temp_path
 from lmdata.io.cache import cache_root
 from lmdata.store.formats.parquet_cache import DEFAULT_CACHE_BYTES, cache_bytes_env
@@ -42,8 +43,6 @@ def mirror_budget() -> int:
     try:
         return DEFAULT_CACHE_BYTES if raw in (None, "") else int(raw)
     except ValueError:
-        from lmdata.errors import LmdataError
-
         raise LmdataError(f"{cache_bytes_env('lance')}={raw!r}: give a number of bytes (0 never copies)") from None
 
 
@@ -51,7 +50,7 @@ class LanceMirror:
     """The machine's copy of one remote Lance split (see the module docstring)."""
 
     def __init__(self, format_dir: Any, shards: list[ShardInfo]) -> None:
-        self.remote = format_dir
+        self.source = format_dir  # the split's Lance dataset on object storage
         self.shards = shards
         key = hashlib.sha1("\n".join([format_dir.uri, *(s.files[0].sha256 for s in shards)]).encode()).hexdigest()
         self.root = cache_root() / "lance"
@@ -74,9 +73,6 @@ class LanceMirror:
     def ready(self) -> bool:
         return self._done.is_set()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._done.wait(timeout)
-
     def _run(self) -> None:
         try:
             self.local.mkdir(parents=True, exist_ok=True)
@@ -94,13 +90,13 @@ class LanceMirror:
 
     def _copy(self) -> None:
         data = {s.files[0].path: s.files[0] for s in self.shards}
-        for listed in self.remote.list(recursive=True):
+        for listed in self.source.list(recursive=True):
             if listed.key.startswith(COMMIT_LOG):
                 self._download(listed.loc, self.local / listed.key, None)
         for rel, info in data.items():
             target = self.local / rel
             if not (target.is_file() and target.stat().st_size == info.bytes):
-                self._download(self.remote / rel, target, info.sha256)
+                self._download(self.source / rel, target, info.sha256)
         (self.local / COMPLETE).write_text("")
 
     def _download(self, source: Any, target: Path, sha256: str | None) -> None:

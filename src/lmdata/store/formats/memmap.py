@@ -98,7 +98,7 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
         self.copies = self._remote_copies() if self.remote else None
-        self.cache_bytes = 0  # never in memory: without copies, a remote store is read by ranges
+        self.cache_bytes = 1 << 30  # fetched shards kept in memory when the machine's copies cannot be written
 
     def _remote_copies(self) -> DecodedShards | None:
         """The machine's copies of remote shards, when the split fits their budget (see the module
