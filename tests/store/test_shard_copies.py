@@ -10,12 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections import namedtuple
 
 import numpy as np
 import pytest
 
 from lmdata.bench.delay_proxy import DelayProxy
 from lmdata.errors import LmdataError
+from lmdata.io import cache
 from lmdata.ingest.publish import publish
 from lmdata.io.location import location
 from lmdata.store import open_store
@@ -68,6 +70,11 @@ def test_a_split_over_the_copies_budget_is_read_by_ranges(store_builder, tmp_pat
     assert ds.reader.copies is None
     assert np.array_equal(ds.batch(np.arange(0, len(ds), 97)), here.batch(np.arange(0, len(ds), 97)))
     assert not (tmp_path / "cache" / "memmap").exists()
+    monkeypatch.delenv("LMDATA_MEMMAP_CACHE_BYTES")
+    full = namedtuple("usage", "total used free")(10 << 30, (10 << 30) - (1 << 30), 1 << 30)
+    with monkeypatch.context() as m:
+        m.setattr(cache.shutil, "disk_usage", lambda _: full)  # a tenth of the disk left: no copies
+        assert open_store(uri).dataset("train", SEQ).reader.copies is None
     monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "lots")
     with pytest.raises(LmdataError, match="LMDATA_MEMMAP_CACHE_BYTES='lots': give a number of bytes"):
         open_store(uri).dataset("train", SEQ)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Callable, Iterable
@@ -104,3 +105,20 @@ def evict_oldest(paths: Iterable[Path], max_bytes: int, remove: Callable[[Path],
             break
         remove(path)
         total -= size
+
+
+KEEP_FREE = 0.10  # of the disk: what copies of remote data never take
+
+
+def fits_on_disk(directory: Path, nbytes: int) -> bool:
+    """Whether ``nbytes`` more under ``directory`` (made or not) still leave ``KEEP_FREE`` of its disk free,
+    counting what ``directory`` already holds as reusable: copies of a remote store must not fill the
+    disk that checkpoints and logs are written to."""
+    probe = Path(directory)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    if usage.free - nbytes >= KEEP_FREE * usage.total:
+        return True
+    held = sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file()) if Path(directory).is_dir() else 0
+    return usage.free + held - nbytes >= KEEP_FREE * usage.total

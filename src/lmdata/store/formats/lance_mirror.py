@@ -12,7 +12,8 @@ next batch after it, from the copy (``LanceReader._take``). Processes of one mac
 it: one copies while the others wait on its lock, reading remotely meanwhile.
 
 The copy is made only when the split's data files fit ``LMDATA_LANCE_CACHE_BYTES`` (default
-64 GiB; 0: never), least recently used copies of other splits removed to make room. A copy
+64 GiB; 0: never) and leave a tenth of the disk free (``io.cache.fits_on_disk``), least
+recently used copies of other splits removed to make room. A copy
 that fails (an object that does not match its sha256, a full disk) is left unfinished and
 the reader stays remote, where every row is still checked against its CRC-32.
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 from lmdata.errors import LmdataError
 from lmdata.io.atomic import temp_path
-from lmdata.io.cache import cache_root
+from lmdata.io.cache import cache_root, fits_on_disk
 from lmdata.store.formats.parquet_cache import DEFAULT_CACHE_BYTES, cache_bytes_env
 from lmdata.store.protocol import ShardInfo
 
@@ -66,7 +67,8 @@ class LanceMirror:
     @classmethod
     def start(cls, format_dir: Any, shards: list[ShardInfo]) -> "LanceMirror | None":
         """The mirror of this split, started; None when it does not fit the budget."""
-        if sum(s.files[0].bytes for s in shards) > mirror_budget():
+        nbytes = sum(s.files[0].bytes for s in shards)
+        if nbytes > mirror_budget() or not fits_on_disk(cache_root() / "lance", nbytes):
             return None
         return cls(format_dir, shards)
 

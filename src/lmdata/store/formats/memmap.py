@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from lmdata.io import atomic
+from lmdata.io.cache import fits_on_disk
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
@@ -101,10 +102,10 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
         self.cache_bytes = 1 << 30  # fetched shards kept in memory when the machine's copies cannot be written
 
     def _remote_copies(self) -> DecodedShards | None:
-        """The machine's copies of remote shards, when the split fits their budget (see the module
-        docstring); None: read by coalesced byte ranges (``memmap_blocks``)."""
-        copies = DecodedShards.from_env("memmap")
-        if copies is None or self.n_tokens * self.dtype.itemsize > copies.max_bytes:
+        """The machine's copies of remote shards, when the split fits their budget and the disk (see the
+        module docstring); None: read by coalesced byte ranges (``memmap_blocks``)."""
+        copies, nbytes = DecodedShards.from_env("memmap"), self.n_tokens * self.dtype.itemsize
+        if copies is None or nbytes > copies.max_bytes or not fits_on_disk(copies.root, nbytes):
             return None
         return copies
 
