@@ -88,3 +88,14 @@ def test_a_same_size_valid_parquet_file_with_other_tokens_is_refused(sample_stor
         reader.windows(np.array([0]), 65)
     with pytest.raises(LmdataError, match="sha256"):
         open_store(store).document("train", 0, format="parquet")
+
+
+def test_a_cache_that_cannot_be_written_decodes_into_memory_with_a_warning(sample_store, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(blocker / "cache"))  # makedirs fails, even as root
+    memmap = open_store(sample_store).reader("train", "memmap")
+    with pytest.warns(RuntimeWarning, match="cannot keep copies of parquet shards here"):
+        reader, starts, got = _windows(sample_store, n=256)
+    assert np.array_equal(got, memmap.windows(starts, 65))
+    assert reader._in_memory > 0 and not (blocker / "cache").exists()

@@ -67,12 +67,8 @@ class CopiedShards:
             key = self._copy_keys[i] = self._copy_key(i)
             copy = self._open_copy(i, key)
             if copy is None:
-                with self.copies.making(key, self.dtype):
-                    copy = self._open_copy(i, key)  # another process made it while this one waited
-                    if copy is None:
-                        tokens = self._fetch(i)
-                        if self.copies.put(key, self.dtype, tokens) is not None:
-                            copy = self._open_copy(i, key)
+                tokens = self._ensure_copy(i, key)
+                copy = self._open_copy(i, key) if tokens is None else None
             if copy is not None:
                 return copy
         tokens = self._fetch(i) if tokens is None else tokens
@@ -154,12 +150,17 @@ class CopiedShards:
             with self._inflight_lock:
                 self._inflight.pop(i).set()
 
-    def _ensure_copy(self, i: int) -> None:
-        key, nbytes = self._copy_key(i), self.shards[i].n_tokens * self.dtype.itemsize
-        if self.copies.get(key, self.dtype, nbytes) is None:
-            with self.copies.making(key, self.dtype):
-                if self.copies.get(key, self.dtype, nbytes) is None:
-                    self.copies.put(key, self.dtype, self._fetch(i))
+    def _ensure_copy(self, i: int, key: str | None = None) -> np.ndarray | None:
+        """Make shard ``i``'s copy unless the machine has it (another process making it: wait for that
+        one, then use its copy). Returns the fetched tokens when the copy could not be written."""
+        key, nbytes = key or self._copy_key(i), self.shards[i].n_tokens * self.dtype.itemsize
+        if self.copies.get(key, self.dtype, nbytes) is not None:
+            return None
+        with self.copies.making(key, self.dtype):
+            if self.copies.get(key, self.dtype, nbytes) is not None:
+                return None
+            tokens = self._fetch(i)
+            return None if self.copies.put(key, self.dtype, tokens) is not None else tokens
 
     def _start_mirror(self) -> None:
         """Fetch every shard of the split in the background, ``MIRROR_FETCHES`` at a time, from a
