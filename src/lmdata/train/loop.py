@@ -2,9 +2,8 @@
 
 ``train(cfg)`` is what ``lmdata train`` calls. Under ``torchrun`` (``WORLD_SIZE`` > 1) it
 runs DDP (gloo on CPU, nccl on CUDA); each rank reads its own share of every epoch from
-the loader, and rank 0 alone logs and writes. What a step measures, per DESIGN.md's
-stall definition: ``t_wait`` = blocked in ``next(loader)`` + host->device copy, and the
-data-wait fraction of an interval is Σ t_wait / Σ step time.
+the loader, and rank 0 alone logs and writes. What a step measures (DESIGN.md's stall):
+``t_wait`` = blocked in ``next(loader)`` + host->device copy; data-wait = Σ t_wait / Σ step time.
 
 Resume is exact on CPU: a checkpoint holds the model, AdamW moments, step, every rank's
 loader position and the RNG states, so the losses after ``--resume`` equal those of an
@@ -20,6 +19,7 @@ times as large (tests/train/test_accum.py). MFU = tokens/s x FLOPs/token (the co
 from __future__ import annotations
 
 import contextlib
+import gc
 import dataclasses
 import math
 import os
@@ -492,9 +492,9 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
         trackers.close()
     if dist.main and run.steps > start:
         plot_losses(run.out / METRICS, run.out / "loss.png")
-    if dist.owns_group:
-        # leave together: a rank that tears gloo down while rank 0 still plots its losses was
-        # seen aborting ("terminate called without an active exception") once in CI
+    if dist.owns_group:  # leave together, DDP's reducer (gloo work holding tensors) freed while Python is whole:
+        del model, forward, no_sync, batches  # ranks were seen aborting at exit ("terminate called without an
+        gc.collect()  # active exception") when a cycle kept it until the interpreter's finalization
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return result
