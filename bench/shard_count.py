@@ -1,0 +1,103 @@
+"""What a store's shard count costs apart from its size: the same tokens as 6, ~114 and ~1,160 shards.
+
+    .venv/bin/python bench/shard_count.py                 # english-prose.txt x20: ~118 M tokens
+    .venv/bin/python bench/shard_count.py --readme bench/README.md
+
+Per store (``--corpus`` tiled ``--tiles`` times, shards of 20 M, 1 Mi and 100,000 tokens; the
+stores of ``bench/scale.py``, cached under ``--work``), in a fresh process each, once every
+block has been checked (steady state, warm page cache): the memmap reader's own rate on
+shuffled 32 x 1,025-token windows (``reader.windows``, no loader), and raw positional reads of
+the same windows from the same files (``io._preads.preads`` over one descriptor per file: no
+lmdata code), each the median batch of ``--batches``. The raw column is what the kernel charges
+for the number of files; the gap between the two is lmdata's own per-shard cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
+from scale import ensure_store, n_shards, n_tokens, warm_page_cache
+
+SHARD_TOKENS = (20_000_000, 1 << 20, 100_000)
+
+_CELL = """
+import glob, json, os, sys, time
+import numpy as np
+from lmdata.io.descriptors import preads
+from lmdata.store import open_store
+store, batches = sys.argv[1], int(sys.argv[2])
+B, L = 32, 1024
+reader = open_store(store).reader("train", "memmap")
+n = (reader.n_tokens - 1) // L
+for k in range(0, n, 4096):  # every window once: every block checked
+    reader.windows(np.arange(k, min(n, k + 4096)) * L, L + 1)
+order = np.random.default_rng(0).permutation(n)[: batches * B].reshape(batches, B)
+def median_rate(read):
+    times = []
+    for b in range(batches):
+        starts = np.sort(order[b]) * L
+        t = time.perf_counter()
+        read(starts)
+        times.append(time.perf_counter() - t)
+    return B * (L + 1) / float(np.median(times))
+lmdata = median_rate(lambda s: reader.windows(s, L + 1))
+files = sorted(glob.glob(os.path.join(store, "train", "memmap", "tokens-*.bin")))
+fds = np.array([os.open(f, os.O_RDONLY) for f in files], dtype=np.int32)
+size = np.array([os.path.getsize(f) for f in files], dtype=np.int64)
+bounds = np.concatenate([[0], np.cumsum(size)])
+out = np.empty(B * (L + 1) * 2, dtype=np.uint8)
+def raw(starts):
+    at = starts * 2
+    shard = np.searchsorted(bounds, at, side="right") - 1
+    off = at - bounds[shard]
+    length = np.minimum((L + 1) * 2, size[shard] - off)  # a window's part in its first file
+    preads(fds[shard], off, length, out)
+print(json.dumps({"lmdata": lmdata, "raw": median_rate(raw)}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    ap.add_argument("--tiles", type=int, default=20)
+    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Shard count' section")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    tokenizer = ensure_tokenizer(args.tokenizer)
+    load = os.getloadavg()[0]
+    rows = []
+    for shard_tokens in SHARD_TOKENS:
+        store, _ = ensure_store(args.work, args.corpus, tokenizer, args.tiles, shard_tokens)
+        warm_page_cache(store / "train" / "memmap")
+        done = subprocess.run([sys.executable, "-c", _CELL, str(store), str(args.batches)], capture_output=True,
+                              text=True, check=True)
+        rows.append({"shards": n_shards(store), "tokens": n_tokens(store),
+                     **json.loads(done.stdout.strip().splitlines()[-1])})
+        print(json.dumps(rows[-1]), flush=True)
+    first = rows[0]
+    lines = ["| shards | tokens | lmdata reader, M tok/s | vs 6 shards | raw preads, M tok/s | vs 6 shards | "
+             "lmdata / raw |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['shards']:,} | {r['tokens'] / 1e6:.0f} M | {r['lmdata'] / 1e6:.0f} | "
+                     f"{r['lmdata'] / first['lmdata']:.2f}x | {r['raw'] / 1e6:.0f} | {r['raw'] / first['raw']:.2f}x | "
+                     f"{r['lmdata'] / r['raw']:.2f}x |")
+    body = (f"## Shard count\n\n`python bench/shard_count.py {' '.join(sys.argv[1:])}` ({os.cpu_count()} cores, "
+            f"load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; {args.corpus.name} tiled "
+            f"x{args.tiles}):\n\n" + "\n".join(lines) + "\n")
+    print(body)
+    if args.readme:
+        replace_section(args.readme, body, "Shard count")
+
+
+if __name__ == "__main__":
+    main()
