@@ -17,8 +17,9 @@ import hashlib
 import os
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 CHUNK_BYTES = 1 << 20
 CACHE_DIR_ENV = "LMDATA_CACHE_DIR"
@@ -120,5 +121,29 @@ def fits_on_disk(directory: Path, nbytes: int) -> bool:
     usage = shutil.disk_usage(probe)
     if usage.free - nbytes >= KEEP_FREE * usage.total:
         return True
-    held = sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file()) if Path(directory).is_dir() else 0
-    return usage.free + held - nbytes >= KEEP_FREE * usage.total
+    return usage.free + tree_bytes(directory) - nbytes >= KEEP_FREE * usage.total
+
+
+def tree_bytes(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (0 when it does not exist)."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+
+
+@contextmanager
+def held_lock(path: Path) -> Iterator[None]:
+    """Hold the lock file ``path`` (``filelock``: flock on POSIX, released by the OS if the process dies)
+    while one process makes a copy the others would otherwise make too; they wait for it. A lock
+    that cannot be taken (a read-only cache) is no lock: the copy is then made without it."""
+    from filelock import FileLock
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path))
+        lock.acquire()  # waits without the GIL
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()

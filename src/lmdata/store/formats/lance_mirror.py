@@ -20,7 +20,6 @@ the reader stays remote, where every row is still checked against its CRC-32.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -28,10 +27,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lmdata.errors import LmdataError
 from lmdata.io.atomic import temp_path
-from lmdata.io.cache import cache_root, fits_on_disk
-from lmdata.store.formats.parquet_cache import DEFAULT_CACHE_BYTES, cache_bytes_env
+from lmdata.io.cache import cache_root, fits_on_disk, held_lock, tree_bytes
+from lmdata.store.formats.parquet_cache import cache_budget
 from lmdata.store.protocol import ShardInfo
 
 COMPLETE = "complete"  # the marker written last
@@ -39,24 +37,15 @@ COMMIT_LOG = ("_versions/", "_transactions/")
 _CHUNK = 8 << 20
 
 
-def mirror_budget() -> int:
-    raw = os.environ.get(cache_bytes_env("lance"))
-    try:
-        return DEFAULT_CACHE_BYTES if raw in (None, "") else int(raw)
-    except ValueError:
-        raise LmdataError(f"{cache_bytes_env('lance')}={raw!r}: give a number of bytes (0 never copies)") from None
-
-
 class LanceMirror:
     """The machine's copy of one remote Lance split (see the module docstring)."""
 
-    def __init__(self, format_dir: Any, shards: list[ShardInfo]) -> None:
+    def __init__(self, format_dir: Any, shards: list[ShardInfo], nbytes: int) -> None:
         self.source = format_dir  # the split's Lance dataset on object storage
-        self.shards = shards
+        self.shards, self.nbytes = shards, nbytes  # nbytes: its data files
         key = hashlib.sha1("\n".join([format_dir.uri, *(s.files[0].sha256 for s in shards)]).encode()).hexdigest()
         self.root = cache_root() / "lance"
         self.local = self.root / key[:20]
-        self.nbytes = sum(s.files[0].bytes for s in shards)
         self._done = threading.Event()
         if (self.local / COMPLETE).is_file():
             self._done.set()
@@ -68,24 +57,19 @@ class LanceMirror:
     def start(cls, format_dir: Any, shards: list[ShardInfo]) -> "LanceMirror | None":
         """The mirror of this split, started; None when it does not fit the budget."""
         nbytes = sum(s.files[0].bytes for s in shards)
-        if nbytes > mirror_budget() or not fits_on_disk(cache_root() / "lance", nbytes):
+        if nbytes > cache_budget("lance") or not fits_on_disk(cache_root() / "lance", nbytes):
             return None
-        return cls(format_dir, shards)
+        return cls(format_dir, shards, nbytes)
 
     def ready(self) -> bool:
         return self._done.is_set()
 
     def _run(self) -> None:
         try:
-            self.local.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.local / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # another process copying this split: wait for it
+            with held_lock(self.local / ".lock"):  # another process copying this split: wait for it
                 if not (self.local / COMPLETE).is_file():
                     self._make_room()
                     self._copy()
-            finally:
-                os.close(fd)
             self._done.set()
         except Exception:  # noqa: BLE001 - the reader stays remote, every row still CRC-checked
             pass
@@ -118,11 +102,10 @@ class LanceMirror:
 
     def _make_room(self) -> None:
         """Remove the least recently used copies of other splits until this one fits the budget."""
-        budget, others = mirror_budget(), []
+        budget, others = cache_budget("lance"), []
         for d in self.root.iterdir():
             if d != self.local and (d / COMPLETE).is_file():
-                size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-                others.append(((d / COMPLETE).stat().st_mtime, size, d))
+                others.append(((d / COMPLETE).stat().st_mtime, tree_bytes(d), d))
         total = self.nbytes + sum(size for _, size, _ in others)
         for _, size, d in sorted(others):
             if total <= budget:

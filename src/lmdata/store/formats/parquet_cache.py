@@ -24,19 +24,17 @@ Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be w
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager
 
 import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.atomic import temp_path
-from lmdata.io.cache import cache_root, evict_oldest
+from lmdata.io.cache import cache_root, evict_oldest, held_lock
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 DEFAULT_CACHE_BYTES = 64 << 30
@@ -45,6 +43,16 @@ DEFAULT_CACHE_BYTES = 64 << 30
 def cache_bytes_env(kind: str) -> str:
     """The variable bounding the machine's copies of one kind of shard: LMDATA_PARQUET_CACHE_BYTES, ..."""
     return f"LMDATA_{kind.upper()}_CACHE_BYTES"
+
+
+def cache_budget(kind: str) -> int:
+    """``LMDATA_<KIND>_CACHE_BYTES`` (default 64 GiB; 0: no copies), or an error naming it."""
+    name = cache_bytes_env(kind)
+    limit = os.environ.get(name)
+    try:
+        return DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
+    except ValueError:
+        raise LmdataError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
 
 
 def copy_key(sha256: str, source: str) -> str:
@@ -64,35 +72,17 @@ class DecodedShards:
     def from_env(cls, kind: str = "parquet") -> "DecodedShards | None":
         """The copies of one ``kind`` of shard under ``cache_root()/kind``, bounded by
         ``LMDATA_<KIND>_CACHE_BYTES`` (default 64 GiB; 0: off)."""
-        name = cache_bytes_env(kind)
-        limit = os.environ.get(name)
-        try:
-            limit_bytes = DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
-        except ValueError:
-            raise LmdataError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
+        limit_bytes = cache_budget(kind)
         return cls(cache_root() / kind, limit_bytes, kind) if limit_bytes > 0 else None
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self._path(key, dtype))
 
-    @contextmanager
-    def making(self, key: str, dtype: np.dtype) -> Iterator[None]:
-        """Held while one process makes a copy (``flock`` on ``<copy>.lock``): a worker or rank that
-        needs the same shard meanwhile waits for it instead of fetching it again (8 ranks of a node
-        would download the store 8 times). A process that dies lets go of it; a lock that cannot be
-        taken (a read-only cache) is no lock."""
-        path = self._path(key, dtype) + ".lock"
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits without the GIL
-            yield
-        finally:
-            os.close(fd)
+    def making(self, key: str, dtype: np.dtype) -> ContextManager[None]:
+        """Held while one process makes a copy (``io.cache.held_lock`` on ``<copy>.lock``): a worker or
+        rank that needs the same shard meanwhile waits for it instead of fetching it again (8 ranks of
+        a node would download the store 8 times)."""
+        return held_lock(Path(self._path(key, dtype) + ".lock"))
 
     def _path(self, key: str, dtype: np.dtype) -> str:
         """The copy's path as a plain string: a reader's first touch of each of a thousand shards pays this."""
