@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ from lmdata.store.store import open_store
 from lmdata.store.protocol import FormatReader
 
 OUTPUT_FORMATS = ("table", "csv", "json")
+STOP_S = 30.0  # how long a Ctrl-C repeats DuckDB's interrupt before leaving the query to the exit
 TABLE_LIMIT = 1000  # rows a table shows unless --limit says otherwise (csv/json stream all)
 
 
@@ -124,20 +126,31 @@ def _damaged_shard(reader: FormatReader) -> str | None:
     return None
 
 
-def _interruptible(con: Any, call: Callable[[], Any]) -> Any:
+def _interruptible(con: Any, call: Callable[[], Any], stuck: list[bool]) -> Any:
     """``call()`` (a DuckDB execute or fetch) on a thread while the main thread waits in Python.
 
     DuckDB looks for Ctrl-C only now and then: a running query ignored it, or raised
     ``RuntimeError: Query interrupted`` with a traceback (issue 29.11). Waiting in Python, the
     main thread takes the KeyboardInterrupt at once; the query is interrupted and the CLI
     prints its one line (exit 130).
+
+    DuckDB forgets an interrupt that lands before it begins the query (it clears the flag at
+    the start), so the interrupt is repeated until the call returns: CI saw one Ctrl-C leave
+    the query running and ``con.close()`` waiting on it for good. A query that outlives
+    ``STOP_S`` of interrupts is left to the process's exit (``stuck``), never waited on.
     """
     running = Bounded(call, "lmdata-sql")
     try:
         running.wait()
     except KeyboardInterrupt:
-        con.interrupt()
-        running.wait(10)  # the connection closes only once the query has stopped
+        deadline = time.monotonic() + STOP_S
+        while True:
+            con.interrupt()
+            if running.wait(0.1):
+                break
+            if time.monotonic() >= deadline:
+                stuck.append(True)
+                break
         raise
     return running.result()
 
@@ -163,9 +176,10 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         return LmdataError(f"sql: {errors[0] if errors else damaged or text}")
 
     con = connect(store, errors, sources)
+    stuck: list[bool] = []  # a query that would not stop: closing would wait on it
     try:
         try:
-            cur = _interruptible(con, lambda: con.execute(statements[0]))
+            cur = _interruptible(con, lambda: con.execute(statements[0]), stuck)
         except duckdb.Error as exc:
             raise error(exc) from None
         columns = [d[0] for d in cur.description] if cur.description is not None else []
@@ -173,7 +187,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         def batches() -> Iterator[list[tuple]]:
             while columns:
                 try:
-                    rows = _interruptible(con, lambda: cur.fetchmany(4096))
+                    rows = _interruptible(con, lambda: cur.fetchmany(4096), stuck)
                 except duckdb.Error as exc:
                     raise error(exc) from None
                 if not rows:
@@ -182,7 +196,8 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
 
         yield columns, batches()
     finally:
-        con.close()
+        if not stuck:
+            con.close()
 
 
 def _rows(batches: Iterator[list[tuple]], limit: int | None) -> Iterator[tuple]:
