@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from stat import S_ISLNK
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io import atomic
 from lmdata.io.descriptors import descriptors
 from lmdata.io.s3 import EndpointError, remote_error
 from lmdata.store.manifest import format_dir_inside, plain_name, resolve_inside
@@ -56,6 +58,22 @@ def file_info(format_dir: Path, relpath: str) -> FileInfo:
     """``FileInfo`` of ``format_dir / relpath`` (size and sha256 read from disk)."""
     full = Path(format_dir) / relpath
     return FileInfo(path=relpath, bytes=full.stat().st_size, sha256=sha256_file(full))
+
+
+def write_shard_file(format_dir: Path, relpath: str, write: Callable[[Path], None], *,
+                     needed: int = 0) -> tuple[bool, FileInfo]:
+    """A shard file written durably (``atomic.write_file``, the directory left to the caller) and its
+    ``FileInfo``, hashed from the written file before its pages leave the page cache (an ingest
+    does not read its shards back: ``atomic.drop_cached``). Returns (an older file was replaced, info)."""
+    infos: list[FileInfo] = []
+
+    def write_and_hash(tmp: Path) -> None:
+        write(tmp)
+        infos.append(FileInfo(path=relpath, bytes=tmp.stat().st_size, sha256=sha256_file(tmp)))
+
+    replaced = atomic.write_file(Path(format_dir) / relpath, write_and_hash, sync_dir=False, needed=needed,
+                                 drop_cache=True)
+    return replaced, infos[-1]
 
 
 def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:

@@ -33,11 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lmdata.io import atomic
 from lmdata.io.cache import fits_on_disk
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
-from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
+from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_file, \
     open_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
@@ -67,12 +66,10 @@ class MemmapWriter(base.RecordedShardWriter):
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         base.forget(self.format_dir, index)
         sums = BlockSums.of(tokens).encode()
-        replaced = [
-            atomic.write_file(self.format_dir / tok_name, tokens.tofile, sync_dir=False, needed=tokens.nbytes),
-            atomic.write_file(self.format_dir / doc_name, lambda p: base.save_npy(p, doc_starts), sync_dir=False,
-                               needed=doc_starts.nbytes),
-            atomic.write_file(self.format_dir / (tok_name + SIDECAR_SUFFIX),
-                               lambda p: p.write_bytes(sums), sync_dir=False, needed=len(sums)),
+        written = [
+            write_shard_file(self.format_dir, tok_name, tokens.tofile, needed=tokens.nbytes),
+            write_shard_file(self.format_dir, doc_name, lambda p: base.save_npy(p, doc_starts), needed=doc_starts.nbytes),
+            write_shard_file(self.format_dir, tok_name + SIDECAR_SUFFIX, lambda p: p.write_bytes(sums), needed=len(sums)),
         ]
         shard = ShardInfo(
             name=f"{index:05d}",
@@ -80,10 +77,10 @@ class MemmapWriter(base.RecordedShardWriter):
             n_tokens=len(tokens),
             first_doc=first_doc,
             first_token=first_token,
-            files=[file_info(self.format_dir, tok_name), file_info(self.format_dir, doc_name),
-                   file_info(self.format_dir, tok_name + SIDECAR_SUFFIX)],
+            files=[info for _, info in written],
         )
-        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if any(replaced) else [])
+        replaced = any(r for r, _ in written)
+        base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
 
 

@@ -32,14 +32,13 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io import atomic
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
-from lmdata.store.checksum import DEFAULT_VERIFY, file_info, \
+from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_file, \
     read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
@@ -201,13 +200,12 @@ class ParquetWriter(base.RecordedShardWriter):
             pq.write_table(table, path, **WRITE_OPTIONS)
 
         base.forget(self.format_dir, index)
-        replaced = atomic.write_file(self.format_dir / name, write, sync_dir=False,
-                                       needed=tokens.nbytes)  # zstd: at most about this
+        replaced, info = write_shard_file(self.format_dir, name, write, needed=tokens.nbytes)  # zstd: at most about this
         n_rows = len(pieces(doc_starts)[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
-            first_token=first_token, files=[file_info(self.format_dir, name)], extra=extra,
+            first_token=first_token, files=[info], extra=extra,
         )
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
