@@ -34,7 +34,8 @@ def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):
     assert sorted(records) == sorted(f.name for f in fragments)
 
 
-def test_windows_across_fragments_read_with_one_take_per_batch(make_store):
+def test_windows_across_fragments_read_with_one_take_per_batch(make_store, monkeypatch):
+    monkeypatch.setenv("LMDATA_LANCE_CACHE_BYTES", "0")  # the take path (by default windows come from copies)
     syn = make_store(["lance"], n_tokens=70_000)
     store = open_store(syn.path)
     reader = store.reader("train", "lance")

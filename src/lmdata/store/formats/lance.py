@@ -30,8 +30,9 @@ for DuckDB and other readers; a store written before ``token_bytes`` existed is 
 through ``tokens``.
 
 Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its
-parent (Lance is not fork-safe: ``lance_fork``); its
-committed row count is checked. On Linux it opens through Lance's io_uring reader
+parent (Lance is not fork-safe: ``lance_fork``); its committed row count is checked. Local
+windows come from raw copies of the ingest shards, each decoded once per machine with one take
+(``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a take per batch). On Linux it opens through Lance's io_uring reader
 (``file+uring://``, ``open_uring``): a take costs about a third less wall time and half
 the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file``
 reads plain files, and a machine without io_uring falls back to them with a warning. A
@@ -47,8 +48,8 @@ file only by size. A store without row CRCs falls back to a whole-file sha256 on
 (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
 ``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
-Remote: from a loader's first batch the split is copied to the machine in the background and read
-from the copy once it is whole (``lance_mirror``); until then, and over its budget, takes are remote.
+Remote: from a loader's first batch the split is copied to the machine in the background and read from
+the copy once it is whole (``lance_mirror``); until then, and over its budget, takes are remote.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
 from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
+from lmdata.store.formats.lance_chunks import LanceChunks
 from lmdata.store.formats.lance_mirror import LanceMirror
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
@@ -252,6 +254,7 @@ class LanceReader(base.ShardReader):
 
     _ds = per_process(lambda self: None)  # the open dataset (``_open``)
     _fragments = per_process(lambda self: [])
+    _chunks = per_process(lambda self: False)  # local: the decoded copies windows are read from (``lance_chunks``)
     _mirror = per_process(lambda self: False)  # remote: the machine's copy being made (``lance_mirror``; None: none)
     _on_copy = per_process(lambda self: False)  # remote: reading the machine's copy now
     _column = per_process(lambda self: "token_bytes")  # "tokens" in a store written before token_bytes
@@ -364,9 +367,8 @@ class LanceReader(base.ShardReader):
 
         One take for the whole batch (``LanceFragment.take`` when the rows are in one fragment,
         else ``LanceDataset.take``, which reads the fragments concurrently): a take's fixed
-        cost is paid once, not per fragment. (A ``LanceFragment.open_session`` per fragment
-        was ~10% cheaper in a micro-bench but holds a file open per fragment touched, without
-        bound: not kept.)
+        cost is paid once, not per fragment. (A ``LanceFragment.open_session`` per fragment was ~10%
+        cheaper in a micro-bench but holds a file open per fragment touched, without bound.)
         """
         import pyarrow as pa
 
@@ -417,6 +419,10 @@ class LanceReader(base.ShardReader):
         self._open()
         if self._mirror is False:  # a loader's first batch (not a scan for SQL): copy the split if it fits
             self._mirror = LanceMirror.start(self.format_dir, self.shards) if self.remote else None
+        if self._chunks is False:
+            self._chunks = LanceChunks.of(self)
+        if self._chunks is not None:  # local: the machine's decoded copies
+            return self._chunks._raw_windows(starts, length)
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)

@@ -1,0 +1,125 @@
+"""A local Lance split's windows read from raw copies of its ingest shards, decoded once per machine.
+
+A Lance ``take`` has a floor of ~0.36 ms a batch of 32 x 1,025 here, however few rows it
+returns; a memmap batch costs a third of that. So, like Parquet's decoded shards
+(``parquet_cache``), the Lance reader decodes each ingest shard of a fragment (its
+``extra["members"]``, a contiguous run of rows) once per machine with one take -- every row
+checked against its CRC-32 and size from the row index, as every take is -- into
+``$LMDATA_CACHE_DIR/lance-tokens`` (budget ``LMDATA_LANCE_CACHE_BYTES``, the same as the
+remote mirror's), and reads windows from those copies like memmap shards (``RawWindows``:
+positional reads, 4 KiB CRCs on a process's first read). The Lance dataset stays the store:
+the copies are keyed by the data file's sha256 and identity (a rewritten file is decoded
+again), evicted least recently used, and remade if another process evicts one mid-read.
+``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.io.cache import cache_root
+from lmdata.io.process_local import per_process
+from lmdata.store.blocks import BlockSums
+from lmdata.store.checksum import stat_shard_file
+from lmdata.store.formats import base
+from lmdata.store.formats.parquet_cache import DecodedShards, cache_budget, copy_key
+from lmdata.store.formats.raw_windows import RawFile, RawWindows
+from lmdata.store.formats.shard_copies import CopiedShards
+from lmdata.store.protocol import ShardInfo
+
+CACHE_KIND = "lance"  # the budget's variable: LMDATA_LANCE_CACHE_BYTES
+CACHE_SUBDIR = "lance-tokens"
+
+
+def chunk_copies() -> DecodedShards | None:
+    """The machine's decoded Lance chunks, or None when ``LMDATA_LANCE_CACHE_BYTES=0`` (then: takes)."""
+    budget = cache_budget(CACHE_KIND)
+    return DecodedShards(cache_root() / CACHE_SUBDIR, budget, CACHE_KIND) if budget > 0 else None
+
+
+def chunks_of(fragments: list[ShardInfo]) -> tuple[list[ShardInfo], list[tuple[int, int]]]:
+    """The ingest shards within each fragment (a fragment without members is one), and each one's
+    (fragment, first token within it)."""
+    chunks, home = [], []
+    for f, frag in enumerate(fragments):
+        members = frag.extra.get("members") or []
+        if sum(int(m["n_tokens"]) for m in members) != frag.n_tokens or \
+                sum(int(m["n_docs"]) for m in members) != frag.n_docs:
+            members = [{"name": frag.name, "n_docs": frag.n_docs, "n_tokens": frag.n_tokens}]
+        at = docs = 0
+        for m in members:
+            chunks.append(ShardInfo(name=str(m["name"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]),
+                                    first_doc=frag.first_doc + docs, first_token=frag.first_token + at))
+            home.append((f, at))
+            at, docs = at + int(m["n_tokens"]), docs + int(m["n_docs"])
+    return chunks, home
+
+
+class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
+    """Windows of a local Lance split from the machine's decoded copies of its ingest shards."""
+
+    _remakes_lost_files = True  # another process may evict a copy: decode it again
+
+    def __init__(self, lance: Any, copies: DecodedShards) -> None:  # lance: the split's ``LanceReader``
+        chunks, self._home = chunks_of(lance.shards)
+        super().__init__(lance.format_dir, chunks, lance.dtype, verify=lance.verify)
+        self.lance, self.copies = lance, copies
+        self.cache_bytes = 1 << 30  # decoded chunks kept in memory when the copies cannot be written
+
+    @classmethod
+    def of(cls, lance: Any) -> "LanceChunks | None":
+        """The chunks of a local split read through its loader's column; None: read by takes (remote:
+        ``lance_mirror``; the ``tokens`` column, which ``lmdata verify`` compares; the budget 0)."""
+        copies = None if lance.remote or lance.column is not None else chunk_copies()
+        return cls(lance, copies) if copies is not None else None
+
+    _dir = per_process(lambda self: os.fspath(self.format_dir))
+    _real = per_process(lambda self: {})  # fragment -> its data file's real path
+
+    def _copy_key(self, c: int) -> str:
+        """The manifest's sha256 of the fragment's data file, its identity now (a rewritten file is
+        decoded again; the one stat also size-checks it) and the chunk's place in it."""
+        f, at = self._home[c]
+        frag = self.lance.shards[f]
+        info = frag.files[0]
+        path, st = stat_shard_file(self._dir, frag, info)
+        real = self._real.get(f) or self._real.setdefault(f, os.path.realpath(path))
+        return copy_key(info.sha256, f"{real}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:"
+                                     f"{at}+{self.shards[c].n_tokens}")
+
+    def _fetch(self, c: int) -> np.ndarray:
+        """Chunk ``c``'s tokens: one take of its rows (sizes and CRC-32s checked by ``_take``)."""
+        f, at = self._home[c]
+        bounds = self.lance._bounds(f)  # global first token of each row, then the fragment's end
+        lo = int(self.lance._shard_bounds[f]) + at
+        hi = lo + self.shards[c].n_tokens
+        r0, r1 = (int(r) for r in np.searchsorted(bounds, [lo, hi]))
+        if r1 >= len(bounds) or bounds[r0] != lo or bounds[r1] != hi:
+            raise LmdataError(f"{self.lance._data_path(self.lance.shards[f])}: shard {self.shards[c].name} does not "
+                              "start and end on rows of its fragment's row index; run `lmdata verify`")
+        rows = np.arange(r0, r1, dtype=np.int64) + int(self.lance._row_base[f])
+        values, offsets = self.lance._take(rows, np.diff(bounds[r0:r1 + 1]))
+        return np.ascontiguousarray(values[offsets[0]:offsets[-1]], dtype=self.dtype)
+
+    def _open_tokens(self, c: int) -> RawFile | np.ndarray:
+        return self._copied_tokens(c)
+
+    def _block_sums(self, c: int) -> BlockSums | None:
+        return self._copied_sums(c)
+
+    def _where(self, c: int) -> str:
+        frag = self.lance.shards[self._home[c][0]]
+        return f"{self.lance._data_path(frag)}: shard {self.shards[c].name} (decoded copy {self._copy_name(c)})"
+
+    def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        return self._raw_windows(starts, length)
+
+    def _document(self, i: int, k: int) -> Any:
+        raise NotImplementedError  # documents are the Lance reader's (row index + take)
+
+    def doc_starts(self, i: int) -> np.ndarray:
+        raise NotImplementedError

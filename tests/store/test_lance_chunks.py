@@ -1,0 +1,97 @@
+"""Local Lance windows from the machine's decoded copies of its ingest shards (``lance_chunks``).
+
+Fragments here hold ~2 ingest shards each (conftest), so windows cross chunk and fragment bounds.
+A flipped bit in the Lance file is refused through the copies' fetch (test_integrity's Lance cases).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmdata.store import open_store
+from lmdata.store.formats.lance_chunks import CACHE_SUBDIR, chunks_of
+
+
+def _count_takes(reader) -> list[int]:
+    """Count the Lance takes ``reader`` makes from now on (dataset and fragment takes alike)."""
+    ds = reader._open()
+    takes: list[int] = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def take(self, *args, **kwargs):
+            takes.append(1)
+            return self.inner.take(*args, **kwargs)
+
+    reader._ds = Counting(ds)
+    reader._fragments = [Counting(f) for f in reader._fragments]
+    return takes
+
+
+def _all_starts(n_tokens: int, length: int, fragments) -> np.ndarray:
+    edges = np.array([f.first_token for f in fragments[1:]], dtype=np.int64)
+    rng = np.random.default_rng(1)
+    starts = np.concatenate([rng.integers(0, n_tokens - length, 300), edges - 1, edges - length // 2, edges,
+                             [0, n_tokens - length]])
+    return starts[(starts >= 0) & (starts <= n_tokens - length)]
+
+
+def test_windows_from_copies_equal_the_stream(make_store):
+    syn = make_store(["lance"], n_tokens=90_000, shard_tokens=10_000)
+    store = open_store(syn.path)
+    fragments = store.manifest.splits["train"].formats["lance"]
+    chunks, _ = chunks_of(fragments)
+    assert len(chunks) > len(fragments) > 1  # several ingest shards a fragment
+    reader = store.reader("train", "lance")
+    starts = _all_starts(len(syn.stream), 700, fragments)
+    for batch in np.array_split(starts, 7):
+        got = reader.windows(batch, 700)
+        np.testing.assert_array_equal(got, syn.stream[batch[:, None] + np.arange(700)])
+    assert reader._chunks is not None
+
+
+def test_a_machine_decodes_each_shard_once(make_store, tmp_path):
+    syn = make_store(["lance"], n_tokens=60_000, shard_tokens=10_000)
+    store = open_store(syn.path)
+    n_chunks = len(chunks_of(store.manifest.splits["train"].formats["lance"])[0])
+    starts = np.arange(0, len(syn.stream) - 1000, 997)
+    first = store.reader("train", "lance")
+    first.windows(starts, 1000)
+    copies = list((Path(os.environ["LMDATA_CACHE_DIR"]) / CACHE_SUBDIR).glob("*/*.bin"))
+    assert len(copies) == n_chunks  # one copy per ingest shard
+    second = open_store(syn.path).reader("train", "lance")  # another process would see the same
+    takes = _count_takes(second)
+    np.testing.assert_array_equal(second.windows(starts, 1000), syn.stream[starts[:, None] + np.arange(1000)])
+    assert takes == []  # read from the copies, no take
+
+
+def test_a_damaged_copy_is_decoded_again(make_store):
+    syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
+    starts = np.array([0, 5_000, 20_000, 30_000])
+    open_store(syn.path).reader("train", "lance").windows(starts, 500)
+    copy = sorted((Path(os.environ["LMDATA_CACHE_DIR"]) / CACHE_SUBDIR).glob("*/*.bin"))[0]
+    raw = bytearray(copy.read_bytes())
+    raw[100] ^= 0xFF
+    copy.write_bytes(bytes(raw))
+    reader = open_store(syn.path).reader("train", "lance")
+    got = reader.windows(np.arange(0, len(syn.stream) - 600, 599), 600)
+    np.testing.assert_array_equal(got, syn.stream[np.arange(0, len(syn.stream) - 600, 599)[:, None] + np.arange(600)])
+
+
+def test_budget_zero_reads_by_takes(make_store, monkeypatch):
+    monkeypatch.setenv("LMDATA_LANCE_CACHE_BYTES", "0")
+    syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
+    reader = open_store(syn.path).reader("train", "lance")
+    takes = _count_takes(reader)
+    starts = np.array([0, 12_345, 30_000])
+    np.testing.assert_array_equal(reader.windows(starts, 800), syn.stream[starts[:, None] + np.arange(800)])
+    assert reader._chunks is None and takes == [1]
