@@ -134,12 +134,19 @@ _DECODE = """
 import json, sys, time
 import numpy as np
 from lmdata.store import open_store
+from lmdata.store.windows import shard_bounds
 t0 = time.perf_counter()
-reader = open_store(sys.argv[1]).reader("train", "parquet")
-bounds = reader._shard_bounds
+reader = open_store(sys.argv[1]).reader("train", sys.argv[2])
+if sys.argv[2] == "lance":  # its copies are of the ingest shards within each fragment
+    from lmdata.store.formats.lance_chunks import chunks_of
+    bounds = shard_bounds(chunks_of(reader.shards)[0])
+else:
+    bounds = reader._shard_bounds
 reader.windows(bounds[:-1][np.diff(bounds) > 0], 1)  # one token of every shard: each decoded once
 print(json.dumps({"decode_s": time.perf_counter() - t0}))
 """
+
+COPIES = {"parquet": "parquet", "lance": "lance-tokens"}  # format -> its decoded copies under the cache
 
 
 def cache_env(work: Path) -> dict[str, str]:
@@ -147,17 +154,24 @@ def cache_env(work: Path) -> dict[str, str]:
     return {**os.environ, "LMDATA_CACHE_DIR": str(work / "cache")}
 
 
-def decode_parquet(store: Path, work: Path) -> float:
-    """Seconds for a fresh process to decode every Parquet shard of ``store`` into an empty cache:
-    the one-time cost per machine that a first epoch pays (later reads map the copies)."""
+def decode_copies(store: Path, work: Path, fmt: str) -> float | None:
+    """Seconds for a fresh process to decode every shard of ``store``'s ``fmt`` into an empty cache (the
+    one-time cost per machine a first epoch pays; later reads use the copies); None for memmap."""
     import shutil
 
-    shutil.rmtree(work / "cache" / "parquet", ignore_errors=True)
-    done = subprocess.run([sys.executable, "-c", _DECODE, str(store)], capture_output=True, text=True,
+    if fmt not in COPIES:
+        return None
+    shutil.rmtree(work / "cache" / COPIES[fmt], ignore_errors=True)
+    done = subprocess.run([sys.executable, "-c", _DECODE, str(store), fmt], capture_output=True, text=True,
                           env=cache_env(work))
     if done.returncode != 0:
-        raise RuntimeError(f"parquet decode of {store}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{fmt} decode of {store}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["decode_s"]
+
+
+def copies_of(work: Path, fmt: str) -> list[Path]:
+    """The format's decoded copies (to warm with its store), if it has any."""
+    return [work / "cache" / COPIES[fmt]] if fmt in COPIES else []
 
 
 def warm_page_cache(*dirs: Path) -> None:
@@ -222,8 +236,8 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
         tiles = max(1, round(size / TOKENS_PER_TILE))
         store, ingest = ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)
         for fmt in args.formats:
-            decode_s = decode_parquet(store, args.work) if fmt == "parquet" else None
-            warm_page_cache(store / "train" / fmt, *([args.work / "cache" / "parquet"] if fmt == "parquet" else []))
+            decode_s = decode_copies(store, args.work, fmt)
+            warm_page_cache(store / "train" / fmt, *copies_of(args.work, fmt))
             for workers in args.workers:
                 cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, after_pass=True)
                 rows.append({"tokens": n_tokens(store), "shards": n_shards(store), "format": fmt, "workers": workers,
@@ -257,8 +271,7 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     for fmt in args.formats:
         # this box keeps ~2 GB of page cache: the three stores of one format (and Parquet's decoded
         # copies), warmed before its cells, stay in it; all formats of all three do not
-        warm_page_cache(*(st / "train" / fmt for st in (small, big, many)),
-                        *([args.work / "cache" / "parquet"] if fmt == "parquet" else []))
+        warm_page_cache(*(st / "train" / fmt for st in (small, big, many)), *copies_of(args.work, fmt))
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
             for name, store in (("small", small), ("big", big), ("many", many)):

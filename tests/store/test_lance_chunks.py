@@ -95,3 +95,24 @@ def test_budget_zero_reads_by_takes(make_store, monkeypatch):
     starts = np.array([0, 12_345, 30_000])
     np.testing.assert_array_equal(reader.windows(starts, 800), syn.stream[starts[:, None] + np.arange(800)])
     assert reader._chunks is None and takes == [1]
+
+
+def test_a_reader_left_is_freed_at_once_with_its_lock(make_store):
+    """No reference cycle through the copies: dropping the reader releases the store's readers' lock
+    without a garbage collection (an ingest into the store right after would be refused)."""
+    import gc
+    import weakref
+
+    from lmdata.store import readlock
+
+    syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
+    reader = open_store(syn.path).reader("train", "lance")
+    reader.windows(np.array([0, 20_000]), 100)
+    assert reader._chunks is not None and readlock._held
+    gone = weakref.ref(reader)
+    gc.disable()
+    try:
+        del reader
+        assert gone() is None and not readlock._held
+    finally:
+        gc.enable()

@@ -16,6 +16,7 @@ again), evicted least recently used, and remade if another process evicts one mi
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,9 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     def __init__(self, lance: Any, copies: DecodedShards) -> None:  # lance: the split's ``LanceReader``
         chunks, self._home = chunks_of(lance.shards)
         super().__init__(lance.format_dir, chunks, lance.dtype, verify=lance.verify)
-        self.lance, self.copies = lance, copies
+        # a proxy, not a reference: reader -> chunks -> reader would be a cycle, and the reader (and
+        # with it the store's readers' lock, ``readlock``) would live on until a garbage collection
+        self.lance, self.copies = weakref.proxy(lance), copies
         self.cache_bytes = 1 << 30  # decoded chunks kept in memory when the copies cannot be written
 
     @classmethod
