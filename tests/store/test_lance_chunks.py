@@ -108,11 +108,34 @@ def test_a_reader_left_is_freed_at_once_with_its_lock(make_store):
     syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
     reader = open_store(syn.path).reader("train", "lance")
     reader.windows(np.array([0, 20_000]), 100)
-    assert reader._chunks is not None and readlock._held
+    key = os.path.realpath(syn.path)
+    assert reader._chunks is not None and key in readlock._held
     gone = weakref.ref(reader)
     gc.disable()
     try:
         del reader
-        assert gone() is None and not readlock._held
+        assert gone() is None and key not in readlock._held
     finally:
         gc.enable()
+
+
+READ_AND_TELL = """
+import sys, numpy as np
+from lmdata.store import open_store
+reader = open_store(sys.argv[1]).reader("train", "lance")
+reader.windows(np.arange(0, 30_000, 1_000), 500)
+print("lance" in sys.modules, reader.fork_safe)
+"""
+
+
+def test_a_process_reading_only_copies_never_starts_lance(make_store):
+    """The first process makes the copies (and so runs Lance); the next reads them without importing
+    Lance at all: no runtime started, so a loader may fork its workers."""
+    import subprocess
+    import sys
+
+    syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
+    runs = [subprocess.run([sys.executable, "-c", READ_AND_TELL, str(syn.path)], capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    assert [r.stdout.split() for r in runs] == [["True", "False"], ["False", "True"]]

@@ -15,6 +15,13 @@ from lmdata.store import open_store
 from lmdata.store.formats import lance as lance_format, lance_fragments, lance_uring
 
 
+@pytest.fixture(autouse=True)
+def by_takes(monkeypatch):
+    """This module tests the take path (io_uring, fork safety, one take a batch); the default local
+    path, the machine's decoded copies, is tests/store/test_lance_chunks.py's."""
+    monkeypatch.setenv("LMDATA_LANCE_CACHE_BYTES", "0")
+
+
 def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):
     syn = make_store(["lance", "memmap"], n_tokens=70_000)
     formats = open_store(syn.path).manifest.splits["train"].formats
@@ -34,8 +41,7 @@ def test_fragments_are_runs_of_whole_shards_up_to_the_limit(make_store):
     assert sorted(records) == sorted(f.name for f in fragments)
 
 
-def test_windows_across_fragments_read_with_one_take_per_batch(make_store, monkeypatch):
-    monkeypatch.setenv("LMDATA_LANCE_CACHE_BYTES", "0")  # the take path (by default windows come from copies)
+def test_windows_across_fragments_read_with_one_take_per_batch(make_store):
     syn = make_store(["lance"], n_tokens=70_000)
     store = open_store(syn.path)
     reader = store.reader("train", "lance")

@@ -416,13 +416,13 @@ class LanceReader(base.ShardReader):
         A window's rows are consecutive dataset rows (across a fragment bound too), and the
         take returns rows in order, so each window is one slice of the take's values.
         """
+        if self._chunks is False:
+            self._chunks = LanceChunks.of(self)
+        if self._chunks is not None:  # local: the machine's decoded copies (Lance opens only to make one)
+            return self._chunks._raw_windows(starts, length)
         self._open()
         if self._mirror is False:  # a loader's first batch (not a scan for SQL): copy the split if it fits
             self._mirror = LanceMirror.start(self.format_dir, self.shards) if self.remote else None
-        if self._chunks is False:
-            self._chunks = LanceChunks.of(self)
-        if self._chunks is not None:  # local: the machine's decoded copies
-            return self._chunks._raw_windows(starts, length)
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)

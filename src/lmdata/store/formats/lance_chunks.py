@@ -10,12 +10,15 @@ remote mirror's), and reads windows from those copies like memmap shards (``RawW
 positional reads, 4 KiB CRCs on a process's first read). The Lance dataset stays the store:
 the copies are keyed by the data file's sha256 and identity (a rewritten file is decoded
 again), evicted least recently used, and remade if another process evicts one mid-read.
-``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before.
+``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. Lance itself is imported and the dataset
+opened only to make a copy: a process whose batches all meet copies (a later run, a loader
+worker after the first epoch) never starts Lance's runtime, so its workers may be forked.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -81,6 +84,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
         return cls(lance, copies) if copies is not None else None
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))
+    _opening = per_process(lambda self: threading.Lock())
     _real = per_process(lambda self: {})  # fragment -> its data file's real path
 
     def _copy_key(self, c: int) -> str:
@@ -104,6 +108,8 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
         if r1 >= len(bounds) or bounds[r0] != lo or bounds[r1] != hi:
             raise LmdataError(f"{self.lance._data_path(self.lance.shards[f])}: shard {self.shards[c].name} does not "
                               "start and end on rows of its fragment's row index; run `lmdata verify`")
+        with self._opening:  # the first fetch opens the dataset, once, whichever thread it runs on
+            self.lance._open()
         rows = np.arange(r0, r1, dtype=np.int64) + int(self.lance._row_base[f])
         values, offsets = self.lance._take(rows, np.diff(bounds[r0:r1 + 1]))
         return np.ascontiguousarray(values[offsets[0]:offsets[-1]], dtype=self.dtype)
