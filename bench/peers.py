@@ -50,7 +50,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Iterator  # noqa: E402
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section, tree_pss_mb  # noqa: E402
-from scale import (TOKENS_PER_TILE, cache_env, copies_of, decode_copies, ensure_store, n_shards,  # noqa: E402
+from scale import (TOKENS_PER_TILE, cache_env, decode_copies, read_from, ensure_store, n_shards,  # noqa: E402
                    n_tokens, warm_page_cache)
 
 B, L = 32, 1024
@@ -345,8 +345,8 @@ def main() -> None:
     rows = []
     for tool in args.tools:
         # a warm page cache (the setting): an ingest leaves its shards out of it, and this
-        # box keeps ~2 GB, so each tool's files (and decoded copies) are read once before its cells
-        warm_page_cache(*([store / "train" / tool, *copies_of(args.work, tool)] if tool in LMDATA else [paths[tool]]))
+        # box keeps ~2 GB, so what each tool's windows read is read once before its cells
+        warm_page_cache(*(read_from(args.work, tool, store) if tool in LMDATA else [paths[tool]]))
         for workers in args.workers:
             r = run_cell(tool, paths[tool], workers, env, args.repeat, mode="speed", warmup=args.warmup,
                          batches=args.batches)
@@ -370,8 +370,8 @@ def main() -> None:
 def notes(decode_s: dict[str, float | None]) -> str:
     decoded = [f"{'Parquet' if fmt == 'parquet' else 'Lance'} {s:.1f} s" for fmt, s in decode_s.items() if s]
     decode = (f" The one-time decode into the machine's cache (every shard, a fresh process; not in the table): "
-              f"{', '.join(decoded)}; each tool's files and copies are read once before its cells (a warm page "
-              "cache).") if decoded else ""
+              f"{', '.join(decoded)}; what each tool's windows read (its files, or our decoded copies) is read once "
+              "before its cells (a warm page cache).") if decoded else ""
     return (
         "How each ran (see bench/peers.py's docstring): lmdata `open_store(...).dataset('train', 1024, format)` + "
         "`make_loader(ds, 32, num_workers=w)`, default verification; \"conversion\" is the ingest of the text "

@@ -94,7 +94,11 @@ t_open = time.perf_counter() - t0
 touch_us = None
 if args.get("touch_first"):  # each shard's one-time first touch in this process, timed, before the loader
     import numpy as np
-    firsts = np.array([s.first_token for s in store.manifest.splits["train"].formats[args["format"]]])
+    shards = store.manifest.splits["train"].formats[args["format"]]
+    if args["format"] == "lance":  # its reader's shards are the ingest shards within each fragment
+        from lmdata.store.formats.lance_chunks import chunks_of
+        shards = chunks_of(shards)[0]
+    firsts = np.array([s.first_token for s in shards])
     t2 = time.perf_counter()
     for k in range(0, len(firsts), args["B"]):
         ds.reader.windows(firsts[k:k + args["B"]], 1)
@@ -154,14 +158,16 @@ def cache_env(work: Path) -> dict[str, str]:
     return {**os.environ, "LMDATA_CACHE_DIR": str(work / "cache")}
 
 
-def decode_copies(store: Path, work: Path, fmt: str) -> float | None:
+def decode_copies(store: Path, work: Path, fmt: str, keep: bool = False) -> float | None:
     """Seconds for a fresh process to decode every shard of ``store``'s ``fmt`` into an empty cache (the
-    one-time cost per machine a first epoch pays; later reads use the copies); None for memmap."""
+    one-time cost per machine a first epoch pays; later reads use the copies); None for memmap.
+    ``keep``: add to the copies already there (other stores')."""
     import shutil
 
     if fmt not in COPIES:
         return None
-    shutil.rmtree(work / "cache" / COPIES[fmt], ignore_errors=True)
+    if not keep:
+        shutil.rmtree(work / "cache" / COPIES[fmt], ignore_errors=True)
     done = subprocess.run([sys.executable, "-c", _DECODE, str(store), fmt], capture_output=True, text=True,
                           env=cache_env(work))
     if done.returncode != 0:
@@ -169,9 +175,11 @@ def decode_copies(store: Path, work: Path, fmt: str) -> float | None:
     return json.loads(done.stdout.strip().splitlines()[-1])["decode_s"]
 
 
-def copies_of(work: Path, fmt: str) -> list[Path]:
-    """The format's decoded copies (to warm with its store), if it has any."""
-    return [work / "cache" / COPIES[fmt]] if fmt in COPIES else []
+def read_from(work: Path, fmt: str, *stores: Path) -> list[Path]:
+    """What ``fmt``'s windows are read from once decoded, to warm in the page cache: its decoded copies
+    (Parquet, Lance: their store files are read only to decode), else the stores' format directories.
+    This VM keeps ~2 GB of page cache: warming files no window reads pushed out ones that are read."""
+    return [work / "cache" / COPIES[fmt]] if fmt in COPIES else [st / "train" / fmt for st in stores]
 
 
 def warm_page_cache(*dirs: Path) -> None:
@@ -237,7 +245,7 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
         store, ingest = ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)
         for fmt in args.formats:
             decode_s = decode_copies(store, args.work, fmt)
-            warm_page_cache(store / "train" / fmt, *copies_of(args.work, fmt))
+            warm_page_cache(*read_from(args.work, fmt, store))
             for workers in args.workers:
                 cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, after_pass=True)
                 rows.append({"tokens": n_tokens(store), "shards": n_shards(store), "format": fmt, "workers": workers,
@@ -271,7 +279,9 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     for fmt in args.formats:
         # this box keeps ~2 GB of page cache: the three stores of one format (and Parquet's decoded
         # copies), warmed before its cells, stay in it; all formats of all three do not
-        warm_page_cache(*(st / "train" / fmt for st in (small, big, many)), *copies_of(args.work, fmt))
+        for k, st in enumerate((small, big, many)):  # the steady state: every shard already decoded
+            decode_copies(st, args.work, fmt, keep=k > 0)
+        warm_page_cache(*read_from(args.work, fmt, small, big, many))
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
             for name, store in (("small", small), ("big", big), ("many", many)):

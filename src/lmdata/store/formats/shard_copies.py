@@ -48,6 +48,7 @@ class CopiedShards:
     _in_memory = per_process(lambda self: 0)  # bytes of fetched shards held in this process's memory
     _copy_sums = per_process(lambda self: {})  # shard -> BlockSums of its copy
     _copy_keys = per_process(lambda self: {})  # shard -> the key of the copy this process reads
+    _found_keys = per_process(lambda self: {})  # shard -> key of a copy ``_prefetch`` found, until opened
     _fetcher = per_process(lambda self: ThreadPoolExecutor(FETCHES, thread_name_prefix="lmdata-fetch"))
     _inflight = per_process(lambda self: {})  # shard -> Event set when the thread fetching it is done
     _inflight_lock = per_process(lambda self: threading.Lock())
@@ -64,7 +65,7 @@ class CopiedShards:
         machine's cache is off or cannot be written)."""
         tokens = None
         if self.copies is not None:
-            key = self._copy_keys[i] = self._copy_key(i)
+            key = self._copy_keys[i] = self._found_keys.pop(i, None) or self._copy_key(i)
             copy = self._open_copy(i, key)
             if copy is None:
                 tokens = self._ensure_copy(i, key)
@@ -127,8 +128,15 @@ class CopiedShards:
         if self.remote and not self._mirroring:
             self._mirroring = True
             self._start_mirror()
-        sources = self._sources
-        todo = [i for i in dict.fromkeys(shards) if sources[i] is None]
+        sources, found = self._sources, self._found_keys
+        todo = []
+        for i in dict.fromkeys(shards):
+            if sources[i] is None:  # not opened here yet: a copy on the machine needs no thread (~0.2 ms each)
+                key = self._copy_key(i)
+                if self.copies.get(key, self.dtype, self.shards[i].n_tokens * self.dtype.itemsize) is None:
+                    todo.append(i)
+                else:
+                    found[i] = key  # for ``_copied_tokens``, moments later
         if len(todo) > 1 or (todo and self._mirroring):
             list(self._fetcher.map(self._fetch_once, todo))
 
