@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tiled_corpus
+from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
 
 FORMATS = ("memmap", "parquet", "lance")
 WORKERS = (0, 2)
@@ -150,7 +151,7 @@ reader.windows(bounds[:-1][np.diff(bounds) > 0], 1)  # one token of every shard:
 print(json.dumps({"decode_s": time.perf_counter() - t0}))
 """
 
-COPIES = {"parquet": "parquet", "lance": "lance-tokens"}  # format -> its decoded copies under the cache
+COPIES = {"parquet": "parquet", "lance": LANCE_COPIES}  # format -> its decoded copies under the cache
 
 
 def cache_env(work: Path) -> dict[str, str]:

@@ -411,10 +411,9 @@ class LanceReader(base.ShardReader):
         return values, offsets
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """One take of every row the windows touch, then one strided gather.
-
-        A window's rows are consecutive dataset rows (across a fragment bound too), and the
-        take returns rows in order, so each window is one slice of the take's values.
+        """Local: from the machine's decoded copies (``lance_chunks``); else one take of every row the
+        windows touch, then one strided gather: a window's rows are consecutive dataset rows (across a
+        fragment bound too) and the take returns them in order, so each window is one slice of its values.
         """
         if self._chunks is False:
             self._chunks = LanceChunks.of(self)

@@ -25,24 +25,17 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.cache import cache_root
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.checksum import stat_shard_file
 from lmdata.store.formats import base
-from lmdata.store.formats.parquet_cache import DecodedShards, cache_budget, copy_key
+from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.protocol import ShardInfo
 
 CACHE_KIND = "lance"  # the budget's variable: LMDATA_LANCE_CACHE_BYTES
 CACHE_SUBDIR = "lance-tokens"
-
-
-def chunk_copies() -> DecodedShards | None:
-    """The machine's decoded Lance chunks, or None when ``LMDATA_LANCE_CACHE_BYTES=0`` (then: takes)."""
-    budget = cache_budget(CACHE_KIND)
-    return DecodedShards(cache_root() / CACHE_SUBDIR, budget, CACHE_KIND) if budget > 0 else None
 
 
 def chunks_of(fragments: list[ShardInfo]) -> tuple[list[ShardInfo], list[tuple[int, int]]]:
@@ -80,7 +73,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     def of(cls, lance: Any) -> "LanceChunks | None":
         """The chunks of a local split read through its loader's column; None: read by takes (remote:
         ``lance_mirror``; the ``tokens`` column, which ``lmdata verify`` compares; the budget 0)."""
-        copies = None if lance.remote or lance.column is not None else chunk_copies()
+        copies = None if lance.remote or lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
         return cls(lance, copies) if copies is not None else None
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))
@@ -101,8 +94,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
             st = os.stat(real)
             if st.st_size != info.bytes:
                 stat_shard_file(self._dir, frag, info)  # the error naming the file and both sizes
-        return copy_key(info.sha256, f"{real}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:"
-                                     f"{at}+{self.shards[c].n_tokens}")
+        return copy_key(info.sha256, f"{file_identity(real, st)}:{at}+{self.shards[c].n_tokens}")
 
     def _fetch(self, c: int) -> np.ndarray:
         """Chunk ``c``'s tokens: one take of its rows (sizes and CRC-32s checked by ``_take``)."""

@@ -37,7 +37,7 @@ from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
-from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
+from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_file, \
     read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
@@ -243,7 +243,7 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
             stat_shard_file(self._dir, shard, other)
         plain = path == os.path.join(self._dir, info.path)  # a plain name, no symlink: no realpath call
         real = f"{self._real_dir}/{info.path}" if plain else os.path.realpath(path)
-        return copy_key(info.sha256, f"{real}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+        return copy_key(info.sha256, file_identity(real, st))
 
     def _path(self, i: int) -> Any:
         shard = self.shards[i]

@@ -60,6 +60,11 @@ def copy_key(sha256: str, source: str) -> str:
     return f"{sha256}-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
 
 
+def file_identity(real_path: str, st: os.stat_result) -> str:
+    """A local file's identity for ``copy_key``: a file rewritten or replaced at the same path differs."""
+    return f"{real_path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
 class DecodedShards:
     """The machine's decoded copies of Parquet shards (see the module docstring)."""
 
@@ -69,11 +74,11 @@ class DecodedShards:
         self._added = 0
 
     @classmethod
-    def from_env(cls, kind: str = "parquet") -> "DecodedShards | None":
-        """The copies of one ``kind`` of shard under ``cache_root()/kind``, bounded by
+    def from_env(cls, kind: str = "parquet", subdir: str | None = None) -> "DecodedShards | None":
+        """The copies of one ``kind`` of shard under ``cache_root()/kind`` (or ``/subdir``), bounded by
         ``LMDATA_<KIND>_CACHE_BYTES`` (default 64 GiB; 0: off)."""
         limit_bytes = cache_budget(kind)
-        return cls(cache_root() / kind, limit_bytes, kind) if limit_bytes > 0 else None
+        return cls(cache_root() / (subdir or kind), limit_bytes, kind) if limit_bytes > 0 else None
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self._path(key, dtype))

@@ -48,7 +48,7 @@ class CopiedShards:
     _in_memory = per_process(lambda self: 0)  # bytes of fetched shards held in this process's memory
     _copy_sums = per_process(lambda self: {})  # shard -> BlockSums of its copy
     _copy_keys = per_process(lambda self: {})  # shard -> the key of the copy this process reads
-    _found_keys = per_process(lambda self: {})  # shard -> key of a copy ``_prefetch`` found, until opened
+    _found = per_process(lambda self: {})  # shard -> (key, path) of a copy ``_prefetch`` found, until opened
     _fetcher = per_process(lambda self: ThreadPoolExecutor(FETCHES, thread_name_prefix="lmdata-fetch"))
     _inflight = per_process(lambda self: {})  # shard -> Event set when the thread fetching it is done
     _inflight_lock = per_process(lambda self: threading.Lock())
@@ -65,8 +65,9 @@ class CopiedShards:
         machine's cache is off or cannot be written)."""
         tokens = None
         if self.copies is not None:
-            key = self._copy_keys[i] = self._found_keys.pop(i, None) or self._copy_key(i)
-            copy = self._open_copy(i, key)
+            key, path = self._found.pop(i, None) or (self._copy_key(i), None)
+            self._copy_keys[i] = key
+            copy = self._open_copy(i, key, path)
             if copy is None:
                 tokens = self._ensure_copy(i, key)
                 copy = self._open_copy(i, key) if tokens is None else None
@@ -80,11 +81,11 @@ class CopiedShards:
             self._in_memory = tokens.nbytes
         return tokens
 
-    def _open_copy(self, i: int, key: str) -> RawFile | None:
-        """The machine's copy of shard ``i``, opened, its CRCs read with it; None if it has none
-        (or another process evicted it meanwhile)."""
+    def _open_copy(self, i: int, key: str, path: str | None = None) -> RawFile | None:
+        """The machine's copy of shard ``i`` (at ``path`` when ``_prefetch`` just found it), opened, its
+        CRCs read with it; None if it has none (or another process evicted it meanwhile)."""
         nbytes = self.shards[i].n_tokens * self.dtype.itemsize
-        path = self.copies.get(key, self.dtype, nbytes)
+        path = path or self.copies.get(key, self.dtype, nbytes)
         if path is None:
             return None
         pool = descriptors()
@@ -128,15 +129,16 @@ class CopiedShards:
         if self.remote and not self._mirroring:
             self._mirroring = True
             self._start_mirror()
-        sources, found = self._sources, self._found_keys
+        sources, found = self._sources, self._found
         todo = []
         for i in dict.fromkeys(shards):
             if sources[i] is None:  # not opened here yet: a copy on the machine needs no thread (~0.2 ms each)
                 key = self._copy_key(i)
-                if self.copies.get(key, self.dtype, self.shards[i].n_tokens * self.dtype.itemsize) is None:
+                path = self.copies.get(key, self.dtype, self.shards[i].n_tokens * self.dtype.itemsize)
+                if path is None:
                     todo.append(i)
                 else:
-                    found[i] = key  # for ``_copied_tokens``, moments later
+                    found[i] = (key, path)  # for ``_copied_tokens``, moments later
         if len(todo) > 1 or (todo and self._mirroring):
             list(self._fetcher.map(self._fetch_once, todo))
 
