@@ -112,7 +112,7 @@ def test_a_corrupted_object_is_refused_naming_it(s3, tokenizer_dir, tmp_path, mo
     shard = shards[min(1, len(shards) - 1)]  # Lance: the shards are one fragment
     flipped = shard.first_token + shard.n_tokens // 2
     obj = f"{uri}/train/{fmt}/{shard.files[0].path}"
-    if fmt == "lance":  # each token is stored twice (tokens, token_bytes): damage what the loader reads
+    if fmt == "lance":  # damage the rows holding these tokens (the object has no other checksum)
         clean = store.reader("train", fmt).windows(np.array([flipped - 8]), 16)[0]
         _flip_pattern(obj, clean.astype("<u2").tobytes(), 16)
     else:

@@ -95,3 +95,38 @@ def make_store(tmp_path):
 def store_builder():
     """``build_store`` for module-scoped fixtures (test modules here are not a package)."""
     return build_store
+
+
+@pytest.fixture
+def earlier_lance_layout(monkeypatch):
+    """Make the Lance writer write what an earlier lmdata wrote: each row's tokens again as
+    ``token_bytes`` (little-endian bytes), records marked ``"token_bytes": True``. ``damage``,
+    if given, edits the ``token_bytes`` bytes of each shard (an ingest bug in that column alone);
+    ``patch``: a ``monkeypatch.context()`` to end it early (default: the test's)."""
+    import pyarrow as pa
+
+    from lmdata.store.formats import lance as lance_format
+    from lmdata.store.formats import lance_fragments
+
+    rows_table, schema = lance_format.rows_table, lance_format.lance_schema
+
+    def use(damage=None, patch=monkeypatch):
+        def with_token_bytes(*args):
+            table = rows_table(*args)
+            tokens = table.column("tokens").combine_chunks()
+            width = tokens.values.type.bit_width // 8
+            offsets = tokens.offsets.to_numpy().astype(np.int64) * width
+            data = bytearray(tokens.values.buffers()[1].to_pybytes()[:len(tokens.values) * width])
+            if damage is not None:
+                damage(data)
+            raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens),
+                                                   [None, pa.py_buffer(offsets), pa.py_buffer(bytes(data))])
+            return table.append_column("token_bytes", raw)
+
+        patch.setattr(lance_format, "rows_table", with_token_bytes)
+        patch.setattr(lance_format, "lance_schema",
+                      lambda dtype: schema(dtype).append(pa.field("token_bytes", pa.large_binary())))
+        for module in (lance_format, lance_fragments):
+            patch.setattr(module, "LAYOUT", {"token_bytes": True})
+
+    return use

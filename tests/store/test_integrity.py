@@ -18,17 +18,16 @@ def flip(path, where=0.5):
 
 
 def flip_middle(syn, fmt, shard, path):
-    """Flip a bit in the middle of ``shard``'s data. Lance holds each token twice (``tokens`` for
-    SQL tools, ``token_bytes`` which the loader reads, both raw little-endian): flip it in both,
-    so the bytes a reader serves are the damaged ones (a flip elsewhere in the file is
-    ``lmdata verify``'s: its sha256 pass)."""
+    """Flip a bit in the middle of ``shard``'s data. Lance's ``tokens`` are stored raw
+    little-endian: flip the token there, so the bytes a reader serves are the damaged ones (a
+    flip elsewhere in the file is ``lmdata verify``'s: its sha256 pass)."""
     if fmt != "lance":
         return flip(path)
     data = bytearray(path.read_bytes())
     middle = shard.first_token + shard.n_tokens // 2
     pattern = syn.stream[middle - 8 : middle + 8].astype("<u2").tobytes()
     at = [i for i in range(len(data)) if data.startswith(pattern, i)]
-    assert len(at) == 2, at  # the two columns, stored uncompressed
+    assert len(at) == 1, at  # the ``tokens`` column, stored uncompressed
     for i in at:
         data[i + 16] ^= 0x10  # the token at ``middle``
     path.write_bytes(bytes(data))

@@ -38,18 +38,24 @@ def test_batches_are_read_from_the_machines_copy_once_it_is_whole(remote_lance, 
     ds = open_store(uri).dataset("train", SEQ, format="lance")
     every = np.arange(len(ds))
     assert np.array_equal(ds.batch(every[:32]), here.batch(every[:32]))  # remote, and the copy starts
-    assert ds.reader._on_copy is False
+    assert ds.reader._on_copy is None
     _join_mirrors()
-    assert list((tmp_path / "cache" / "lance").glob(f"*/{COMPLETE}"))
-    assert np.array_equal(ds.batch(every), here.batch(every))
-    assert ds.reader._on_copy is True
+    (done,) = (tmp_path / "cache" / "lance").glob(f"*/{COMPLETE}")
+    expected = here.batch(every)  # (the local store's own decoded copies made here)
+    copies = lambda: set((tmp_path / "cache" / "lance-tokens").glob("*/*.bin"))  # noqa: E731
+    before = copies()
+    assert np.array_equal(ds.batch(every), expected)
+    assert ds.reader._on_copy == done.parent
+    # windows now come from decoded copies of the ingest shards, made from the machine's copy
+    assert ds.reader._chunks and ds.reader._chunks._dir == str(done.parent)
+    assert len(copies() - before) == len(ds.reader._chunks.shards) == 4
     with DelayProxy(s3.server.endpoint) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         assert np.array_equal(ds.batch(every[::-7]), here.batch(every[::-7]))
         assert proxy.requests == 0
         again = open_store(uri).dataset("train", SEQ, format="lance")  # another process of this machine
         assert np.array_equal(again.batch(every[:64]), here.batch(every[:64]))
-        assert again.reader._on_copy is True
+        assert again.reader._on_copy == done.parent
 
 
 def test_a_damaged_object_is_never_copied_and_reads_stay_remote(remote_lance, tmp_path, s3, monkeypatch):
@@ -63,7 +69,7 @@ def test_a_damaged_object_is_never_copied_and_reads_stay_remote(remote_lance, tm
     assert np.array_equal(ds.batch([0, 1]), here.batch([0, 1]))  # rows far from the flipped byte
     _join_mirrors()
     assert not list((tmp_path / "cache" / "lance").glob(f"*/{COMPLETE}"))
-    assert np.array_equal(ds.batch([2, 3]), here.batch([2, 3])) and ds.reader._on_copy is False  # still remote
+    assert np.array_equal(ds.batch([2, 3]), here.batch([2, 3])) and ds.reader._on_copy is None  # still remote
 
 
 def test_no_copy_over_the_budget(remote_lance, tmp_path, monkeypatch):

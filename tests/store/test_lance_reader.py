@@ -80,29 +80,38 @@ def test_doc_starts_per_fragment_tile_the_split(make_store):
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
-def test_token_bytes_hold_each_rows_tokens(make_store, dtype):
-    """The reader's column is the contract's ``tokens`` again, as little-endian bytes."""
+def test_rows_hold_the_contract_columns_and_takes_read_tokens(make_store, dtype):
+    """Ingest writes the contract's columns alone (no ``token_bytes`` since the loader reads decoded
+    copies), records its layout, and a take reads ``tokens``."""
+    syn = make_store(["lance"], dtype=dtype, n_tokens=30_000)
+    table = lance.dataset(str(syn.path / "train" / "lance")).to_table()
+    assert table.schema.names == ["doc_id", "token_offset", "tokens"]
+    store = open_store(syn.path)
+    assert all(s.extra["columns"] == table.schema.names for s in store.manifest.splits["train"].formats["lance"])
+    reader = store.reader("train", "lance")
+    starts = np.random.default_rng(2).integers(0, len(syn.stream) - 500, size=16)
+    got = reader.windows(starts, 500)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, syn.stream[starts[:, None] + np.arange(500)])
+    assert reader._column == "tokens"
+    assert reader.alternates() == {}  # one encoding: nothing for verify to compare
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_a_store_an_earlier_lmdata_wrote_with_token_bytes_reads_through_them(make_store, earlier_lance_layout, dtype):
+    """Stores written with ``token_bytes`` stay readable as they were: takes read that column, and
+    verify compares it with ``tokens``."""
+    earlier_lance_layout()
     syn = make_store(["lance"], dtype=dtype, n_tokens=30_000)
     table = lance.dataset(str(syn.path / "train" / "lance")).to_table()
     assert table.schema.names == ["doc_id", "token_offset", "tokens", "token_bytes"]
     for tokens, raw in zip(table.column("tokens").to_pylist(), table.column("token_bytes").to_pylist()):
         assert np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).tolist() == tokens
     reader = open_store(syn.path).reader("train", "lance")
-    starts = np.random.default_rng(2).integers(0, len(syn.stream) - 500, size=16)
-    got = reader.windows(starts, 500)
-    assert got.dtype == dtype
-    np.testing.assert_array_equal(got, syn.stream[starts[:, None] + np.arange(500)])
-    assert reader._column == "token_bytes"
-
-
-def test_a_store_without_token_bytes_reads_through_tokens(make_store):
-    """Stores written before ``token_bytes`` existed stay readable (the list column is decoded)."""
-    syn = make_store(["lance"], n_tokens=30_000)
-    lance.dataset(str(syn.path / "train" / "lance")).drop_columns(["token_bytes"])  # metadata only: same files
-    reader = open_store(syn.path).reader("train", "lance")
     starts = np.random.default_rng(3).integers(0, len(syn.stream) - 700, size=16)
     np.testing.assert_array_equal(reader.windows(starts, 700), syn.stream[starts[:, None] + np.arange(700)])
-    assert reader._column == "tokens"
+    assert reader._column == "token_bytes"
+    assert list(reader.alternates()) == ["tokens column"]
     np.testing.assert_array_equal(reader.document(3), syn.stream[syn.doc_starts[3]:syn.doc_starts[4]])
 
 
@@ -267,7 +276,7 @@ def test_row_crcs_replace_the_whole_file_hash_and_catch_a_flip_in_any_row(make_s
         context = syn.stream[offset - 1 : offset + 7].astype("<u2").tobytes()
         at = [i for i in range(len(data)) if data.startswith(context, i)]
         assert at, offset
-        for i in at:  # both copies (tokens and token_bytes): the one the loader reads is damaged
+        for i in at:  # every place these tokens are stored
             data[i + 2] ^= 0x01
         path.write_bytes(bytes(data))
         with pytest.raises(LmdataError, match=f"{shard.files[0].path}: shard {shard.name} row \\d+ fails its CRC-32"):

@@ -170,30 +170,24 @@ def test_a_damaged_staging_fragment_is_named_when_grouping(tmp_path, parts):
         w.finish(shards)
 
 
-def test_staging_from_before_token_bytes_is_written_again(tmp_path, parts, monkeypatch):
-    """An ingest interrupted under an older lmdata (rows without ``token_bytes``) resumes into the new layout."""
+def test_staging_of_an_earlier_layout_is_written_again(tmp_path, parts, monkeypatch, earlier_lance_layout):
+    """An ingest interrupted under an earlier lmdata (rows with ``token_bytes``, records marked so)
+    resumes into this layout: every fragment of the commit has the same columns."""
     import json
-
-    from lmdata.store.formats import lance as lance_format
 
     tokens, stream = parts
     fdir = tmp_path / "train" / "lance"
-    new_schema = lance_format.lance_schema
-    old_schema = lambda dtype: new_schema(dtype).remove(3)  # noqa: E731  (token_bytes is the 4th field)
-    with monkeypatch.context() as m:  # the old writer: no token_bytes column, no marker in its records
-        m.setattr(lance_format, "with_token_bytes", lambda table: table)
-        m.setattr(lance_format, "lance_schema", old_schema)
+    with monkeypatch.context() as m:
+        earlier_lance_layout(patch=m)
         write(writer(fdir), tokens, range(3))
-    for record in (fdir / "_shards").glob("*.json"):
-        obj = json.loads(record.read_text())
-        obj["extra"].pop("token_bytes")
-        record.write_text(json.dumps(obj))
+    records = [json.loads(p.read_text())["extra"] for p in (fdir / "_shards").glob("*.json")]
+    assert len(records) == 3 and all(r.get("token_bytes") and "columns" not in r for r in records)
     again = writer(fdir)
     assert again.completed() == {}  # nothing of the old layout is reused
     again.cleanup_partial()
     shards = write(again, tokens, range(5))
     check(fdir, again.finish(shards), stream)
-    assert "token_bytes" in lance.dataset(str(fdir)).schema.names
+    assert lance.dataset(str(fdir)).schema.names == ["doc_id", "token_offset", "tokens"]
 
 
 def in_order_writer(fdir):

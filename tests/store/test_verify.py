@@ -90,23 +90,14 @@ def test_missing_end_of_text_is_named(make_store):
     assert problems and "shard 00000" in problems[0] and "end-of-text" in problems[0]
 
 
-def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store_builder, tmp_path, monkeypatch):
-    """The loader reads ``token_bytes``, DuckDB reads ``tokens``: verify reads both and compares them."""
-    import pyarrow as pa
+def test_lance_token_bytes_that_disagree_with_tokens_are_named(store_builder, tmp_path, earlier_lance_layout):
+    """A store an earlier lmdata wrote: its loader reads ``token_bytes``, DuckDB reads ``tokens``, so
+    verify reads both and compares them."""
 
-    from lmdata.store.formats import lance as lance_format
-
-    real = lance_format.with_token_bytes
-
-    def one_token_off(table):  # an ingest bug: token 10 of each shard differs in token_bytes alone
-        out = real(table)
-        col = out.column("token_bytes").combine_chunks()
-        data = bytearray(col.buffers()[2].to_pybytes())
+    def one_token_off(data):  # an ingest bug: token 10 of each shard differs in token_bytes alone
         data[20] ^= 1
-        raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(col), [None, col.buffers()[1], pa.py_buffer(bytes(data))])
-        return out.set_column(out.schema.get_field_index("token_bytes"), "token_bytes", raw)
 
-    monkeypatch.setattr(lance_format, "with_token_bytes", one_token_off)
+    earlier_lance_layout(damage=one_token_off)
     syn = store_builder(tmp_path / "lance-only", ["lance"])
     (problem,) = verify_store(syn.path).problems  # two encodings, no third to ask: both named
     assert re.search(r"format 'lance' shard 00000\S*: its encodings disagree at token 10: 'lance \(tokens column\)' has", problem)
@@ -115,7 +106,7 @@ def test_lance_token_bytes_that_disagree_with_tokens_are_named(make_store, store
         (problem,) = verify_store(syn.path).problems
         assert re.match(r"split 'train' format 'lance' shard 00000\S*: token 10 is", problem)
         assert problem.endswith(f"format 'memmap' has {syn.stream[10]}")
-    monkeypatch.setattr(lance_format, "with_token_bytes", real)
+    earlier_lance_layout()
     sound = store_builder(tmp_path / "sound", ["lance"])
     assert verify_store(sound.path).ok
 

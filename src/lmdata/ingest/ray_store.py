@@ -79,12 +79,12 @@ def store_completed(fmt: Location, label: str) -> dict[int, ShardInfo]:
     """``FormatWriter.completed`` read from the store (one LIST, one GET per record)."""
     sizes = {x.key: x.size for x in fmt.list(recursive=True)}
     done = {int(k): s for k, s in _read_records(fmt, sizes, RECORD_DIR).items() if k.isdigit()}
-    if label == "lance":  # LanceWriter.completed: staged shards with token_bytes, then fragments' members
+    if label == "lance":  # LanceWriter.completed: staged shards of this layout, then fragments' members
         from lmdata.store.formats import lance_fragments
 
-        done = {i: s for i, s in done.items() if s.extra.get("token_bytes")}
+        done = {i: s for i, s in done.items() if lance_fragments.current_layout(s)}
         for fragment in _read_records(fmt, sizes, lance_fragments.GROUP_DIR).values():
-            if fragment.extra.get("token_bytes"):
+            if lance_fragments.current_layout(fragment):
                 done.update(lance_fragments.members(fragment))
     return done
 

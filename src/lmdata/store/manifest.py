@@ -92,8 +92,9 @@ class Text:
 FILE_SPEC = {"path": Text(), "bytes": int, "sha256": Text(r"[0-9a-f]{64}")}
 _MEMBER = {"name": Text(), "n_docs": int, "n_tokens": int, "rows?": int}
 # the keys built-in formats record in a shard's ``extra`` (Parquet: rows, row_groups; Lance:
-# rows, fragment, members, token_bytes); a plug-in's own keys pass unchecked
-_SHARD_EXTRA = {"rows?": int, "row_groups?": int, "token_bytes?": bool, "fragment?": dict, "members?": [_MEMBER]}
+# rows, fragment, members, columns; token_bytes in stores of an earlier lmdata); a plug-in's own keys pass unchecked
+_SHARD_EXTRA = {"rows?": int, "row_groups?": int, "token_bytes?": bool, "columns?": [str], "fragment?": dict,
+                "members?": [_MEMBER]}
 _SHARD = {"name": Text(), "n_docs": int, "n_tokens": int, "first_doc": int, "first_token": int,
           "files?": [FILE_SPEC], "extra?": _SHARD_EXTRA}
 _SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each({"shards": [_SHARD]}),

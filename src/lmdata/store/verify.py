@@ -10,7 +10,7 @@ Checks, per split and format, in this order (each problem names the shard):
    is the document count), and every format of a split holds the identical token stream
    (each chunk compared with the first format that passed 1-2), as does every other
    encoding a reader offers (``alternates``: Lance's ``tokens`` column beside the
-   ``token_bytes`` the loader reads).
+   ``token_bytes`` an earlier lmdata wrote, which its loader reads).
 
 ``verify_store`` returns a ``VerifyReport``; ``report.raise_if_bad()`` raises an
 ``LmdataError`` naming the first bad shard (the CLI's exit status).

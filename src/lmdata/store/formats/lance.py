@@ -3,7 +3,7 @@
 On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file format 2.1)::
 
     data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
-                           tokens list<uint16|uint32>, token_bytes large_binary), documents
+                           tokens list<uint16|uint32>, uncompressed), documents
                            cut into pieces of at most 1,024 tokens; each fragment holds a run
                            of whole ingest shards, up to 256 Mi tokens (``lance_fragments``)
     _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
@@ -18,38 +18,35 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
 
 The manifest's Lance shards are the committed fragments, so they are fewer than the other
 formats' shards (names like ``00000-00255``). The local engine streams each shard into its
-fragment as it comes (``lance_stream``: one encoding pass); the Ray engine's tasks write
-staging fragments, which ``finish`` groups. ``finish`` commits the fragments (``LanceOperation.Overwrite``, in stream order, so dataset row ``r`` is
-the ``r``-th row of the stream); ``cleanup_partial`` deletes data files no record references.
+fragment as it comes (``lance_stream``); the Ray engine's tasks write staging fragments, which
+``finish`` groups and commits (``LanceOperation.Overwrite``, in stream order: dataset row ``r``
+is the stream's ``r``-th); ``cleanup_partial`` deletes data files no record references.
 
-``token_bytes`` holds each row's tokens again, as little-endian bytes: the reader takes
-that column, and windows cost 1.6-1.8x less read through it than through the same rows as
-``list<uint16>`` at four batches per read (no list structure to decode; bench/README.md,
-"Lance layout"), at 2 bytes per token more on disk. ``tokens`` is the contract's column,
-for DuckDB and other readers; a store written before ``token_bytes`` existed is read
-through ``tokens``.
+Stores an earlier lmdata wrote also hold ``token_bytes`` (the tokens again, as bytes; their takes
+read it, ``lmdata verify`` checks it agrees): no longer written, as windows come from decoded
+copies made by one take a shard (below), and it cost 2 bytes a token and 2/3 of Lance's writing.
 
 Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its
-parent (Lance is not fork-safe: ``lance_fork``); its committed row count is checked. Local
-windows come from raw copies of the ingest shards, each decoded once per machine with one take
-(``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a take per batch). On Linux it opens through Lance's io_uring reader
-(``file+uring://``, ``open_uring``): a take costs about a third less wall time and half
-the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file``
-reads plain files, and a machine without io_uring falls back to them with a warning. A
-batch of windows reads the rows covering them with **one
-take** (rows located with the ``rows-*.npy`` index of each fragment the batch
-touches, loaded on first touch: kept out of the manifest, which would otherwise grow by
-~n_tokens / 700 entries). Lance 2.1 files carry no checksums of their own, so the row index
-carries a CRC-32 per row (``blocks.row_checksums``), recorded at ingest and checked on every
-row a take returns (local and remote alike): a flipped bit is refused naming the shard and
-row, and no process ever hashes a whole data file. On the first touch of a fragment its row
-index is checked against its sha256 in the manifest (so the CRCs are trusted) and the data
-file only by size. A store without row CRCs falls back to a whole-file sha256 on first touch
-(``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
+parent (Lance is not fork-safe: ``lance_fork``); its committed row count is checked. Local windows
+come from raw copies of the ingest shards, each decoded once per machine with one take
+(``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a take per batch). On Linux it opens through
+Lance's io_uring reader (``file+uring://``, ``open_uring``): a take costs about a third less wall
+time and half the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or
+``LMDATA_LANCE_IO=file`` reads plain files, and a machine without io_uring falls back to them with a
+warning. A batch of windows reads the rows covering them with **one take** (rows located with the
+``rows-*.npy`` index of each fragment the batch touches, loaded on first touch: kept out of the
+manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance 2.1 files carry no checksums
+of their own, so the row index carries a CRC-32 per row (``blocks.row_checksums``), recorded at
+ingest and checked on every row a take returns (local and remote alike): a flipped bit is refused
+naming the shard and row, and no process ever hashes a whole data file. On the first touch of a
+fragment its row index is checked against its sha256 in the manifest (so the CRCs are trusted) and
+the data file only by size. A store without row CRCs falls back to a whole-file sha256 on first
+touch (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
-``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for ``lmdata sql``) is a fresh dataset scanner per scan.
-Remote: from a loader's first batch the split is copied to the machine in the background and read from
-the copy once it is whole (``lance_mirror``); until then, and over its budget, takes are remote.
+``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for
+``lmdata sql``) is a fresh dataset scanner per scan.
+Remote: a loader's first batch starts a copy of the split to the machine (``lance_mirror``); until
+it is whole (or over budget) takes are remote, then windows come from copies decoded from it.
 """
 
 from __future__ import annotations
@@ -69,7 +66,7 @@ from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
 from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
-from lmdata.store.formats.lance_fragments import STORAGE_VERSION, lance_schema, with_token_bytes
+from lmdata.store.formats.lance_fragments import LAYOUT, STORAGE_VERSION, current_layout, lance_schema
 from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
 from lmdata.store.formats.lance_chunks import LanceChunks
@@ -113,14 +110,14 @@ class LanceWriter(base.RecordedShardWriter):
         from lance.fragment import LanceFragment
 
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
-        table = with_token_bytes(rows_table(tokens, doc_starts, first_doc, first_token)).cast(lance_schema(self.dtype))
+        table = rows_table(tokens, doc_starts, first_doc, first_token).cast(lance_schema(self.dtype))
         stale = base.forget(self.format_dir, index)
         rows = lance_fragments.shard_rows(tokens, doc_starts)
         shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
                           first_token=first_token, files=[], extra={"rows": rows.shape[1] - 1})
         if self._in_order:
             return self._stream_shard(shard, table, rows, tokens.nbytes)
-        with atomic.space_for(self.format_dir, 2 * tokens.nbytes):  # tokens and token_bytes
+        with atomic.space_for(self.format_dir, tokens.nbytes):
             frag = LanceFragment.create(
                 str(self.format_dir), table, fragment_id=index, schema=lance_schema(self.dtype),
                 data_storage_version=STORAGE_VERSION,
@@ -138,7 +135,7 @@ class LanceWriter(base.RecordedShardWriter):
         shard = ShardInfo(name=shard.name, n_docs=shard.n_docs, n_tokens=shard.n_tokens, first_doc=shard.first_doc,
                           first_token=shard.first_token,
                           files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
-                          extra={"rows": shard.extra["rows"], "fragment": meta, "token_bytes": True, "row_crc": True})
+                          extra={"rows": shard.extra["rows"], "fragment": meta, **LAYOUT, "row_crc": True})
         base.write_record(self.format_dir, int(shard.name), shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)
             if old.path.startswith("data/") and old.path not in data_files:
@@ -148,7 +145,7 @@ class LanceWriter(base.RecordedShardWriter):
     def _stream_shard(self, shard: ShardInfo, table: Any, rows: np.ndarray, nbytes: int) -> ShardInfo:
         """``shard`` into the open fragment, or a new one where ``plan_fragments`` starts one."""
         index = int(shard.name)
-        with atomic.space_for(self.format_dir, 2 * nbytes):
+        with atomic.space_for(self.format_dir, nbytes):
             if self._stream is not None and (self._stream.n_tokens + shard.n_tokens > self.fragment_tokens
                                              or int(self._stream.members[-1].name) + 1 != index):
                 self._close_stream()
@@ -170,12 +167,12 @@ class LanceWriter(base.RecordedShardWriter):
     def completed(self) -> dict[int, ShardInfo]:
         """Staged shards, and the shards held by intact fragment records (those win: they outlive staging).
 
-        Records of a layout without ``token_bytes`` (an ingest started by an older lmdata)
-        are not complete: their shards are written again, so every fragment has the column.
+        Records of another layout (an ingest started by an older lmdata) are not complete: their
+        shards are written again, so every fragment has the same columns (``current_layout``).
         """
-        done = {i: s for i, s in base.completed(self.format_dir).items() if s.extra.get("token_bytes")}
+        done = {i: s for i, s in base.completed(self.format_dir).items() if current_layout(s)}
         for fragment in lance_fragments.read_fragments(self.format_dir).values():
-            if fragment.extra.get("token_bytes"):
+            if current_layout(fragment):
                 done.update(lance_fragments.members(fragment))
         return dict(sorted(done.items()))
 
@@ -196,7 +193,7 @@ class LanceWriter(base.RecordedShardWriter):
             if fragment is None and len(run) == 1 and "fragment" in run[0].extra:
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
-                with atomic.space_for(self.format_dir, 2 * sum(s.n_tokens for s in run) * self.dtype.itemsize):
+                with atomic.space_for(self.format_dir, sum(s.n_tokens for s in run) * self.dtype.itemsize):
                     fragment = lance_fragments.write_fragment(self.format_dir, run, lance_schema(self.dtype), STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
@@ -248,7 +245,7 @@ class LanceReader(base.ShardReader):
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io)
         if column not in (None, "tokens"):
-            raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None reads token_bytes)")
+            raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None: the loader's own)")
         self.column = column
         self._row_base = np.cumsum([0] + [int(s.extra.get("rows", 0)) for s in self.shards])
 
@@ -256,8 +253,8 @@ class LanceReader(base.ShardReader):
     _fragments = per_process(lambda self: [])
     _chunks = per_process(lambda self: False)  # local: the decoded copies windows are read from (``lance_chunks``)
     _mirror = per_process(lambda self: False)  # remote: the machine's copy being made (``lance_mirror``; None: none)
-    _on_copy = per_process(lambda self: False)  # remote: reading the machine's copy now
-    _column = per_process(lambda self: "token_bytes")  # "tokens" in a store written before token_bytes
+    _on_copy = per_process(lambda self: None)  # remote: the machine's copy being read now (its directory)
+    _column = per_process(lambda self: "tokens")  # "token_bytes" in a store an earlier lmdata wrote with it
     _row_bounds = per_process(lambda self: {})  # fragment -> ``_index``
     _checked = per_process(lambda self: np.zeros(int(self._row_base[-1]), dtype=bool))  # row -> CRC checked here
 
@@ -343,7 +340,7 @@ class LanceReader(base.ShardReader):
             local, self._mirror = self._mirror.local, None
             ds = lance_fragments.open_dataset(local, False)
             self._use(open_uring(local, ds, self._column, self.io) or ds)
-            self._on_copy = True
+            self._on_copy = local
         return self._ds
 
     def _use(self, ds: Any) -> None:
@@ -415,13 +412,17 @@ class LanceReader(base.ShardReader):
         windows touch, then one strided gather: a window's rows are consecutive dataset rows (across a
         fragment bound too) and the take returns them in order, so each window is one slice of its values.
         """
-        if self._chunks is False:
+        if self._chunks is False and not self.remote:
             self._chunks = LanceChunks.of(self)
-        if self._chunks is not None:  # local: the machine's decoded copies (Lance opens only to make one)
+        if self._chunks:  # the machine's decoded copies (local: Lance opens only to make one)
             return self._chunks._raw_windows(starts, length)
         self._open()
         if self._mirror is False:  # a loader's first batch (not a scan for SQL): copy the split if it fits
             self._mirror = LanceMirror.start(self.format_dir, self.shards) if self.remote else None
+        if self._on_copy and self._chunks is False:  # remote, the machine's copy whole: decode from it
+            self._chunks = LanceChunks.of(self)
+            if self._chunks:
+                return self._chunks._raw_windows(starts, length)
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)
@@ -452,8 +453,8 @@ class LanceReader(base.ShardReader):
     def alternates(self) -> dict[str, LanceReader]:
         """Readers of the same stream through other columns, for ``lmdata verify`` to compare.
 
-        The loader reads ``token_bytes``; DuckDB, Polars and other tools read ``tokens``.
-        Both are covered by the files' sha256, but only a read of each shows they agree.
+        A store an earlier lmdata wrote holds ``token_bytes`` beside ``tokens``, and its loader reads
+        the former; both are covered by the files' sha256, but only a read of each shows they agree.
         """
         self._open()
         if self._column != "token_bytes":

@@ -10,8 +10,9 @@ remote mirror's), and reads windows from those copies like memmap shards (``RawW
 positional reads, 4 KiB CRCs on a process's first read). The Lance dataset stays the store:
 the copies are keyed by the data file's sha256 and identity (a rewritten file is decoded
 again), evicted least recently used, and remade if another process evicts one mid-read.
-``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. Lance itself is imported and the dataset
-opened only to make a copy: a process whose batches all meet copies (a later run, a loader
+``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. A remote split's copies are decoded
+from the machine's copy of its files (``lance_mirror``) once that is whole; until then its
+batches are remote takes. Lance itself is imported and the dataset opened only to make a copy: a process whose batches all meet copies (a later run, a loader
 worker after the first epoch) never starts Lance's runtime, so its workers may be forked.
 """
 
@@ -63,7 +64,8 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
 
     def __init__(self, lance: Any, copies: DecodedShards) -> None:  # lance: the split's ``LanceReader``
         chunks, self._home = chunks_of(lance.shards)
-        super().__init__(lance.format_dir, chunks, lance.dtype, verify=lance.verify)
+        # remote: the data files of the machine's whole copy of the split (``lance_mirror``)
+        super().__init__(lance._on_copy or lance.format_dir, chunks, lance.dtype, verify=lance.verify)
         # a proxy, not a reference: reader -> chunks -> reader would be a cycle, and the reader (and
         # with it the store's readers' lock, ``readlock``) would live on until a garbage collection
         self.lance, self.copies = weakref.proxy(lance), copies
@@ -71,9 +73,12 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
 
     @classmethod
     def of(cls, lance: Any) -> "LanceChunks | None":
-        """The chunks of a local split read through its loader's column; None: read by takes (remote:
-        ``lance_mirror``; the ``tokens`` column, which ``lmdata verify`` compares; the budget 0)."""
-        copies = None if lance.remote or lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
+        """The chunks of a local split, or of a remote one the machine has a whole copy of, read through
+        its loader's column; None: read by takes (a column asked for, as ``lmdata verify`` does; the
+        budget 0)."""
+        if lance.remote and not lance._on_copy:
+            return None
+        copies = None if lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
         return cls(lance, copies) if copies is not None else None
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))

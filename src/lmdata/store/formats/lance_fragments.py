@@ -38,8 +38,8 @@ from lmdata.store.checksum import file_info
 from lmdata.store.formats.parquet import pieces
 from lmdata.store.protocol import FileInfo, ShardInfo
 
-# 256 Mi tokens per fragment, at most (a larger shard: alone); ~1 GB of Lance file with
-# token_bytes. A take pays ~14 us per batch of 32 for every fragment its windows touch
+# 256 Mi tokens per fragment, at most (a larger shard: alone); ~0.5 GB of Lance file.
+# A take pays ~14 us per batch of 32 for every fragment its windows touch
 # (x10 corpus: 57 fragments 1.06 ms, 15 0.53, 4 0.38, 1 0.33), so a 9 G-token split costs
 # ~+1.8 ms per batch in 64 Mi-token fragments and ~+0.45 ms in these. Ingest of 294 M tokens:
 # same time, peak RSS 369 -> 401 MB (bench/README.md, "Lance layout").
@@ -49,27 +49,26 @@ STORAGE_VERSION = "2.1"  # pinned: a newer pylance default must not change what 
 
 
 def lance_schema(dtype: np.dtype) -> Any:
-    """The rows' schema. ``tokens`` (for DuckDB and the contract; the loader reads ``token_bytes``)
-    is stored uncompressed: Lance's default bit-packing took 11.3 of the 12.5 ms a 1 Mi-token
-    shard cost to write, uncompressed 4.6 ms, for 20% more bytes in that column (1.87 -> 2.24 MB)."""
+    """The rows' schema: the contract's columns, ``tokens`` uncompressed (Lance's default bit-packing
+    took 11.3 of the 12.5 ms a 1 Mi-token shard cost to write, uncompressed 4.6 ms, for 20% more bytes
+    in that column: 1.87 -> 2.24 MB). A store written by an earlier lmdata also holds ``token_bytes`` (each
+    row's tokens again as bytes, which its takes read); ingest no longer writes it: it cost 6 of a
+    shard's 9 CPU ms of Lance writing, and the loader reads windows from decoded copies
+    (``lance_chunks``), made once per machine by one take a shard, not by a take per batch."""
     import pyarrow as pa
 
     token = pa.field("item", pa.from_numpy_dtype(np.dtype(dtype)), metadata={"lance-encoding:compression": "none"})
-    return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token)),
-                      ("token_bytes", pa.large_binary())])
+    return pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", pa.list_(token))])
 
 
-def with_token_bytes(table: Any) -> Any:
-    """``table`` plus ``token_bytes``: each row's ``tokens`` as little-endian bytes (the same buffer, no copy)."""
-    import pyarrow as pa
+# A record of this layout says which columns its fragment holds: resuming an ingest that an older
+# lmdata started writes again the shards it recorded in another layout (a commit needs one schema).
+LAYOUT = {"columns": ["doc_id", "token_offset", "tokens"]}
 
-    tokens = table.column("tokens").combine_chunks()
-    values = tokens.values
-    if values.offset:  # rows_table's lists always start at their buffer's start
-        raise LmdataError("internal: a sliced token column cannot be viewed as bytes")
-    offsets = tokens.offsets.to_numpy().astype(np.int64) * (values.type.bit_width // 8)
-    raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets), values.buffers()[1]])
-    return table.append_column("token_bytes", raw)
+
+def current_layout(shard: ShardInfo) -> bool:
+    """The record was written in this lmdata's layout (``LAYOUT``)."""
+    return shard.extra.get("columns") == LAYOUT["columns"]
 
 
 def shard_rows(tokens: np.ndarray, doc_starts: np.ndarray) -> np.ndarray:
@@ -225,7 +224,7 @@ def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
         files=[data or file_info(format_dir, data_file), file_info(format_dir, rows_name)],
-        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, "token_bytes": True, "row_crc": True,
+        extra={"rows": int(rows.shape[1] - 1), "fragment": meta, **LAYOUT, "row_crc": True,
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},
     )

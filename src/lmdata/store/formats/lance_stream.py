@@ -149,7 +149,7 @@ class FragmentStream:
 
     def wait(self) -> dict:
         """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it."""
-        with atomic.space_for(self.format_dir, 2 * self.n_bytes):  # tokens and token_bytes
+        with atomic.space_for(self.format_dir, self.n_bytes):
             self._put(_END)
             self._thread.join()
             self._raise_failure()
