@@ -5,13 +5,12 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
-from lmdata.store.formats.parquet import WRITE_OPTIONS
+from lmdata.store.formats.parquet import encode_shard, row_doc_starts
 
 
 def _windows(store, n=64, length=65, seed=0):
@@ -60,16 +59,13 @@ def _swap_two_tokens(path, size):
     swapped, page CRCs recomputed by the writer (what a page check cannot see). Tries pairs until
     the zstd output has the original size."""
     table = pq.read_table(path)
-    tokens = table.column("tokens").combine_chunks()
-    values = tokens.values.to_numpy()
+    doc_id, offset = (table.column(c).to_numpy() for c in ("doc_id", "token_offset"))
+    values = table.column("tokens").combine_chunks().values.to_numpy()
+    doc_starts = row_doc_starts(doc_id, offset - offset[0], len(values))
     for i in np.flatnonzero(values[1:] != values[:-1])[:300].tolist():
         swapped = values.copy()
         swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-        lists = pa.ListArray.from_arrays(tokens.offsets, pa.array(swapped, type=tokens.type.value_type))
-        other = table.set_column(table.schema.get_field_index("tokens"), "tokens", lists)
-        sink = pa.BufferOutputStream()
-        pq.write_table(other, sink, **WRITE_OPTIONS)
-        data = sink.getvalue().to_pybytes()
+        data = b"".join(encode_shard(swapped, doc_starts, int(doc_id[0]), int(offset[0])))
         if len(data) == size:
             path.write_bytes(data)
             return

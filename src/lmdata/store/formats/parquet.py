@@ -38,6 +38,7 @@ from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
+from lmdata.store.formats.parquet_encode import Part, encode_rows
 from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_file, \
     read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
@@ -53,14 +54,12 @@ PIECE_TOKENS = 1024
 # shard of real uint16 ids, zstd, CPU ms; bench/README.md, "Ingest"): 16-row groups with
 # PLAIN int32 values wrote in 33 ms, decoded in 11.8 ms, 1.80 MB; 128-row groups with the
 # values BYTE_STREAM_SPLIT (Parquet stores uint16 as int32: the split puts the zero high bytes
-# together, which zstd then skips) write in 14 ms, decode in 7.8 ms, 1.52 MB. DuckDB and
-# Polars read the split encoding (tests/store/test_parquet_rows.py).
+# together, which zstd then skips) decode in 7.8 ms, 1.52 MB, and pq.write_table wrote them in
+# 14 ms. ``parquet_encode`` writes the same file (one data page per column chunk, page CRCs,
+# statistics on doc_id and token_offset; tests/store/test_parquet_encode.py) in 6.8 ms, ~4.1 of
+# it zstd (a shard of 1,651 rows: 1,612,172 bytes, pyarrow's 1,613,676). DuckDB and Polars
+# read the split encoding (tests/store/test_parquet_rows.py).
 ROW_GROUP_ROWS = 128
-WRITE_OPTIONS = {  # pq.write_table's, for every shard
-    "row_group_size": ROW_GROUP_ROWS, "compression": "zstd", "use_dictionary": False,
-    "use_byte_stream_split": ["tokens.list.element"],  # the token values' Parquet path
-    "write_statistics": ["doc_id", "token_offset"], "write_page_checksum": True,
-}
 
 DEFAULT_CACHE_BYTES = 1 << 30  # decoded shards kept in a process's memory when the machine's cache is off
 
@@ -101,6 +100,12 @@ def rows_table(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first
             "tokens": token_lists,
         }
     )
+
+
+def encode_shard(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int) -> list[Part]:
+    """A shard's Parquet file (the rows of ``rows_table``), in parts to be written in order."""
+    row_starts, doc_of_row = pieces(doc_starts)
+    return encode_rows(tokens, row_starts, doc_of_row + first_doc, first_token, ROW_GROUP_ROWS)
 
 
 def row_doc_starts(row_doc: np.ndarray, row_start: np.ndarray, n_tokens: int) -> np.ndarray:
@@ -190,18 +195,13 @@ class ParquetWriter(base.RecordedShardWriter):
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
     ) -> ShardInfo:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
-        encoded = pa.BufferOutputStream()  # in memory, then one write: 17.9 -> 15.0 CPU ms a shard
-        pq.write_table(rows_table(tokens, doc_starts, first_doc, first_token), encoded, **WRITE_OPTIONS)
-        data = encoded.getvalue()
+        parts = encode_shard(tokens, doc_starts, first_doc, first_token)  # in memory, then written at once
         name = _names(index)
 
         def write(path: Path) -> None:
             with open(path, "wb") as fh:
-                fh.write(memoryview(data))
+                fh.writelines(parts)
 
         base.forget(self.format_dir, index)
         replaced, info = write_shard_file(self.format_dir, name, write, needed=tokens.nbytes)  # zstd: at most about this
