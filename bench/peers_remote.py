@@ -39,7 +39,7 @@ from scale import cache_env, ensure_store, n_shards, n_tokens
 NOTES = (
     "Each tool reads its own copy: lmdata the store's files as uploaded (memmap: each shard touched fetched whole into the "
     "empty LMDATA_CACHE_DIR, its default when the split fits LMDATA_MEMMAP_CACHE_BYTES; Parquet: each shard touched is fetched and decoded whole into the empty "
-    "LMDATA_CACHE_DIR; Lance: its own object-store reads); LitData `StreamingDataset(input_dir='s3://...', "
+    "LMDATA_CACHE_DIR; Lance: each ingest shard touched decoded by one remote take into the empty LMDATA_CACHE_DIR); LitData `StreamingDataset(input_dir='s3://...', "
     "cache_dir=..., storage_options={'endpoint_url': ...})` downloads whole 50 MB chunks (obstore, told "
     "`allow_http` for the loopback endpoint: the one change to its defaults); Mosaic `StreamingDataset(remote="
     "'s3://...', local=...)` downloads whole 64 MiB shards (boto3, `S3_ENDPOINT_URL`). \"vs best peer\": over the "

@@ -101,8 +101,8 @@ def _flip_pattern(uri: str, pattern: bytes, at: int) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_corrupted_object_is_refused_naming_it(s3, tokenizer_dir, tmp_path, monkeypatch, fmt):
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
-    # Lance: no machine copy, which the clean read below would start and which would then serve the
-    # manifest's sound bytes (a damaged object is never copied: tests/store/test_lance_mirror.py)
+    # Lance: no decoded copies, which the clean read below would make of the sound rows and which
+    # would then serve them (a damaged row is never copied: tests/store/test_lance_remote.py)
     monkeypatch.setenv("LMDATA_LANCE_CACHE_BYTES", "0")
     uri = s3.uri("flip")
     ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, formats=[fmt], shard_tokens=60_000,

@@ -45,8 +45,8 @@ touch (``verify``: first-use or size, see ``checksum.verify_shard``); with ``ver
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
 ``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for
 ``lmdata sql``) is a fresh dataset scanner per scan.
-Remote: a loader's first batch starts a copy of the split to the machine (``lance_mirror``); until
-it is whole (or over budget) takes are remote, then windows come from copies decoded from it.
+Remote: the same copies, each made by one remote take of the shard's rows (with the budget 0,
+a remote take per batch).
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ from lmdata.store.formats.lance_fragments import LAYOUT, STORAGE_VERSION, curren
 from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
 from lmdata.store.formats.lance_chunks import LanceChunks
-from lmdata.store.formats.lance_mirror import LanceMirror
 from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
@@ -252,8 +251,6 @@ class LanceReader(base.ShardReader):
     _ds = per_process(lambda self: None)  # the open dataset (``_open``)
     _fragments = per_process(lambda self: [])
     _chunks = per_process(lambda self: False)  # local: the decoded copies windows are read from (``lance_chunks``)
-    _mirror = per_process(lambda self: False)  # remote: the machine's copy being made (``lance_mirror``; None: none)
-    _on_copy = per_process(lambda self: None)  # remote: the machine's copy being read now (its directory)
     _column = per_process(lambda self: "tokens")  # "token_bytes" in a store an earlier lmdata wrote with it
     _row_bounds = per_process(lambda self: {})  # fragment -> ``_index``
     _checked = per_process(lambda self: np.zeros(int(self._row_base[-1]), dtype=bool))  # row -> CRC checked here
@@ -336,11 +333,6 @@ class LanceReader(base.ShardReader):
                 ) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
             self._use(ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds))
-        if self._mirror and self._mirror.ready():  # the machine's copy is whole: read it from now on
-            local, self._mirror = self._mirror.local, None
-            ds = lance_fragments.open_dataset(local, False)
-            self._use(open_uring(local, ds, self._column, self.io) or ds)
-            self._on_copy = local
         return self._ds
 
     def _use(self, ds: Any) -> None:
@@ -379,8 +371,7 @@ class LanceReader(base.ShardReader):
                 take = partial(self._fragments[first].take, rows - self._row_base[first], columns=columns)
             else:
                 take = partial(ds.take, pa.array(rows, type=pa.int64()), columns=columns)
-            remote = self.remote and not self._on_copy
-            table = within_timeout(take, str(self._data_path(self.shards[first]))) if remote else take()
+            table = within_timeout(take, str(self._data_path(self.shards[first]))) if self.remote else take()
             column = table.column(0)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # no copy of one chunk
         except Exception as exc:  # pyarrow / Lance decode errors are bare OSErrors: name the fragment
@@ -408,21 +399,15 @@ class LanceReader(base.ShardReader):
         return values, offsets
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """Local: from the machine's decoded copies (``lance_chunks``); else one take of every row the
-        windows touch, then one strided gather: a window's rows are consecutive dataset rows (across a
-        fragment bound too) and the take returns them in order, so each window is one slice of its values.
+        """From the machine's decoded copies (``lance_chunks``); else one take of every row the windows
+        touch, then one strided gather: a window's rows are consecutive dataset rows (across a fragment
+        bound too) and the take returns them in order, so each window is one slice of its values.
         """
-        if self._chunks is False and not self.remote:
+        if self._chunks is False:
             self._chunks = LanceChunks.of(self)
-        if self._chunks:  # the machine's decoded copies (local: Lance opens only to make one)
+        if self._chunks is not None:  # the machine's decoded copies (Lance opens only to make one)
             return self._chunks._raw_windows(starts, length)
         self._open()
-        if self._mirror is False:  # a loader's first batch (not a scan for SQL): copy the split if it fits
-            self._mirror = LanceMirror.start(self.format_dir, self.shards) if self.remote else None
-        if self._on_copy and self._chunks is False:  # remote, the machine's copy whole: decode from it
-            self._chunks = LanceChunks.of(self)
-            if self._chunks:
-                return self._chunks._raw_windows(starts, length)
         if not len(starts):
             return np.empty((0, length), dtype=self.dtype)
         n = len(starts)

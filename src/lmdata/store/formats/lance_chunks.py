@@ -1,4 +1,4 @@
-"""A local Lance split's windows read from raw copies of its ingest shards, decoded once per machine.
+"""A Lance split's windows read from raw copies of its ingest shards, decoded once per machine.
 
 A Lance ``take`` has a floor of ~0.36 ms a batch of 32 x 1,025 here, however few rows it
 returns; a memmap batch costs a third of that. So, like Parquet's decoded shards
@@ -10,9 +10,12 @@ remote mirror's), and reads windows from those copies like memmap shards (``RawW
 positional reads, 4 KiB CRCs on a process's first read). The Lance dataset stays the store:
 the copies are keyed by the data file's sha256 and identity (a rewritten file is decoded
 again), evicted least recently used, and remade if another process evicts one mid-read.
-``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. A remote split's copies are decoded
-from the machine's copy of its files (``lance_mirror``) once that is whole; until then its
-batches are remote takes. Lance itself is imported and the dataset opened only to make a copy: a process whose batches all meet copies (a later run, a loader
+``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. On object storage each copy is one
+remote take of the shard's rows, fetched as a batch first needs it (``FETCHES`` at a time) and
+the rest of the split in the background, as remote Parquet and memmap shards are
+(``shard_copies``): on moto behind a 20 ms proxy a fresh machine's first 40 batches read 1.5x
+LitData's rate, where a take per batch until a whole copy of the split had arrived read
+0.01x. Lance itself is imported and the dataset opened only to make a copy: a process whose batches all meet copies (a later run, a loader
 worker after the first epoch) never starts Lance's runtime, so its workers may be forked.
 """
 
@@ -64,8 +67,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
 
     def __init__(self, lance: Any, copies: DecodedShards) -> None:  # lance: the split's ``LanceReader``
         chunks, self._home = chunks_of(lance.shards)
-        # remote: the data files of the machine's whole copy of the split (``lance_mirror``)
-        super().__init__(lance._on_copy or lance.format_dir, chunks, lance.dtype, verify=lance.verify)
+        super().__init__(lance.format_dir, chunks, lance.dtype, verify=lance.verify)
         # a proxy, not a reference: reader -> chunks -> reader would be a cycle, and the reader (and
         # with it the store's readers' lock, ``readlock``) would live on until a garbage collection
         self.lance, self.copies = weakref.proxy(lance), copies
@@ -73,11 +75,8 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
 
     @classmethod
     def of(cls, lance: Any) -> "LanceChunks | None":
-        """The chunks of a local split, or of a remote one the machine has a whole copy of, read through
-        its loader's column; None: read by takes (a column asked for, as ``lmdata verify`` does; the
-        budget 0)."""
-        if lance.remote and not lance._on_copy:
-            return None
+        """The chunks of a split read through its loader's column; None: read by takes (a column asked
+        for, as ``lmdata verify`` does; the budget 0)."""
         copies = None if lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
         return cls(lance, copies) if copies is not None else None
 
@@ -87,10 +86,13 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
 
     def _copy_key(self, c: int) -> str:
         """The manifest's sha256 of the fragment's data file, its identity now (a rewritten file is
-        decoded again; the one stat also size-checks it) and the chunk's place in it."""
+        decoded again; the one stat also size-checks it; remote: its URI and size, as ``open_store``'s
+        LIST checked) and the chunk's place in it."""
         f, at = self._home[c]
         frag = self.lance.shards[f]
         info = frag.files[0]
+        if self.remote:
+            return copy_key(info.sha256, f"{self.lance._data_path(frag).uri}:{info.bytes}:{at}+{self.shards[c].n_tokens}")
         real = self._real.get(f)
         if real is None:  # resolved inside the store once a fragment (``data/<uuid>.lance``: ~0.2 ms)
             path, st = stat_shard_file(self._dir, frag, info)
