@@ -14,6 +14,7 @@ import pytest
 
 from lmdata.store import open_store
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR, chunks_of
+from lmdata.store.protocol import ShardInfo
 
 
 def _count_takes(reader) -> list[int]:
@@ -43,6 +44,22 @@ def _all_starts(n_tokens: int, length: int, fragments) -> np.ndarray:
     starts = np.concatenate([rng.integers(0, n_tokens - length, 300), edges - 1, edges - length // 2, edges,
                              [0, n_tokens - length]])
     return starts[(starts >= 0) & (starts <= n_tokens - length)]
+
+
+def test_chunks_join_consecutive_shards_of_a_fragment_up_to_min_tokens():
+    """Remote chunks: a fragment's ingest shards joined in order until a run holds ``min_tokens``
+    (the last run of a fragment may hold fewer); chunks tile each fragment, never crossing one."""
+    def frag(name, first_doc, first_token, sizes):
+        members = [{"name": f"{k:05d}", "n_docs": 2, "n_tokens": n} for k, n in sizes]
+        return ShardInfo(name=name, n_docs=2 * len(sizes), n_tokens=sum(n for _, n in sizes), first_doc=first_doc,
+                         first_token=first_token, files=[], extra={"members": members})
+
+    fragments = [frag("a", 0, 0, [(0, 30), (1, 30), (2, 50), (3, 10)]), frag("b", 8, 120, [(4, 70), (5, 5)])]
+    chunks, home = chunks_of(fragments, min_tokens=60)
+    assert [(c.name, c.n_tokens, c.n_docs, c.first_token, c.first_doc) for c in chunks] == [
+        ("00000-00001", 60, 4, 0, 0), ("00002-00003", 60, 4, 60, 4), ("00004", 70, 2, 120, 8), ("00005", 5, 2, 190, 10)]
+    assert home == [(0, 0), (0, 60), (1, 0), (1, 70)]
+    assert [c.name for c in chunks_of(fragments)[0]] == [f"{k:05d}" for k in range(6)]  # 0: one shard each
 
 
 def test_windows_from_copies_equal_the_stream(make_store):

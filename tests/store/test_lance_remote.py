@@ -51,11 +51,14 @@ def test_windows_come_from_copies_made_by_remote_takes(remote_lance, tmp_path, s
     before = _copies(tmp_path)
     ds = open_store(uri).dataset("train", SEQ, format="lance")
     assert np.array_equal(ds.batch(every[:32]), expected[:32])
-    assert ds.reader._chunks is not None and ds.reader._chunks.remote
+    chunks = ds.reader._chunks
+    assert chunks is not None and chunks.remote
+    # remote chunks join a fragment's small ingest shards (``REMOTE_CHUNK_TOKENS``): one take each
+    assert [c.name for c in chunks.shards] == ["00000-00001", "00002-00003"]
     _join_background_fetches()  # the rest of the split, fetched in the background
-    assert len(_copies(tmp_path) - before) == len(ds.reader._chunks.shards) == 4  # one per ingest shard
+    assert len(_copies(tmp_path) - before) == 2
     assert np.array_equal(ds.batch(every), expected)
-    with DelayProxy(s3.server.endpoint) as proxy:  # another process of this machine: copies only
+    with DelayProxy(s3.server.endpoint) as proxy:  # another reader of this machine: copies only
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         again = open_store(uri)  # (the manifest and a LIST: requests of its own)
         opened = proxy.requests
@@ -78,11 +81,11 @@ def test_a_damaged_row_is_refused_naming_the_shard_and_never_copied(remote_lance
     obj.write_bytes(bytes(raw))
     monkeypatch.setattr("lmdata.store.formats.shard_copies.MIRROR_FETCHES", 0)  # only what batches need
     ds = open_store(uri).reader("train", "lance")
-    np.testing.assert_array_equal(ds.windows(np.array([5, first - 200]), 100),
-                                  syn.stream[np.array([5, first - 200])[:, None] + np.arange(100)])
+    sound = np.array([5, reader.shards[0].n_tokens - 150])  # the first fragment's chunk
+    np.testing.assert_array_equal(ds.windows(sound, 100), syn.stream[sound[:, None] + np.arange(100)])
     before = _copies(tmp_path)
     for _ in range(2):  # refused every time, naming the shard
-        with pytest.raises(LmdataError, match=f"shard {frag.name} row \\d+ fails its CRC-32"):
+        with pytest.raises(LmdataError, match=f"{frag.files[0].path}: shard {frag.name} row \\d+ fails its CRC-32"):
             ds.windows(np.array([middle - 20]), 100)
     assert _copies(tmp_path) == before  # nothing of the damaged shard was written
 
