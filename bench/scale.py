@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,8 +70,9 @@ def ensure_store(work: Path, corpus: Path, tokenizer: Path, tiles: int, shard_to
     """The store of ``tiles`` copies of ``corpus`` (ingested once; its ingest figures kept beside it)."""
     out = work / f"x{tiles}-s{shard_tokens}"
     facts = out.with_suffix(".ingest.json")
-    if (out / "manifest.json").is_file() and facts.is_file():
+    if (out / "manifest.json").is_file() and facts.is_file() and _current(out):
         return out, json.loads(facts.read_text())
+    shutil.rmtree(out, ignore_errors=True)  # none, unfinished, or written by an earlier lmdata
     text = tiled_corpus(work, corpus, tiles)
     args = {"text": str(text), "tokenizer": str(tokenizer), "out": str(out), "shard_tokens": shard_tokens}
     done = subprocess.run([sys.executable, "-c", _INGEST, json.dumps(args)], capture_output=True, text=True, check=True)
@@ -79,6 +81,14 @@ def ensure_store(work: Path, corpus: Path, tokenizer: Path, tiles: int, shard_to
     result["mb_per_s"] = result["text_mb"] / result["seconds"]
     facts.write_text(json.dumps(result))
     return out, result
+
+
+def _current(store: Path) -> bool:
+    """The cached store is in this lmdata's layout (an earlier one's Lance rows held ``token_bytes``)."""
+    from lmdata.store.formats.lance_fragments import current_layout
+    from lmdata.store.manifest import read_manifest
+
+    return all(current_layout(s) for s in read_manifest(store).splits["train"].formats["lance"])
 
 
 # ---------------------------------------------------------------------------- one loader cell
