@@ -1,22 +1,22 @@
 """A Lance split's windows read from raw copies of its ingest shards, decoded once per machine.
 
-A Lance ``take`` has a floor of ~0.36 ms a batch of 32 x 1,025 here, however few rows it
-returns; a memmap batch costs a third of that. So, like Parquet's decoded shards
-(``parquet_cache``), the Lance reader decodes each ingest shard of a fragment (its
-``extra["members"]``, a contiguous run of rows) once per machine with one take -- every row
-checked against its CRC-32 and size from the row index, as every take is -- into
-``$LMDATA_CACHE_DIR/lance-tokens`` (budget ``LMDATA_LANCE_CACHE_BYTES``, the same as the
-remote mirror's), and reads windows from those copies like memmap shards (``RawWindows``:
-positional reads, 4 KiB CRCs on a process's first read). The Lance dataset stays the store:
-the copies are keyed by the data file's sha256 and identity (a rewritten file is decoded
-again), evicted least recently used, and remade if another process evicts one mid-read.
-``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as before. On object storage each copy is one
-remote take of the shard's rows, fetched as a batch first needs it (``FETCHES`` at a time) and
-the rest of the split in the background, as remote Parquet and memmap shards are
-(``shard_copies``): on moto behind a 20 ms proxy a fresh machine's first 40 batches read 1.5x
-LitData's rate, where a take per batch until a whole copy of the split had arrived read
-0.01x. Lance itself is imported and the dataset opened only to make a copy: a process whose batches all meet copies (a later run, a loader
-worker after the first epoch) never starts Lance's runtime, so its workers may be forked.
+A Lance ``take`` has a floor of ~0.36 ms a batch of 32 x 1,025 here, however few rows it returns; a
+memmap batch costs a third of that. So, like Parquet's decoded shards (``parquet_cache``), the Lance
+reader decodes each ingest shard of a fragment (its ``extra["members"]``, a contiguous run of rows)
+once per machine with one take -- every row checked against its CRC-32 and size from the row index,
+as every take is -- into ``$LMDATA_CACHE_DIR/lance-tokens`` (budget ``LMDATA_LANCE_CACHE_BYTES``),
+and reads windows from those copies like memmap shards (``RawWindows``: positional reads, 4 KiB CRCs
+on a process's first read). The Lance dataset stays the store: the copies are keyed by the data
+file's sha256 and identity (a rewritten file is decoded again), evicted least recently used, and
+remade if another process evicts one mid-read. ``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as
+before. On object storage each copy is one remote take of the shard's rows (small shards of a
+fragment taken together, up to ``REMOTE_CHUNK_TOKENS``), fetched as a batch first needs it
+(``FETCHES`` at a time) and the rest of the split in the background, as remote Parquet and memmap
+shards are (``shard_copies``): on moto behind a 20 ms proxy a fresh machine's first 40 batches read
+1.5x LitData's rate, where a take per batch until a whole copy of the split had arrived read 0.01x.
+Lance itself is imported and the dataset opened only to make a copy: a process whose batches all
+meet copies (a later run, a loader worker after the first epoch) never starts Lance's runtime, so
+its workers may be forked.
 """
 
 from __future__ import annotations

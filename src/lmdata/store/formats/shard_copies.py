@@ -1,4 +1,4 @@
-"""Shards read from whole raw copies in the machine's cache: Parquet's decoded shards, remote memmap shards.
+"""Shards read from whole raw copies in the machine's cache: Parquet's and Lance's decoded shards, remote memmap shards.
 
 A reader using it (with ``RawWindows``) implements ``_fetch(i)`` (shard ``i``'s tokens, its
 bytes checked against the manifest) and ``_copy_key(i)`` (``copy_key``: the manifest's sha256
