@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lmdata.errors import LmdataError
+
 from lmdata.store import open_store
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR, chunks_of
 from lmdata.store.protocol import ShardInfo
@@ -102,6 +104,25 @@ def test_a_damaged_copy_is_decoded_again(make_store):
     reader = open_store(syn.path).reader("train", "lance")
     got = reader.windows(np.arange(0, len(syn.stream) - 600, 599), 600)
     np.testing.assert_array_equal(got, syn.stream[np.arange(0, len(syn.stream) - 600, 599)[:, None] + np.arange(600)])
+
+
+def test_a_copy_made_again_checks_every_row_again(make_store):
+    """A copy made a second time in one process (evicted, or dropped as damaged) checks its rows'
+    CRC-32s again: rows this process checked once must not vouch for what a later take returns."""
+    syn = make_store(["lance"], n_tokens=40_000, shard_tokens=10_000)
+    reader = open_store(syn.path).reader("train", "lance")
+    np.testing.assert_array_equal(reader.windows(np.array([100]), 500)[0], syn.stream[100:600])
+    chunks = reader._chunks
+    frag = reader.shards[0]
+    path = syn.path / "train" / "lance" / frag.files[0].path
+    data = bytearray(path.read_bytes())
+    pattern = syn.stream[292:308].astype("<u2").tobytes()
+    (at,) = [i for i in range(len(data)) if data.startswith(pattern, i)]
+    data[at + 16] ^= 0x10  # token 300, in rows the first read checked
+    path.write_bytes(bytes(data))
+    chunks.copies.drop(chunks.copies.path(chunks._copy_keys[0], chunks.dtype))
+    with pytest.raises(LmdataError, match=f"shard {frag.name} row \\d+ fails its CRC-32"):
+        chunks._fetch(0)
 
 
 def test_budget_zero_reads_by_takes(make_store, monkeypatch):

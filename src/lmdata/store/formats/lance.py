@@ -291,12 +291,13 @@ class LanceReader(base.ShardReader):
             return self.format_dir / shard.files[0].path
         return shard_file_path(self.format_dir, shard, shard.files[0])
 
-    def _check_rows(self, rows: np.ndarray, values: np.ndarray, offsets: np.ndarray) -> None:
+    def _check_rows(self, rows: np.ndarray, values: np.ndarray, offsets: np.ndarray, every: bool = False) -> None:
         """Refuse the take unless every row's tokens match the CRC-32 its row index records; a row
-        checked once in this process is not checked again (``_checked``)."""
+        checked once in this process is not checked again (``_checked``) unless ``every`` (a take
+        that makes a decoded copy: a copy made again must not trust an earlier read)."""
         if self.verify == "size":
             return
-        todo = np.flatnonzero(~self._checked[rows])
+        todo = np.arange(len(rows)) if every else np.flatnonzero(~self._checked[rows])
         if not len(todo):
             return
         frag = np.searchsorted(self._row_base, rows[todo], side="right") - 1
@@ -336,7 +337,7 @@ class LanceReader(base.ShardReader):
         return self._ds
 
     def _use(self, ds: Any) -> None:
-        """Read through ``ds`` (the store's dataset, or the machine's copy of it), if it is the manifest's."""
+        """Read through ``ds`` (the store's dataset) if it is the manifest's."""
         fragments = ds.get_fragments()  # committed in stream order: the manifest's shards
         committed = [f"data/{f.metadata.files[0].path}" if len(f.metadata.files) == 1 else None for f in fragments]
         if committed != [s.files[0].path for s in self.shards]:
@@ -351,7 +352,7 @@ class LanceReader(base.ShardReader):
             )
         self._ds, self._fragments = ds, fragments
 
-    def _take(self, rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _take(self, rows: np.ndarray, sizes: np.ndarray, every: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of the dataset rows ``rows`` (sorted, unique) and each row's offset into them, sizes checked.
 
         One take for the whole batch (``LanceFragment.take`` when the rows are in one fragment,
@@ -395,7 +396,7 @@ class LanceReader(base.ShardReader):
                 f"{self.format_dir}: shard {shard.name} row {rows[k]} does not hold the {sizes[k]} tokens "
                 "its index says; run `lmdata verify`"
             )
-        self._check_rows(rows, values, offsets)
+        self._check_rows(rows, values, offsets, every)
         return values, offsets
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:

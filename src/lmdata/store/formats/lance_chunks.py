@@ -12,8 +12,9 @@ remade if another process evicts one mid-read. ``LMDATA_LANCE_CACHE_BYTES=0`` re
 before. On object storage each copy is one remote take of the shard's rows (small shards of a
 fragment taken together, up to ``REMOTE_CHUNK_TOKENS``), fetched as a batch first needs it
 (``FETCHES`` at a time) and the rest of the split in the background, as remote Parquet and memmap
-shards are (``shard_copies``): on moto behind a 20 ms proxy a fresh machine's first 40 batches read
-1.5x LitData's rate, where a take per batch until a whole copy of the split had arrived read 0.01x.
+shards are (``shard_copies``): on moto behind a 20 ms proxy a fresh machine's batches 6-45 read
+2.4-6.1x LitData's rate, where a take per batch until a whole copy of the split had arrived read
+0.01x (bench/README.md, "Peers (remote)").
 Lance itself is imported and the dataset opened only to make a copy: a process whose batches all
 meet copies (a later run, a loader worker after the first epoch) never starts Lance's runtime, so
 its workers may be forked.
@@ -69,7 +70,7 @@ def chunks_of(fragments: list[ShardInfo], min_tokens: int = 0) -> tuple[list[Sha
 
 
 class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
-    """Windows of a local Lance split from the machine's decoded copies of its ingest shards."""
+    """Windows of a Lance split from the machine's decoded copies of its ingest shards."""
 
     _remakes_lost_files = True  # another process may evict a copy: decode it again
 
@@ -86,7 +87,10 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     @classmethod
     def of(cls, lance: Any) -> "LanceChunks | None":
         """The chunks of a split read through its loader's column; None: read by takes (a column asked
-        for, as ``lmdata verify`` does; the budget 0)."""
+        for, as ``lmdata verify`` does; the budget 0; a remote store written before row CRCs, whose
+        rows a take cannot check, and which no copy may then trust)."""
+        if lance.remote and not all(s.extra.get("row_crc") for s in lance.shards):
+            return None
         copies = None if lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
         return cls(lance, copies) if copies is not None else None
 
@@ -126,7 +130,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
         with self._opening:  # the first fetch opens the dataset, once, whichever thread it runs on
             self.lance._open()
         rows = np.arange(r0, r1, dtype=np.int64) + int(self.lance._row_base[f])
-        values, offsets = self.lance._take(rows, np.diff(bounds[r0:r1 + 1]))
+        values, offsets = self.lance._take(rows, np.diff(bounds[r0:r1 + 1]), every=True)
         return np.ascontiguousarray(values[offsets[0]:offsets[-1]], dtype=self.dtype)
 
     def _open_tokens(self, c: int) -> RawFile | np.ndarray:

@@ -12,7 +12,8 @@ On object storage a batch of a first epoch meets up to 32 shards no process has 
 ``_prefetch`` fetches them ``FETCHES`` at a time on threads (a GET and a sha256 release the
 GIL), so a batch waits about one request, not 32 in turn (at 20 ms a request: ~0.65 s).
 A shuffled epoch needs every shard within its first ~N/32 batches, so from the first batch
-on ``MIRROR_FETCHES`` daemon threads also fetch the rest of the split in the background (each
+on (when every copy fits the cache's budget and the disk) ``MIRROR_FETCHES`` daemon threads
+also fetch the rest of the split in the background (each
 process from its own starting shard, so workers and ranks mostly fetch different ones;
 whoever needs a shard another thread is fetching waits for it). On a 1,160-shard store of
 100,000-token shards behind a 20 ms endpoint the first 220 batches of a fresh machine read
@@ -21,14 +22,17 @@ at ~1 M tok/s fetching only what each batch needs: each batch then waits a round
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io.cache import fits_on_disk
 from lmdata.io.descriptors import descriptors
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
@@ -37,6 +41,24 @@ from lmdata.store.formats.raw_windows import RawFile
 
 FETCHES = 8  # shards a batch waits for, fetched at once by one process
 MIRROR_FETCHES = 4  # shards fetched at once in the background by one process
+EXIT_WAIT_S = 60.0  # at exit, how long the background fetches may take to finish their shard
+
+_stopping = threading.Event()  # set at exit: background fetches take no new shard
+_background: list[threading.Thread] = []
+
+
+def _stop_background() -> None:
+    """At exit, let each background fetch finish the shard it is on, then stop. A daemon thread
+    still inside native code when the interpreter finalizes (a Lance take, in Rust) aborts the
+    process ("FATAL: exception not rethrown", exit -6), so a script that reads one batch and ends
+    waits for at most one fetch per thread, never for the split."""
+    _stopping.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for t in _background:
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_stop_background)
 
 
 class CopiedShards:
@@ -128,7 +150,8 @@ class CopiedShards:
             return
         if self.remote and not self._mirroring:
             self._mirroring = True
-            self._start_mirror()
+            if self._split_fits():  # else only what batches need, least recently used evicted
+                self._start_mirror()
         sources, found = self._sources, self._found
         todo = []
         for i in dict.fromkeys(shards):
@@ -172,16 +195,23 @@ class CopiedShards:
             tokens = self._fetch(i)
             return None if self.copies.put(key, self.dtype, tokens) is not None else tokens
 
+    def _split_fits(self) -> bool:
+        """Every shard's copy fits the cache's budget and leaves the disk a tenth free: fetching the
+        whole split in the background is worth it only then (it would evict its own copies)."""
+        nbytes = sum(s.n_tokens for s in self.shards) * self.dtype.itemsize
+        return nbytes <= self.copies.max_bytes and fits_on_disk(self.copies.root, nbytes)
+
     def _start_mirror(self) -> None:
         """Fetch every shard of the split in the background, ``MIRROR_FETCHES`` at a time, from a
-        starting shard of this process's own (daemon threads: nothing waits for them at exit)."""
+        starting shard of this process's own (daemon threads: at exit they stop after the shard they
+        are fetching, ``_stop_background``)."""
         n = len(self.shards)
         start = os.getpid() * 2654435761 % max(1, n)
         order = iter([(start + k) % n for k in range(n)])
         lock = threading.Lock()
 
         def run() -> None:
-            while True:
+            while not _stopping.is_set():
                 with lock:
                     i = next(order, None)
                 if i is None:
@@ -189,5 +219,8 @@ class CopiedShards:
                 if self._sources[i] is None:
                     self._fetch_once(i)
 
+        _background[:] = [t for t in _background if t.is_alive()]
         for k in range(MIRROR_FETCHES):
-            threading.Thread(target=run, name=f"lmdata-mirror-{k}", daemon=True).start()
+            thread = threading.Thread(target=run, name=f"lmdata-mirror-{k}", daemon=True)
+            thread.start()
+            _background.append(thread)
