@@ -54,18 +54,18 @@ def chunks_of(fragments: list[ShardInfo], min_tokens: int = 0) -> tuple[list[Sha
         if sum(int(m["n_tokens"]) for m in members) != frag.n_tokens or \
                 sum(int(m["n_docs"]) for m in members) != frag.n_docs:
             members = [{"name": frag.name, "n_docs": frag.n_docs, "n_tokens": frag.n_tokens}]
-        at = docs = 0
+        at = docs = n_tokens = n_docs = 0  # the fragment's tokens and documents before the run; the run's
         run: list[dict] = []
         for k, m in enumerate(members):
             run.append(m)
-            if sum(int(r["n_tokens"]) for r in run) < min_tokens and k + 1 < len(members):
+            n_tokens, n_docs = n_tokens + int(m["n_tokens"]), n_docs + int(m["n_docs"])
+            if n_tokens < min_tokens and k + 1 < len(members):
                 continue
-            n_tokens, n_docs = sum(int(r["n_tokens"]) for r in run), sum(int(r["n_docs"]) for r in run)
             name = str(run[0]["name"]) if len(run) == 1 else f"{run[0]['name']}-{run[-1]['name']}"
             chunks.append(ShardInfo(name=name, n_docs=n_docs, n_tokens=n_tokens,
                                     first_doc=frag.first_doc + docs, first_token=frag.first_token + at))
             home.append((f, at))
-            at, docs, run = at + n_tokens, docs + n_docs, []
+            at, docs, n_tokens, n_docs, run = at + n_tokens, docs + n_docs, 0, 0, []
     return chunks, home
 
 

@@ -102,9 +102,11 @@ def rows_table(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first
     )
 
 
-def encode_shard(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int) -> list[Part]:
-    """A shard's Parquet file (the rows of ``rows_table``), in parts to be written in order."""
-    row_starts, doc_of_row = pieces(doc_starts)
+def encode_shard(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int,
+                 rows: tuple[np.ndarray, np.ndarray] | None = None) -> list[Part]:
+    """A shard's Parquet file (the rows of ``rows_table``), in parts to be written in order.
+    ``rows``: ``pieces(doc_starts)``, when the caller has it already."""
+    row_starts, doc_of_row = rows if rows is not None else pieces(doc_starts)
     return encode_rows(tokens, row_starts, doc_of_row + first_doc, first_token, ROW_GROUP_ROWS)
 
 
@@ -196,7 +198,8 @@ class ParquetWriter(base.RecordedShardWriter):
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int
     ) -> ShardInfo:
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
-        parts = encode_shard(tokens, doc_starts, first_doc, first_token)  # in memory, then written at once
+        rows = pieces(doc_starts)
+        parts = encode_shard(tokens, doc_starts, first_doc, first_token, rows)  # in memory, then written at once
         name = _names(index)
 
         def write(path: Path) -> None:
@@ -205,7 +208,7 @@ class ParquetWriter(base.RecordedShardWriter):
 
         base.forget(self.format_dir, index)
         replaced, info = write_shard_file(self.format_dir, name, write, needed=tokens.nbytes)  # zstd: at most about this
-        n_rows = len(pieces(doc_starts)[1])
+        n_rows = len(rows[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
             name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
@@ -213,6 +216,7 @@ class ParquetWriter(base.RecordedShardWriter):
         )
         base.write_record(self.format_dir, index, shard, sync_dirs=[self.format_dir] if replaced else [])
         return shard
+
 
 class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
     """Windows from each shard decoded once per machine (``parquet_cache``), read like memmap shards."""
