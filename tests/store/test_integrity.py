@@ -9,6 +9,7 @@ from lmdata.errors import LmdataError
 from lmdata.store import open_store, verify_store
 
 from formats import FORMATS
+from lance_bytes import flip_stored_token
 
 
 def flip(path, where=0.5):
@@ -24,12 +25,7 @@ def flip_middle(syn, fmt, shard, path):
     if fmt != "lance":
         return flip(path)
     data = bytearray(path.read_bytes())
-    middle = shard.first_token + shard.n_tokens // 2
-    pattern = syn.stream[middle - 8 : middle + 8].astype("<u2").tobytes()
-    at = [i for i in range(len(data)) if data.startswith(pattern, i)]
-    assert len(at) == 1, at  # the ``tokens`` column, stored uncompressed
-    for i in at:
-        data[i + 16] ^= 0x10  # the token at ``middle``
+    flip_stored_token(data, syn.stream, shard.first_token + shard.n_tokens // 2)
     path.write_bytes(bytes(data))
 
 

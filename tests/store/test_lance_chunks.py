@@ -18,6 +18,8 @@ from lmdata.store import open_store
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR, chunks_of
 from lmdata.store.protocol import ShardInfo
 
+from lance_bytes import flip_stored_token
+
 
 def _count_takes(reader) -> list[int]:
     """Count the Lance takes ``reader`` makes from now on (dataset and fragment takes alike)."""
@@ -116,9 +118,7 @@ def test_a_copy_made_again_checks_every_row_again(make_store):
     frag = reader.shards[0]
     path = syn.path / "train" / "lance" / frag.files[0].path
     data = bytearray(path.read_bytes())
-    pattern = syn.stream[292:308].astype("<u2").tobytes()
-    (at,) = [i for i in range(len(data)) if data.startswith(pattern, i)]
-    data[at + 16] ^= 0x10  # token 300, in rows the first read checked
+    flip_stored_token(data, syn.stream, 300)  # in rows the first read checked
     path.write_bytes(bytes(data))
     chunks.copies.drop(chunks.copies.path(chunks._copy_keys[0], chunks.dtype))
     with pytest.raises(LmdataError, match=f"shard {frag.name} row \\d+ fails its CRC-32"):

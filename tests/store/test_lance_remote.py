@@ -15,6 +15,8 @@ from lmdata.ingest.publish import publish
 from lmdata.io.location import location
 from lmdata.store import open_store
 
+from lance_bytes import flip_stored_token
+
 SEQ = 64
 
 
@@ -75,9 +77,7 @@ def test_a_damaged_row_is_refused_naming_the_shard_and_never_copied(remote_lance
     middle = first + member["n_tokens"] // 2
     obj = location(f"{uri}/train/lance/{frag.files[0].path}")
     raw = bytearray(obj.read_bytes())
-    pattern = syn.stream[middle - 8: middle + 8].astype("<u2").tobytes()
-    (at,) = [i for i in range(len(raw)) if raw.startswith(pattern, i)]  # the tokens, stored raw
-    raw[at + 16] ^= 0x10
+    flip_stored_token(raw, syn.stream, middle)
     obj.write_bytes(bytes(raw))
     monkeypatch.setattr("lmdata.store.formats.shard_copies.MIRROR_FETCHES", 0)  # only what batches need
     ds = open_store(uri).reader("train", "lance")
