@@ -20,7 +20,8 @@ meets for the first time), the PSS of the loader's processes at the end, and wit
 bench's own empty ``LMDATA_CACHE_DIR`` (``--work``/cache) by a fresh process, timed ("one-time
 decode": what the first epoch on a machine pays once), so its cells read the decoded copies
 as every later run does. ``--shards`` compares, on the same corpus,
-a 6-shard store (x1) with 111- and 1,150-shard stores (x20, default and
+a 6-shard store (x1, 5.9 M tokens) and a 6-shard store of the same 118 M tokens (x20,
+``--shard-tokens 20000000``) with 114- and 1,160-shard stores (x20, default and
 ``--shard-tokens 100000``), and the default verification with ``verify="size"``: steady on
 the small store, and the first 50 batches of the large one.
 """
@@ -194,11 +195,16 @@ def read_from(work: Path, fmt: str, *stores: Path) -> list[Path]:
 
 
 def warm_page_cache(*dirs: Path) -> None:
-    """Read every file under ``dirs`` once: the cells measure a warm page cache (the issue's setting),
-    not whatever other jobs on the box left in it."""
+    """Read every file under ``dirs`` once, after dropping its cached pages: the cells measure a warm
+    page cache (the issue's setting), in the same state for every store. The kernel keeps a file's
+    pages in folios whose size follows how they came in: the same 6-shard store's files read by
+    ``pread`` at 2.0 us a window as the ingest and earlier runs left them, and 1.4 us once dropped and
+    read again in order (``posix_fadvise(DONTNEED)``, then a sequential read)."""
     for d in dirs:
         for path in sorted(p for p in d.rglob("*") if p.is_file()):
             with open(path, "rb") as fh:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                 while fh.read(8 << 20):
                     pass
 
@@ -284,18 +290,20 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
 
 def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
     small, _ = ensure_store(args.work, args.corpus, tokenizer, 1, 1 << 20)
+    few, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 20_000_000)  # the same tokens as big and many
     big, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 1 << 20)
     many, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 100_000)
+    stores = (("small", small), ("few", few), ("big", big), ("many", many))
     rows = []
     for fmt in args.formats:
-        # this box keeps ~2 GB of page cache: the three stores of one format (and Parquet's decoded
-        # copies), warmed before its cells, stay in it; all formats of all three do not
-        for k, st in enumerate((small, big, many)):  # the steady state: every shard already decoded
+        # this box keeps ~2 GB of page cache: the four stores of one format (and Parquet's decoded
+        # copies), warmed before its cells, stay in it; all formats of all four do not
+        for k, (_, st) in enumerate(stores):  # the steady state: every shard already decoded
             decode_copies(st, args.work, fmt, keep=k > 0)
-        warm_page_cache(*read_from(args.work, fmt, small, big, many))
+        warm_page_cache(*read_from(args.work, fmt, *(st for _, st in stores)))
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
-            for name, store in (("small", small), ("big", big), ("many", many)):
+            for name, store in stores:
                 row[name] = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)["tokens_per_s"]
                 if workers == 0:
                     cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, touch_first=True)
@@ -307,20 +315,25 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
             rows.append(row)
             print(json.dumps(row), flush=True)
     head = (f"| format | workers | {n_shards(small)} shards, {n_tokens(small) / 1e6:.1f} M | "
+            f"{n_shards(few)} shards, {n_tokens(few) / 1e6:.0f} M | "
             f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
             "default / size, steady (small) | default / size, first 50 batches (big) | "
-            "after each shard's first touch: small / big / many | a shard's first touch, us: small / big / many |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "after each shard's first touch: few / big / many | a shard's first touch, us: few / big / many |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def vs(r: dict, name: str) -> str:  # against the 6 shards of the same tokens, then the small store
+        return f"{r[name] / 1e6:.1f} ({r[name] / r['few']:.2f}x; {r[name] / r['small']:.2f}x)"
+
     for r in rows:
-        if r.get("small_touched"):
-            touched = (f"{r['small_touched'] / 1e6:.1f} / {r['big_touched'] / 1e6:.1f} "
-                       f"({r['big_touched'] / r['small_touched']:.2f}x) / {r['many_touched'] / 1e6:.1f} "
-                       f"({r['many_touched'] / r['small_touched']:.2f}x)")
-            touch = f"{r['small_touch_us']:.0f} / {r['big_touch_us']:.0f} / {r['many_touch_us']:.0f}"
+        if r.get("few_touched"):
+            touched = (f"{r['few_touched'] / 1e6:.1f} / {r['big_touched'] / 1e6:.1f} "
+                       f"({r['big_touched'] / r['few_touched']:.2f}x) / {r['many_touched'] / 1e6:.1f} "
+                       f"({r['many_touched'] / r['few_touched']:.2f}x)")
+            touch = f"{r['few_touch_us']:.0f} / {r['big_touch_us']:.0f} / {r['many_touch_us']:.0f}"
         else:
             touched = touch = "— (0 workers only)"
-        lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | "
-                     f"{r['big'] / 1e6:.1f} ({r['big'] / r['small']:.2f}x) | {r['many'] / 1e6:.1f} ({r['many'] / r['small']:.2f}x) | "
+        lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | {r['few'] / 1e6:.1f} | "
+                     f"{vs(r, 'big')} | {vs(r, 'many')} | "
                      f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x | {touched} | {touch} |")
     return "\n".join(lines), rows
 

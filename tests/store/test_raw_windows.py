@@ -86,3 +86,69 @@ def test_readers_in_threads_read_their_own_windows(make_store):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store):
+    """One C call (``open_shards``) opens the split's shards and loads their CRCs at the first batch."""
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = _starts(syn, n=3)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert reader._n_sources == len(reader.shards) > 10
+    assert (reader._mode == 1).all()  # every shard's CRCs in the flat array, each sidecar's sha256 checked
+    held = descriptors().fds
+    assert all(str(syn.path / "train" / "memmap" / s.files[0].path) in held for s in reader.shards)
+    starts = _starts(syn, seed=1)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["C", "python"])
+def test_a_damaged_sidecar_or_shard_is_named_when_a_batch_meets_it(make_store, compiled, monkeypatch):
+    """Opened at the first batch, refused when a window needs it: the same errors with or without C."""
+    from lmdata.store.formats import memmap
+
+    if not compiled:
+        monkeypatch.setattr(memmap, "open_shards", None)
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    folder = syn.path / "train" / "memmap"
+    sidecar = folder / "tokens-00002.bin.crc"
+    raw = bytearray(sidecar.read_bytes())
+    raw[12] ^= 1  # its reserved header field: only the sidecar's sha256 in the manifest tells
+    sidecar.write_bytes(bytes(raw))
+    descriptors().close_all()
+    reader = open_store(syn.path).reader("train", "memmap")
+    shard = folder / "tokens-00003.bin"
+    shard.write_bytes(shard.read_bytes()[:-2])  # after the open's size checks
+    bounds = reader._shard_bounds
+    reader.windows(np.array([bounds[0], bounds[5]]), 10)  # shards 2 and 3 are not read yet
+    with pytest.raises(LmdataError, match=r"tokens-00002\.bin\.crc: shard 00002 checksum file fails its sha256"):
+        reader.windows(np.array([bounds[2]]), 10)
+    with pytest.raises(LmdataError, match=r"tokens-00003\.bin: shard 00003 file has \d+ bytes, the manifest says"):
+        reader.windows(np.array([bounds[3] + 5]), 10)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_reader_opens_every_copy_on_the_machine_at_its_first_batch(make_store, fmt):
+    """The machine's decoded copies that are there are opened at once, their CRCs loaded, their use
+    recorded (eviction goes by it); the windows are the stream's."""
+    from lmdata.store.formats.lance_chunks import chunks_of
+    from lmdata.store.windows import shard_bounds
+
+    syn = make_store([fmt], shard_tokens=2_000)
+    first = open_store(syn.path).reader("train", fmt)
+    bounds = shard_bounds(chunks_of(first.shards)[0]) if fmt == "lance" else first._shard_bounds
+    first.windows(bounds[:-1][np.diff(bounds) > 0], 1)  # every shard's copy made
+    copies = sorted(Path(os.environ["LMDATA_CACHE_DIR"]).rglob("*.bin"))
+    assert len(copies) == len(bounds) - 1 > 10
+    for c in copies:
+        os.utime(c, ns=(0, 0))
+    descriptors().close_all()
+    reader = open_store(syn.path).reader("train", fmt)
+    starts = _starts(syn, n=3)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    raw = reader._chunks if fmt == "lance" else reader
+    assert raw._n_sources == len(raw.shards) == len(copies)
+    assert (raw._mode == 1).all()
+    assert all(c.stat().st_mtime_ns > 0 for c in copies)
+    starts = _starts(syn, seed=2)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))

@@ -15,6 +15,8 @@
  * (uint32, same indexing) and marked, and the piece copied out of the span. Returns -1, or the
  * index of the first piece that read short or failed a CRC (its failing block left unmarked):
  * the caller's Python path then names the block or recovers.
+ *
+ * open_shards(...) opens many shards at once for their first touch (_open_shards.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -168,11 +170,15 @@ static PyObject *use_crc32(PyObject *self, PyObject *args) {
     return PyBool_FromLong(same);
 }
 
+#include "_open_shards.c"
+
 static PyMethodDef methods[] = {
     {"use_crc32", use_crc32, METH_VARARGS,
      "use_crc32(address) -> whether the block checks now use that C function (0: zlib's again)"},
     {"read_windows", read_windows, METH_VARARGS,
      "read_windows(fds, offsets, lengths, file_bytes, block0, done, crcs, out, check) -> -1, or the first failed piece"},
+    {"open_shards", open_shards, METH_VARARGS,
+     "open_shards(paths, sidecars, sizes, floor, low_left, fds, crcs, crc_at, raw, raw_at, status): first touches"},
     {"preads", preads, METH_VARARGS, "preads(fds, offsets, lengths, out) -> -1, or the index of the first short read"},
     {NULL, NULL, 0, NULL},
 };

@@ -31,9 +31,9 @@ from collections import OrderedDict
 from lmdata.errors import LmdataError
 
 try:  # one call for a batch's reads, without the GIL (setup.py builds it; optional)
-    from lmdata.io._preads import preads, read_windows, use_crc32
+    from lmdata.io._preads import open_shards, preads, read_windows, use_crc32
 except ImportError:  # pragma: no cover - installed without a C compiler
-    preads = read_windows = use_crc32 = None
+    open_shards = preads = read_windows = use_crc32 = None
 
 
 def _isal_crc32() -> int:
@@ -120,6 +120,28 @@ class Descriptors:
             os.close(fd)
             fd = high
         return fd
+
+    def room(self) -> int:
+        """How many more descriptors the pool holds before it closes its oldest."""
+        return max(0, self.size - len(self.fds))
+
+    def reserve(self, n: int) -> tuple[int, int]:
+        """Ready for ``n`` (<= ``room()``) descriptors opened elsewhere (``open_shards``) and handed in
+        by ``adopt``: (the floor to move them to, how many of them may stay below it)."""
+        held = len(self.fds)
+        assert held + n <= self.size, (held, n, self.size)
+        if self.floor and not self.expanded and held + n >= LOW_DESCRIPTORS // 4:
+            fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self.expanded = _expand_table(fd, self.floor + self.size)
+            finally:
+                os.close(fd)
+        return self.floor, max(0, LOW_DESCRIPTORS - held) if self.floor else n
+
+    def adopt(self, path: str, fd: int) -> None:
+        """Hold ``fd``, opened on ``path`` after ``reserve`` (``path`` not held yet)."""
+        assert path not in self.fds, path
+        self.fds[path] = fd
 
     def forget(self, path: str) -> None:
         """Close ``path``'s descriptor (its file was replaced: the next read opens the new one)."""

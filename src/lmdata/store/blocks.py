@@ -139,6 +139,11 @@ class BlockSums:
             )
 
 
+def sidecar_bytes(data_bytes: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """The size of the sidecar of a ``data_bytes`` file."""
+    return HEADER_BYTES + 4 * -(-data_bytes // block_bytes)
+
+
 def row_checksums(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """uint32 CRC-32 of each row ``values[offsets[i]:offsets[i+1]]`` (little-endian bytes), of the
     rows ``rows`` only when given."""

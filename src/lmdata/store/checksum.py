@@ -83,7 +83,7 @@ def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:
     needs no ``realpath`` (~0.2 ms each: a reader opens thousands of shards).
     """
     format_dir = Path(format_dir)
-    plain = _plain_path(format_dir, info)
+    plain = plain_path(format_dir, info)
     if plain is not None and not os.path.islink(plain):
         return Path(plain)
     # format_dir = <store>/<split>/<format>: the store is two levels up.
@@ -93,15 +93,16 @@ def shard_file_path(format_dir: Path, shard: ShardInfo, info: FileInfo) -> Path:
 _dirs_inside: dict[str, bool] = {}  # format directory -> it resolves inside its store
 
 
-def _plain_path(format_dir: Path | str, info: FileInfo) -> str | None:
+def plain_path(format_dir: Path | str, info: FileInfo) -> str | None:
     """The file's path by a join alone (a plain name in a format directory inside the store), or None
     where it must be resolved and checked (``resolve_inside``). A symlink is still the caller's to refuse."""
-    if plain_name(info.path) and _inside_store(format_dir):
+    if plain_name(info.path) and inside_store(format_dir):
         return os.path.join(format_dir, info.path)
     return None
 
 
-def _inside_store(format_dir: Path | str) -> bool:
+def inside_store(format_dir: Path | str) -> bool:
+    """Whether the format directory resolves inside its store (one ``realpath`` each, then remembered)."""
     key = str(format_dir)
     inside = _dirs_inside.get(key)
     if inside is None:
@@ -122,7 +123,7 @@ def stat_shard_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo) ->
     A plain name in a format directory inside the store costs one ``lstat`` (which also tells it
     is no symlink): a reader's first touch of each of thousands of shards pays this.
     """
-    path = _plain_path(format_dir, info)
+    path = plain_path(format_dir, info)
     if path is not None:
         st = _stat(os.lstat, path, shard)
         if not S_ISLNK(st.st_mode):
@@ -137,7 +138,7 @@ def open_shard_file(format_dir: str, shard: ShardInfo, info: FileInfo) -> tuple[
     A plain name in a format directory inside the store costs one ``open`` (``O_NOFOLLOW``:
     a symlink takes the resolving path) and one ``fstat``, against an ``lstat``'s path walk
     and then an ``open``'s: ~5 us less of a reader's first touch of each shard."""
-    pool, path = descriptors(), _plain_path(format_dir, info)
+    pool, path = descriptors(), plain_path(format_dir, info)
     if path is not None:
         try:
             fd = pool.get(path, nofollow=True)

@@ -81,21 +81,28 @@ class DecodedShards:
         return cls(cache_root() / (subdir or kind), limit_bytes, kind) if limit_bytes > 0 else None
 
     def path(self, key: str, dtype: np.dtype) -> Path:
-        return Path(self._path(key, dtype))
+        return Path(self.path_of(key, dtype))
 
     def making(self, key: str, dtype: np.dtype) -> ContextManager[None]:
         """Held while one process makes a copy (``io.cache.held_lock`` on ``<copy>.lock``): a worker or
         rank that needs the same shard meanwhile waits for it instead of fetching it again (8 ranks of
         a node would download the store 8 times)."""
-        return held_lock(Path(self._path(key, dtype) + ".lock"))
+        return held_lock(Path(self.path_of(key, dtype) + ".lock"))
 
-    def _path(self, key: str, dtype: np.dtype) -> str:
+    def path_of(self, key: str, dtype: np.dtype) -> str:
         """The copy's path as a plain string: a reader's first touch of each of a thousand shards pays this."""
         return f"{self._root}/{key[:2]}/{key}-{np.dtype(dtype).str.lstrip('<>|=')}.bin"
 
+    def used(self, path: str) -> None:
+        """Record a use of the copy at ``path`` (eviction takes the least recently used first)."""
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+
     def get(self, key: str, dtype: np.dtype, n_bytes: int) -> str | None:
         """The copy of the shard with this key, if it is here whole (its use recorded for eviction)."""
-        path = self._path(key, dtype)
+        path = self.path_of(key, dtype)
         try:
             if os.stat(path).st_size != n_bytes or not os.path.exists(path + SIDECAR_SUFFIX):
                 return None

@@ -25,12 +25,13 @@ bytes were checked whole at open), and calls ``_raw_windows`` / ``_raw_span``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.descriptors import descriptors, preads, read_into, read_windows
+from lmdata.io.descriptors import descriptors, open_shards, preads, read_into, read_windows
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
 from lmdata.store.windows import concat_ranges, sorted_unique
@@ -55,6 +56,7 @@ class RawWindows:
     _crcs = per_process(lambda self: np.zeros(int(self._block_base[-1]), dtype=np.uint32))  # block -> its CRC
     _fds = per_process(lambda self: np.full(len(self.shards), -1, dtype=np.int32))  # shard -> its descriptor
     _fds_epoch = per_process(lambda self: (None, -1))  # the pool and epoch ``_fds`` is valid for
+    _opened_all = per_process(lambda self: False)  # the first batch's ``_first_touch`` of the split is done
     _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
 
     def _open_tokens(self, i: int) -> RawFile | np.ndarray:
@@ -80,6 +82,46 @@ class RawWindows:
             source = self._sources[i] = self._open_tokens(i)
             self._n_sources += 1
         return source
+
+    def _first_touch(self, shards: list[int], sums: bool) -> None:
+        """Open, at once, ``shards`` (not opened in this process yet) and, with ``sums``, load their CRCs:
+        a reader that can do it in one call does it here (``_opened`` each); what is left is opened one
+        by one (``_source``, ``_learn_sums``)."""
+
+    def _open_at_once(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
+                      sidecar_bytes: list[int] | None = None) -> tuple[list[int], memoryview, list[int]]:
+        """``open_shards`` (one C call, no GIL) over as many of ``shards`` as this thread's pool holds:
+        each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
+        ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
+        loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
+        Every descriptor opened is the pool's."""
+        pool = descriptors()
+        n = min(len(shards), pool.room())
+        shards, paths = shards[:n], paths[:n]
+        fds, status = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int8)
+        ends = np.zeros(n + 1, dtype=np.int64)
+        if sidecars is not None:
+            np.cumsum(sidecar_bytes[:n], out=ends[1:])
+        raw = np.empty(int(ends[-1]) + 1, dtype=np.uint8)
+        if n:
+            open_shards([os.fsencode(p) for p in paths],
+                        [os.fsencode(p) for p in sidecars[:n]] if sidecars is not None else [b""] * n,
+                        self._file_bytes()[shards], *pool.reserve(n), fds, self._crcs, self._block_base[shards],
+                        raw, ends, status)
+        got = status.tolist()
+        for path, fd, st in zip(paths, fds.tolist(), got):
+            if st != 1:
+                pool.adopt(path, fd)
+        return got, memoryview(raw), ends.tolist()
+
+    def _opened(self, shards: list[int], files: list[RawFile], crcs_loaded: list[bool]) -> None:
+        """``shards`` were opened by ``_first_touch`` (their descriptors in this thread's pool), and
+        where ``crcs_loaded`` their 4 KiB CRCs are in ``_crcs`` (checked against the manifest)."""
+        sources = self._sources
+        for i, source in zip(shards, files):
+            sources[i] = source
+        self._n_sources += len(shards)
+        self._mode[np.array(shards, dtype=np.int64)[np.array(crcs_loaded, dtype=bool)]] = _FAST
 
     def _drop_sources(self) -> None:
         """Forget every shard opened in this process (in-memory ones are freed when unused)."""
@@ -109,8 +151,11 @@ class RawWindows:
         if (fds >= 0).all():
             return fds
         epoch = pool.epoch
+        missing = np.unique(shards[fds < 0]).tolist()
+        if self._n_sources < len(self.shards):
+            self._first_touch([i for i in missing if self._sources[i] is None], sums=False)
         try:
-            for i in np.unique(shards[fds < 0]).tolist():
+            for i in missing:
                 source = self._source(i)
                 if source.__class__ is not RawFile:
                     return None
@@ -145,6 +190,9 @@ class RawWindows:
     def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         shard, lows, nbytes = self._pieces(starts, length)
         if self._n_sources < len(self.shards):
+            if not self._opened_all:  # the process's first batch: every shard it can hold, opened at once
+                self._opened_all = True
+                self._first_touch(list(range(min(len(self.shards), OPEN_AT_ONCE))), sums=self.verify != "size")
             self._prefetch(shard)
         out = np.empty((len(starts), length), dtype=self.dtype)
         if read_windows is not None and len(shard) and self._read_in_c(shard, lows, nbytes, out):
@@ -181,8 +229,11 @@ class RawWindows:
             mode = self._mode
             new = mode[shards] == 0
             if new.any():
-                for i in np.unique(shards[new]).tolist():
-                    self._learn_sums(i)
+                met = np.unique(shards[new]).tolist()
+                self._first_touch(met, sums=True)
+                for i in met:
+                    if mode[i] == 0:
+                        self._learn_sums(i)
             if not (mode[shards] == _FAST).all():
                 return False
         fds = self._fd_array(shards)
@@ -304,6 +355,10 @@ class RawWindows:
 
 
 _FAST, _NONE, _SLOW = 1, 2, 3
+# A process's first batch opens up to this many shards of the split at once (``_first_touch``: ~10 us a
+# shard in one C call, against ~30-40 each as batches meet them); beyond it (and beyond the descriptor
+# pool), shards are opened as batches meet them.
+OPEN_AT_ONCE = 4096
 
 
 def _blocks(first: np.ndarray, count: np.ndarray) -> np.ndarray:
