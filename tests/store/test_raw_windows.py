@@ -30,6 +30,7 @@ def test_windows_map_nothing_and_hold_no_descriptor_per_shard(make_store, fmt, c
 
     if not compiled:
         monkeypatch.setattr(raw_windows, "read_windows", None)
+        monkeypatch.setattr(raw_windows, "read_batch", None)
         monkeypatch.setattr(raw_windows, "preads", None)
     syn = make_store([fmt], shard_tokens=2_000)
     reader = open_store(syn.path).reader("train", fmt)
@@ -152,3 +153,20 @@ def test_a_reader_opens_every_copy_on_the_machine_at_its_first_batch(make_store,
     assert all(c.stat().st_mtime_ns > 0 for c in copies)
     starts = _starts(syn, seed=2)
     np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+
+
+@pytest.mark.parametrize("verify", ["first-use", "size"])
+def test_once_its_shards_are_open_a_batch_is_one_c_call(make_store, verify, monkeypatch):
+    """``read_batch`` finds the pieces itself: the NumPy piece path runs only while shards are opened."""
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap", verify=verify)
+    reader.windows(_starts(syn, n=2), 1025)  # the first batch opens every shard
+    calls = []
+    real = reader._pieces
+    monkeypatch.setattr(reader, "_pieces", lambda *a: calls.append(1) or real(*a))
+    for seed in range(3):  # windows across shard bounds (2,000-token shards) and fresh blocks included
+        starts = _starts(syn, seed=seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert not calls
+    if verify == "first-use":
+        assert reader._done.any()

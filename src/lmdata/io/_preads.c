@@ -16,7 +16,8 @@
  * index of the first piece that read short or failed a CRC (its failing block left unmarked):
  * the caller's Python path then names the block or recovers.
  *
- * open_shards(...) opens many shards at once for their first touch (_open_shards.c).
+ * open_shards(...) opens many shards at once for their first touch (_open_shards.c); read_batch(...)
+ * reads a batch of windows from their starts, the pieces found in C (_read_batch.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -85,33 +86,38 @@ static int read_all(int fd, char *dst, int64_t len, int64_t off) {
     return 1;
 }
 
+/* One piece: len bytes at off of fd into dst; with check, its unchecked 4 KiB blocks (done, indexed
+ * from block0) read as one aligned span, checked against crcs and marked first. 1 read, 0 failed. */
+static int read_piece(int fd, int64_t off, int64_t len, int64_t file_bytes, int64_t block0, uint8_t *done,
+                      Py_ssize_t n_blocks, const uint32_t *crcs, char *dst, int check, char *span) {
+    if (len == 0) return 1;
+    int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK, b;
+    int fresh = 0;
+    if (check) {
+        if (block0 < 0 || block0 + hi >= n_blocks) return 0;
+        for (b = lo; b <= hi; b++) fresh |= !done[block0 + b];
+    }
+    if (!fresh) return read_all(fd, dst, len, off);
+    int64_t a = lo * BLOCK, z = (hi + 1) * BLOCK;
+    if (z > file_bytes) z = file_bytes;
+    if (z - a < off - a + len || !read_all(fd, span, z - a, a)) return 0;
+    for (b = lo; b <= hi; b++) {
+        int64_t at = (b - lo) * BLOCK, n_at = z - a - at < BLOCK ? z - a - at : BLOCK;
+        if (done[block0 + b]) continue;
+        if (block_crc32(0, (const unsigned char *)(span + at), (uint64_t)n_at) != crcs[block0 + b]) return 0;
+        done[block0 + b] = 1;
+    }
+    memcpy(dst, span + (off - a), (size_t)len);
+    return 1;
+}
+
 static Py_ssize_t read_windows_nogil(Py_ssize_t n, const int32_t *fd, const int64_t *off, const int64_t *len,
                                      const int64_t *file_bytes, const int64_t *block0, uint8_t *done,
                                      Py_ssize_t n_blocks, const uint32_t *crcs, char *dst, int check,
                                      char *span) {
-    for (Py_ssize_t k = 0; k < n; dst += len[k], k++) {
-        if (len[k] == 0) continue;
-        int64_t lo = off[k] / BLOCK, hi = (off[k] + len[k] - 1) / BLOCK, b;
-        int fresh = 0;
-        if (check) {
-            if (block0[k] < 0 || block0[k] + hi >= n_blocks) return k;
-            for (b = lo; b <= hi; b++) fresh |= !done[block0[k] + b];
-        }
-        if (!fresh) {
-            if (!read_all(fd[k], dst, len[k], off[k])) return k;
-            continue;
-        }
-        int64_t a = lo * BLOCK, z = (hi + 1) * BLOCK;
-        if (z > file_bytes[k]) z = file_bytes[k];
-        if (z - a < off[k] - a + len[k] || !read_all(fd[k], span, z - a, a)) return k;
-        for (b = lo; b <= hi; b++) {
-            int64_t at = (b - lo) * BLOCK, n_at = z - a - at < BLOCK ? z - a - at : BLOCK;
-            if (done[block0[k] + b]) continue;
-            if (block_crc32(0, (const unsigned char *)(span + at), (uint64_t)n_at) != crcs[block0[k] + b]) return k;
-            done[block0[k] + b] = 1;
-        }
-        memcpy(dst, span + (off[k] - a), (size_t)len[k]);
-    }
+    for (Py_ssize_t k = 0; k < n; dst += len[k], k++)
+        if (!read_piece(fd[k], off[k], len[k], file_bytes[k], block0[k], done, n_blocks, crcs, dst, check, span))
+            return k;
     return -1;
 }
 
@@ -171,6 +177,7 @@ static PyObject *use_crc32(PyObject *self, PyObject *args) {
 }
 
 #include "_open_shards.c"
+#include "_read_batch.c"
 
 static PyMethodDef methods[] = {
     {"use_crc32", use_crc32, METH_VARARGS,
@@ -179,6 +186,8 @@ static PyMethodDef methods[] = {
      "read_windows(fds, offsets, lengths, file_bytes, block0, done, crcs, out, check) -> -1, or the first failed piece"},
     {"open_shards", open_shards, METH_VARARGS,
      "open_shards(paths, sidecars, sizes, floor, low_left, fds, crcs, crc_at, raw, raw_at, status): first touches"},
+    {"read_batch", read_batch, METH_VARARGS,
+     "read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)"},
     {"preads", preads, METH_VARARGS, "preads(fds, offsets, lengths, out) -> -1, or the index of the first short read"},
     {NULL, NULL, 0, NULL},
 };

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.descriptors import descriptors, open_shards, preads, read_into, read_windows
+from lmdata.io.descriptors import descriptors, open_shards, preads, read_batch, read_into, read_windows
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
 from lmdata.store.windows import concat_ranges, sorted_unique
@@ -112,6 +112,10 @@ class RawWindows:
         for path, fd, st in zip(paths, fds.tolist(), got):
             if st != 1:
                 pool.adopt(path, fd)
+        if self._fds_epoch != (pool, pool.epoch):  # ``_fds`` was for another pool or epoch: start it again
+            self._fds[:] = -1
+            self._fds_epoch = (pool, pool.epoch)
+        self._fds[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
         return got, memoryview(raw), ends.tolist()
 
     def _opened(self, shards: list[int], files: list[RawFile], crcs_loaded: list[bool]) -> None:
@@ -188,6 +192,9 @@ class RawWindows:
         """Get ready, all at once, the shards of a batch not opened yet (a reader whose shards are fetched)."""
 
     def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        out = self._read_batch(starts, length) if read_batch is not None and len(starts) else None
+        if out is not None:
+            return out
         shard, lows, nbytes = self._pieces(starts, length)
         if self._n_sources < len(self.shards):
             if not self._opened_all:  # the process's first batch: every shard it can hold, opened at once
@@ -201,6 +208,26 @@ class RawWindows:
             self._check_spans(shard, lows, lows + nbytes)
         self._read_pieces(shard, lows, nbytes, out)
         return out
+
+    def _read_batch(self, starts: np.ndarray, length: int) -> np.ndarray | None:
+        """The windows in one C call that finds their pieces too (``io._preads.read_batch``), once every
+        shard they need is open here with its CRCs loaded; None: the path below (it opens, names a
+        failed block, or recovers)."""
+        pool = descriptors()
+        if self._fds_epoch != (pool, pool.epoch):
+            return None
+        out = np.empty((len(starts), length), dtype=self.dtype)
+        done = read_batch(np.ascontiguousarray(starts), length, self.dtype.itemsize, self._bounds64, self._fds,
+                          self._mode, self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs, out,
+                          self.verify != "size")
+        return out if done == -1 else None
+
+    @property
+    def _bounds64(self) -> np.ndarray:
+        bounds = self.__dict__.get("_bounds64_")
+        if bounds is None:
+            bounds = self.__dict__["_bounds64_"] = np.ascontiguousarray(self._shard_bounds, dtype=np.int64)
+        return bounds
 
     def _pieces(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(shard, byte offset, byte length) of each piece of the windows, in order: one piece per

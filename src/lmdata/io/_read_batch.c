@@ -1,0 +1,89 @@
+/* read_batch: a batch of windows from their starts in one call, without the GIL (#included by _preads.c).
+ *
+ * read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)
+ *
+ * Window j is tokens [starts[j], starts[j] + length) of the split, whose shard i holds tokens
+ * [bounds[i], bounds[i + 1]) (int64, one more than the shards) in descriptor fds[i] (int32). Each
+ * window is read into out[j * length * itemsize:] as one piece per shard it spans, as
+ * read_windows reads a piece (with check: its unchecked 4 KiB blocks checked first against crcs,
+ * the shard's first block being block_base[i]). Returns -1 when every window was read; -2 before
+ * reading anything when a shard the batch needs has no descriptor (fds[i] < 0) or, with check,
+ * its CRCs are not in crcs (modes[i] != 1): the caller opens it on its Python path; else the index
+ * of the first window that read short or failed a CRC (its failing block left unmarked).
+ *
+ * What it replaces is the reader's per-batch NumPy (the windows' pieces, their descriptors and
+ * block indices: ~15-35 us a batch of 32, more at 100,000-token shards, where ~28% of batches
+ * hold a window across a shard boundary) ahead of read_windows.
+ */
+
+/* The shard holding token t: the last i with bounds[i] <= t (bounds ascending, bounds[0] = 0). */
+static Py_ssize_t shard_of(const int64_t *bounds, Py_ssize_t n_shards, int64_t t) {
+    Py_ssize_t lo = 0, hi = n_shards;  /* bounds[lo] <= t < bounds[hi] */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (bounds[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t length, int itemsize,
+                                   const int64_t *bounds, Py_ssize_t n_shards, const int32_t *fds,
+                                   const int8_t *modes, const int64_t *file_bytes, const int64_t *block_base,
+                                   uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs, char *out, int check,
+                                   char *span) {
+    for (Py_ssize_t j = 0; j < n; j++) {  /* every shard ready first: -2 must leave nothing half done */
+        Py_ssize_t a = shard_of(bounds, n_shards, starts[j]), z = shard_of(bounds, n_shards, starts[j] + length - 1);
+        for (Py_ssize_t i = a; i <= z; i++)
+            if (bounds[i + 1] > bounds[i] && (fds[i] < 0 || (check && modes[i] != 1))) return -2;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t t = starts[j], left = length;
+        char *dst = out + (size_t)j * (size_t)length * (size_t)itemsize;
+        for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
+            int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
+            if (take <= 0) continue;  /* an empty shard */
+            if (!read_piece(fds[i], (t - bounds[i]) * itemsize, take * itemsize, file_bytes[i], block_base[i], done,
+                            n_blocks, crcs, dst, check, span))
+                return j;
+            dst += take * itemsize;
+            t += take;
+            left -= take;
+        }
+    }
+    return -1;
+}
+
+static PyObject *read_batch(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer starts, bounds, fds, modes, sizes, base, done, crcs, out;
+    long long length;
+    int itemsize, check;
+    if (!PyArg_ParseTuple(args, "y*Liy*y*y*y*y*w*y*w*p", &starts, &length, &itemsize, &bounds, &fds, &modes, &sizes,
+                          &base, &done, &crcs, &out, &check))
+        return NULL;
+    Py_ssize_t n = starts.len / 8, n_shards = bounds.len / 8 - 1, failed = -3;
+    const int64_t *s = starts.buf, *b = bounds.buf;
+    int ok = length > 0 && itemsize > 0 && n_shards > 0 && fds.len == n_shards * 4 && modes.len == n_shards
+             && sizes.len == n_shards * 8 && base.len >= n_shards * 8 && crcs.len == done.len * 4
+             && out.len >= n * length * itemsize && b[0] == 0;
+    for (Py_ssize_t j = 0; ok && j < n; j++) ok = s[j] >= 0 && s[j] + length <= b[n_shards];
+    char *span = ok ? malloc((size_t)(length * itemsize) + 2 * BLOCK) : NULL;
+    if (span) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = read_batch_nogil(n, s, (int64_t)length, itemsize, b, n_shards, fds.buf, modes.buf, sizes.buf,
+                                  base.buf, done.buf, done.len, crcs.buf, out.buf, check, span);
+        Py_END_ALLOW_THREADS
+        free(span);
+    }
+    PyBuffer_Release(&starts); PyBuffer_Release(&bounds); PyBuffer_Release(&fds); PyBuffer_Release(&modes);
+    PyBuffer_Release(&sizes); PyBuffer_Release(&base); PyBuffer_Release(&done); PyBuffer_Release(&crcs);
+    PyBuffer_Release(&out);
+    if (failed == -3) {
+        if (ok) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "read_batch: arrays of different lengths, a window outside the split, "
+                                          "or done/crcs/out too small");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(failed);
+}
