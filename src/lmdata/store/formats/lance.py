@@ -78,7 +78,7 @@ from lmdata.store.checksum import (
     shard_file_path,
     verify_shard,
 )
-from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, row_doc_starts, rows_table
+from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import concat_ranges, sorted_unique
@@ -109,9 +109,10 @@ class LanceWriter(base.RecordedShardWriter):
         from lance.fragment import LanceFragment
 
         tokens, doc_starts = self.shard_arrays(tokens, doc_starts)
-        table = rows_table(tokens, doc_starts, first_doc, first_token).cast(lance_schema(self.dtype))
+        cut = pieces(doc_starts)  # once for the table and the row index
+        table = rows_table(tokens, doc_starts, first_doc, first_token, cut).cast(lance_schema(self.dtype))
         stale = base.forget(self.format_dir, index)
-        rows = lance_fragments.shard_rows(tokens, doc_starts)
+        rows = lance_fragments.shard_rows(tokens, doc_starts, cut)
         shard = ShardInfo(name=f"{index:05d}", n_docs=len(doc_starts) - 1, n_tokens=len(tokens), first_doc=first_doc,
                           first_token=first_token, files=[], extra={"rows": rows.shape[1] - 1})
         if self._in_order:

@@ -71,10 +71,12 @@ def current_layout(shard: ShardInfo) -> bool:
     return shard.extra.get("columns") == LAYOUT["columns"]
 
 
-def shard_rows(tokens: np.ndarray, doc_starts: np.ndarray) -> np.ndarray:
+def shard_rows(tokens: np.ndarray, doc_starts: np.ndarray, rows: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> np.ndarray:
     """A shard's row index, int64 [3, n_rows + 1]: each row's first token (then n_tokens), its
-    document (then n_docs) and the CRC-32 of its tokens' little-endian bytes (then 0)."""
-    row_starts, doc_of_row = pieces(doc_starts)
+    document (then n_docs) and the CRC-32 of its tokens' little-endian bytes (then 0). ``rows``:
+    ``pieces(doc_starts)``, when the caller has it already."""
+    row_starts, doc_of_row = rows if rows is not None else pieces(doc_starts)
     crcs = np.append(row_checksums(tokens, row_starts), 0).astype(np.int64)
     return np.stack([row_starts, np.append(doc_of_row, len(doc_starts) - 1), crcs]).astype(np.int64)
 

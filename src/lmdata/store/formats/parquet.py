@@ -84,13 +84,15 @@ def pieces(doc_starts: np.ndarray, piece: int = PIECE_TOKENS) -> tuple[np.ndarra
     return np.concatenate([starts, doc_starts[-1:]]), doc_of_row
 
 
-def rows_table(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int) -> Any:
-    """The Arrow table of a shard's rows (shared with the Lance format)."""
+def rows_table(tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int,
+               rows: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
+    """The Arrow table of a shard's rows (shared with the Lance format); ``rows``: ``pieces(doc_starts)``,
+    when the caller has it already."""
     import pyarrow as pa
 
     if len(tokens) >= 2**31:
         raise LmdataError(f"a shard of {len(tokens)} tokens is too large for list<> offsets; lower --shard-tokens")
-    row_starts, doc_of_row = pieces(doc_starts)
+    row_starts, doc_of_row = rows if rows is not None else pieces(doc_starts)
     values = pa.array(tokens, type=pa.from_numpy_dtype(tokens.dtype))
     token_lists = pa.ListArray.from_arrays(pa.array(row_starts.astype(np.int32)), values)
     return pa.table(
