@@ -89,6 +89,36 @@ def test_readers_in_threads_read_their_own_windows(make_store):
     assert not errors, errors
 
 
+def test_one_reader_shared_by_threads_whose_pools_keep_closing_descriptors(make_store):
+    """Each thread reads through its own pool and its own array of descriptors (``_thread_fds``):
+    a pool of 4 closes one at nearly every read, never under another thread's read."""
+    from lmdata.io import descriptors as d
+
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    reader, errors, arrays = open_store(syn.path).reader("train", "memmap"), [], []
+    assert len(reader.shards) > 4 * 4
+
+    def read(seed):
+        d._local.pool = d.Descriptors(4)
+        try:
+            for k in range(30):
+                starts = _starts(syn, n=32, length=257, seed=seed * 100 + k)
+                np.testing.assert_array_equal(reader.windows(starts, 257), _expected(syn, starts, 257))
+            arrays.append(reader._thread_fds()[1])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            d._local.pool.close_all()
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len({id(a) for a in arrays}) == len(threads)  # no thread read another's descriptors
+
+
 def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store):
     """One C call (``open_shards``) opens the split's shards and loads their CRCs at the first batch."""
     syn = make_store(["memmap"], shard_tokens=2_000)

@@ -4,8 +4,13 @@ A shard's tokens are one raw little-endian file (memmap's ``tokens-NNNNN.bin``, 
 shard decoded once into the local cache: ``parquet_cache``), or an array in memory (a
 Parquet shard decoded with the machine's cache off). They are read here:
 
-- **with positional reads**, a batch's windows in one call (``io._preads.read_windows``: C,
-  the GIL released) through the process's bounded pool of descriptors: nothing is mapped,
+- **opened at once**: a process's first batch opens every shard of the split it can hold
+  (``_first_touch``: one ``io._preads.open_shards`` call; up to ``OPEN_AT_ONCE``), so no later
+  batch pays a shard's first touch;
+- **with positional reads**, a batch's windows in one call (``io._preads.read_batch``, which
+  finds each window's pieces too, once the batch's shards are open; else ``read_windows`` over
+  the pieces ``_pieces`` found: C, the GIL released) through the thread's bounded pool of
+  descriptors (each thread its own array of them, ``_thread_fds``): nothing is mapped,
   so a first touch pays no page fault and the reader's RSS does not grow with the pages it
   has read (a mapping counted every page-cache folio it touched: ~1.6 GB after 220 batches
   of a 1 G-token store), and a store of 10,000 shards never meets ``ulimit -n``;
@@ -26,12 +31,13 @@ bytes were checked whole at open), and calls ``_raw_windows`` / ``_raw_span``.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.descriptors import descriptors, open_shards, preads, read_batch, read_into, read_windows
+from lmdata.io.descriptors import Descriptors, descriptors, open_shards, preads, read_batch, read_into, read_windows
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
 from lmdata.store.windows import concat_ranges, sorted_unique
@@ -54,8 +60,8 @@ class RawWindows:
     # shard -> how its blocks are checked: 0 not known yet, then _FAST / _NONE / _SLOW (see _learn_sums)
     _mode = per_process(lambda self: np.zeros(len(self.shards), dtype=np.int8))
     _crcs = per_process(lambda self: np.zeros(int(self._block_base[-1]), dtype=np.uint32))  # block -> its CRC
-    _fds = per_process(lambda self: np.full(len(self.shards), -1, dtype=np.int32))  # shard -> its descriptor
-    _fds_epoch = per_process(lambda self: (None, -1))  # the pool and epoch ``_fds`` is valid for
+    # a thread's descriptor pool -> [the pool's epoch it is valid for, shard -> its descriptor there]
+    _fds_of = per_process(lambda self: weakref.WeakKeyDictionary())
     _opened_all = per_process(lambda self: False)  # the first batch's ``_first_touch`` of the split is done
     _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
 
@@ -112,11 +118,19 @@ class RawWindows:
         for path, fd, st in zip(paths, fds.tolist(), got):
             if st != 1:
                 pool.adopt(path, fd)
-        if self._fds_epoch != (pool, pool.epoch):  # ``_fds`` was for another pool or epoch: start it again
-            self._fds[:] = -1
-            self._fds_epoch = (pool, pool.epoch)
-        self._fds[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
+        _, fd_of = self._thread_fds()
+        fd_of[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
         return got, memoryview(raw), ends.tolist()
+
+    def _thread_fds(self) -> tuple[Descriptors, np.ndarray]:
+        """This thread's pool and each shard's descriptor in it (-1: none yet), started again whenever
+        the pool has closed a descriptor since (its epoch moved). Each thread has its own array: a read
+        without the GIL never meets a descriptor another thread's pool may close meanwhile."""
+        pool = descriptors()
+        entry = self._fds_of.get(pool)
+        if entry is None or entry[0] != pool.epoch:
+            entry = self._fds_of[pool] = [pool.epoch, np.full(len(self.shards), -1, dtype=np.int32)]
+        return pool, entry[1]
 
     def _opened(self, shards: list[int], files: list[RawFile], crcs_loaded: list[bool]) -> None:
         """``shards`` were opened by ``_first_touch`` (their descriptors in this thread's pool), and
@@ -146,11 +160,7 @@ class RawWindows:
 
     def _fd_array(self, shards: np.ndarray) -> np.ndarray | None:
         """Each shard's open descriptor, or None when one is no file (or the pool closed one meanwhile)."""
-        pool, fd_of = descriptors(), self._fds
-        owner, epoch = self._fds_epoch
-        if owner is not pool or epoch != pool.epoch:  # another thread's pool, or a descriptor closed since
-            fd_of[:] = -1
-            self._fds_epoch = (pool, pool.epoch)
+        pool, fd_of = self._thread_fds()
         fds = fd_of[shards]
         if (fds >= 0).all():
             return fds
@@ -166,10 +176,8 @@ class RawWindows:
                 fd_of[i] = pool.get(source.path)
         except FileNotFoundError:
             return None
-        if pool.epoch != epoch:  # the pool closed some to open these: refill next time
-            self._fds_epoch = (None, -1)
+        if pool.epoch != epoch:  # the pool closed some to open these: ``_thread_fds`` starts again next time
             return None
-        self._fds_epoch = (pool, epoch)
         return fd_of[shards]
 
     def _read_one(self, i: int, off: int, dest: np.ndarray) -> None:
@@ -213,11 +221,9 @@ class RawWindows:
         """The windows in one C call that finds their pieces too (``io._preads.read_batch``), once every
         shard they need is open here with its CRCs loaded; None: the path below (it opens, names a
         failed block, or recovers)."""
-        pool = descriptors()
-        if self._fds_epoch != (pool, pool.epoch):
-            return None
+        _, fd_of = self._thread_fds()
         out = np.empty((len(starts), length), dtype=self.dtype)
-        done = read_batch(np.ascontiguousarray(starts), length, self.dtype.itemsize, self._bounds64, self._fds,
+        done = read_batch(np.ascontiguousarray(starts), length, self.dtype.itemsize, self._bounds64, fd_of,
                           self._mode, self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs, out,
                           self.verify != "size")
         return out if done == -1 else None
