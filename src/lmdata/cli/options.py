@@ -49,12 +49,11 @@ def _option(f: dataclasses.Field, hint: Any) -> Callable:
     if isinstance(default, bool):
         # an off-by-default switch shows no "[default: no-x]"
         return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=default, help=help)
-    if typing.get_origin(hint) is list:
+    if typing.get_origin(hint) is list:  # comma-separated, and repeatable: --format memmap --format lance adds up
         shown = ",".join(map(str, default)) or "all"
-        if "choices" in f.metadata:
-            return click.option(f"--{name}", f.name, default=shown, show_default=True, help=help,
-                                type=click.Choice(f.metadata["choices"]))
-        return click.option(f"--{name}", f.name, default=shown, show_default=True, help=help)
+        kind = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else None
+        return click.option(f"--{name}", f.name, default=[shown], show_default=shown, multiple=True,
+                            help=f"{help} Repeatable (the values add up).", type=kind)
     kind = float if "float" in str(hint) else type(default) if default is not None else str
     choice = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else kind
     return click.option(f"--{name}", f.name, type=choice, default=default, show_default=default not in (None, ""),
@@ -108,7 +107,8 @@ def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, An
         if name in parsers:
             out[name] = [resolve(parsers[name])(v) for v in value] or None
         else:
-            out[name] = _list(value, hints[name], flag(name, cls)) if typing.get_origin(hints[name]) is list else value
+            is_list = typing.get_origin(hints[name]) is list
+            out[name] = _list(",".join(value), hints[name], flag(name, cls)) if is_list else value
     return out
 
 
