@@ -95,3 +95,31 @@ def test_a_cache_that_cannot_be_written_decodes_into_memory_with_a_warning(sampl
         reader, starts, got = _windows(sample_store, n=256)
     assert np.array_equal(got, memmap.windows(starts, 65))
     assert reader._in_memory > 0 and not (blocker / "cache").exists()
+
+
+@pytest.mark.parametrize("pool", ["system", "fallback"])
+def test_a_shard_is_decoded_the_same_through_either_reader_and_a_flipped_page_refused(sample_store, pool,
+                                                                                       monkeypatch):
+    """``_tokens_column``: pyarrow's ParquetReader on the system allocator, or ParquetFile where that
+    class is missing: the same column, page CRCs checked by both."""
+    import builtins
+
+    from lmdata.store.formats import parquet
+
+    path = sorted((sample_store / "train" / "parquet").glob("*.parquet"))[0]
+    raw = path.read_bytes()
+    want = pq.ParquetFile(path).read(columns=["tokens"]).column(0)
+    if pool == "fallback":
+        real_import = builtins.__import__
+
+        def no_private_reader(name, *args, **kwargs):
+            if name == "pyarrow._parquet":
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_private_reader)
+    assert parquet._tokens_column(raw).equals(want)
+    data = bytearray(raw)
+    data[len(data) // 3] ^= 0x01  # inside a data page
+    with pytest.raises(OSError):
+        parquet._tokens_column(bytes(data))

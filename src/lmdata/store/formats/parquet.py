@@ -277,9 +277,6 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
 
     def _decode(self, i: int) -> np.ndarray:
         """Shard ``i``'s tokens, from its bytes checked against the manifest (sha256 unless verify="size")."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         shard, path = self.shards[i], self._path(i)
         info = shard.files[0]
         raw = path.read_bytes()
@@ -290,8 +287,7 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
             raise LmdataError(f"{path}: shard {shard.name} fails its sha256 checksum (the file is not the one "
                               "ingested); run `lmdata verify` and re-ingest with --overwrite")
         try:
-            pf = pq.ParquetFile(pa.BufferReader(raw), page_checksum_verification=True)
-            tokens = flat_tokens(pf.read(columns=["tokens"], use_threads=False).column(0), self.dtype)
+            tokens = flat_tokens(_tokens_column(raw), self.dtype)
         except Exception as exc:  # pyarrow's bare OSError ("ZSTD decompression failed", a CRC mismatch)
             raise read_error(path, shard, exc) from exc
         if len(tokens) != shard.n_tokens:
@@ -351,3 +347,24 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
         return VerifiedRows(self, scan)
 
 
+def _tokens_column(raw: bytes) -> Any:
+    """The ``tokens`` column of the Parquet file ``raw`` (page CRCs checked), decoded through the
+    system allocator where pyarrow lets a reader choose its pool. pyarrow's default pool
+    (mimalloc) kept what a decode freed: a reader that had decoded six 20 M-token shards held
+    1.7 GB of RSS afterwards, 0.24 GB through the system pool (and decoded in 2.2 s, not 3.5).
+    ``ParquetReader(memory_pool=...)`` is pyarrow's own class behind ``ParquetFile``, which takes
+    no pool; where it is missing or differs, ``ParquetFile`` reads it."""
+    import pyarrow as pa
+
+    try:
+        from pyarrow._parquet import ParquetReader
+
+        reader = ParquetReader(memory_pool=pa.system_memory_pool())
+        reader.open(pa.BufferReader(raw), page_checksum_verification=True)
+        columns = [i for i, path in enumerate(reader.column_paths) if path[0] == "tokens"]
+        return reader.read_all(column_indices=columns, use_threads=False).column(0)
+    except (ImportError, TypeError, AttributeError):
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(pa.BufferReader(raw), page_checksum_verification=True)
+        return pf.read(columns=["tokens"], use_threads=False).column(0)
