@@ -68,6 +68,15 @@ def test_a_decoded_parquet_copy_evicted_under_the_reader_is_decoded_again(make_s
     assert list(Path(os.environ["LMDATA_CACHE_DIR"]).rglob("*.bin"))  # made again
 
 
+def _in_threads(read, n: int) -> None:
+    """``read(seed)`` on ``n`` threads at once, seeds 0..n-1; returns when all have ended."""
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_readers_in_threads_read_their_own_windows(make_store):
     syn = make_store(["memmap"], shard_tokens=1_000)
     store, errors = open_store(syn.path), []
@@ -81,11 +90,7 @@ def test_readers_in_threads_read_their_own_windows(make_store):
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(read, 4)
     assert not errors, errors
 
 
@@ -110,13 +115,9 @@ def test_one_reader_shared_by_threads_whose_pools_keep_closing_descriptors(make_
         finally:
             d._local.pool.close_all()
 
-    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(read, 4)
     assert not errors, errors
-    assert len({id(a) for a in arrays}) == len(threads)  # no thread read another's descriptors
+    assert len({id(a) for a in arrays}) == 4  # no thread read another's descriptors
 
 
 def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store):
