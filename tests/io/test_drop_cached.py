@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from lmdata.io import atomic
-from lmdata.store.checksum import file_info, write_shard_file
+import pyarrow as pa
+
+from lmdata.store.checksum import file_info, write_shard_parts
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore(2) and fadvise: Linux")
 
@@ -87,11 +89,14 @@ def test_a_written_file_stays_cached_without_the_flag_and_leaves_with_it(disk_di
     assert (disk_dir / "dropped.bin").read_bytes() == data  # read back from the disk, whole
 
 
-def test_write_shard_file_records_what_file_info_reads(disk_dir):
+def test_write_shard_parts_records_what_file_info_reads(disk_dir):
     tokens = np.arange(1 << 20, dtype=np.uint16)
-    replaced, info = write_shard_file(disk_dir, "tokens-00000.bin", tokens.tofile, needed=tokens.nbytes)
-    assert not replaced and info == file_info(disk_dir, "tokens-00000.bin")
-    replaced, _ = write_shard_file(disk_dir, "tokens-00000.bin", tokens.tofile, needed=tokens.nbytes)
+    parts = [b"head", tokens, pa.py_buffer(b"arrow buffer"), memoryview(b"tail")]
+    replaced, info = write_shard_parts(disk_dir, "tokens-00000.bin", parts)
+    assert resident_pages(disk_dir / "tokens-00000.bin") < tokens.nbytes // mmap.PAGESIZE // 10  # never read back
+    assert not replaced and info == file_info(disk_dir, "tokens-00000.bin")  # hashed in memory = read from disk
+    assert (disk_dir / "tokens-00000.bin").read_bytes() == b"head" + tokens.tobytes() + b"arrow buffertail"
+    replaced, _ = write_shard_parts(disk_dir, "tokens-00000.bin", [tokens])
     assert replaced and sorted(p.name for p in disk_dir.iterdir()) == ["tokens-00000.bin"]  # no temporary left
 
 

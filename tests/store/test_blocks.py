@@ -52,3 +52,28 @@ def test_row_checksums_catch_a_changed_token():
     values[60] ^= 4
     assert np.flatnonzero(row_checksums(values, offsets) != crcs).tolist() == [3]
     assert row_checksums(values, offsets, np.array([3, 0])).tolist() == [row_checksums(values, offsets)[3], crcs[0]]
+
+
+@given(st.binary(max_size=20000), st.integers(1, 5000))
+def test_block_crcs_in_c_equal_zlib_block_by_block(data, block_bytes):
+    import zlib
+
+    from lmdata.io.descriptors import block_crcs as c_block_crcs
+    from lmdata.store.blocks import block_crcs
+
+    if c_block_crcs is None:  # pragma: no cover - installed without a compiler
+        pytest.skip("the C extension is not built")
+    want = [zlib.crc32(data[i:i + block_bytes]) for i in range(0, len(data), block_bytes)]
+    got = block_crcs(data, block_bytes)
+    assert got.dtype == np.uint32 and got.tolist() == want
+
+
+def test_block_crcs_in_c_refuse_a_wrong_output_size():
+    from lmdata.io.descriptors import block_crcs as c_block_crcs
+
+    if c_block_crcs is None:  # pragma: no cover
+        pytest.skip("the C extension is not built")
+    with pytest.raises(ValueError, match="one uint32 per block"):
+        c_block_crcs(bytes(10000), 4096, np.empty(2, np.uint32))
+    with pytest.raises(ValueError, match="block_bytes must be > 0"):
+        c_block_crcs(bytes(10), 0, np.empty(1, np.uint32))

@@ -176,6 +176,33 @@ static PyObject *use_crc32(PyObject *self, PyObject *args) {
     return PyBool_FromLong(same);
 }
 
+/* block_crcs(data, block_bytes, out): out[b] = CRC-32 of data's block b (the last may be short),
+ * through the same function as the block checks (ISA-L's where use_crc32 took it), without the
+ * GIL. A writer's sidecar and a decoded copy's: one call, where a Python loop of 512 crc32 calls
+ * per 2 MiB shard took ~0.8 ms. */
+static PyObject *block_crcs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, out;
+    Py_ssize_t block_bytes;
+    if (!PyArg_ParseTuple(args, "y*nw*", &data, &block_bytes, &out)) return NULL;
+    Py_ssize_t n_blocks = block_bytes > 0 ? (data.len + block_bytes - 1) / block_bytes : -1;
+    if (n_blocks < 0 || out.len != n_blocks * 4) {
+        PyBuffer_Release(&data); PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "block_crcs: block_bytes must be > 0 and out hold one uint32 per block");
+        return NULL;
+    }
+    const unsigned char *src = (const unsigned char *)data.buf;
+    uint32_t *dst = (uint32_t *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        Py_ssize_t at = b * block_bytes, n = data.len - at < block_bytes ? data.len - at : block_bytes;
+        dst[b] = block_crc32(0, src + at, (uint64_t)n);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data); PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
 #include "_open_shards.c"
 #include "_read_batch.c"
 
@@ -188,6 +215,8 @@ static PyMethodDef methods[] = {
      "open_shards(paths, sidecars, sizes, floor, low_left, fds, crcs, crc_at, raw, raw_at, status): first touches"},
     {"read_batch", read_batch, METH_VARARGS,
      "read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)"},
+    {"block_crcs", block_crcs, METH_VARARGS,
+     "block_crcs(data, block_bytes, out) -> None; out[b]: the CRC-32 of data's block b (uint32)"},
     {"preads", preads, METH_VARARGS, "preads(fds, offsets, lengths, out) -> -1, or the index of the first short read"},
     {NULL, NULL, 0, NULL},
 };

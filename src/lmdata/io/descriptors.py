@@ -31,9 +31,9 @@ from collections import OrderedDict
 from lmdata.errors import LmdataError
 
 try:  # one call for a batch's reads, without the GIL (setup.py builds it; optional)
-    from lmdata.io._preads import open_shards, preads, read_batch, read_windows, use_crc32
+    from lmdata.io._preads import block_crcs, open_shards, preads, read_batch, read_windows, use_crc32
 except ImportError:  # pragma: no cover - installed without a C compiler
-    open_shards = preads = read_batch = read_windows = use_crc32 = None
+    block_crcs = open_shards = preads = read_batch = read_windows = use_crc32 = None
 
 
 def _isal_crc32() -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from stat import S_ISLNK
 from typing import Any
@@ -60,18 +60,28 @@ def file_info(format_dir: Path, relpath: str) -> FileInfo:
     return FileInfo(path=relpath, bytes=full.stat().st_size, sha256=sha256_file(full))
 
 
-def write_shard_file(format_dir: Path, relpath: str, write: Callable[[Path], None], *,
-                     needed: int = 0) -> tuple[bool, FileInfo]:
-    """A shard file written durably (``atomic.write_file``, the directory left to the caller) and its
-    ``FileInfo``, hashed from the written file before its pages leave the page cache (an ingest
-    does not read its shards back: ``atomic.drop_cached``). Returns (an older file was replaced, info)."""
+def write_shard_parts(format_dir: Path, relpath: str, parts: Sequence[Any]) -> tuple[bool, FileInfo]:
+    """A shard file written durably from buffers in memory (arrays, bytes, Arrow buffers), the directory
+    left to the caller (``atomic.write_file``), and its ``FileInfo``. Returns (an older file was
+    replaced, info). Its pages leave the page cache once synced (an ingest does not read its shards
+    back: ``atomic.drop_cached``). Hashed as the buffers are written, not read back from the file
+    (a 2 MiB shard: ~4.5 -> ~2.6 CPU ms with its fsync; the read back hashed the page cache's copy of
+    the same bytes, no more proof that they reached the disk)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    size = sum(v.nbytes for v in views)
     infos: list[FileInfo] = []
 
     def write_and_hash(tmp: Path) -> None:
-        write(tmp)
-        infos.append(FileInfo(path=relpath, bytes=tmp.stat().st_size, sha256=sha256_file(tmp)))
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as fh:
+            for view in views:
+                fh.write(view)
+                digest.update(view)
+        if os.path.getsize(tmp) != size:  # pragma: no cover - a short write raises first
+            raise LmdataError(f"{Path(format_dir) / relpath}: wrote {os.path.getsize(tmp)} of {size} bytes")
+        infos.append(FileInfo(path=relpath, bytes=size, sha256=digest.hexdigest()))
 
-    replaced = atomic.write_file(Path(format_dir) / relpath, write_and_hash, sync_dir=False, needed=needed,
+    replaced = atomic.write_file(Path(format_dir) / relpath, write_and_hash, sync_dir=False, needed=size,
                                  drop_cache=True)
     return replaced, infos[-1]
 

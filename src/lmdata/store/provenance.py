@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io import atomic
 from lmdata.io.location import Location, location
-from lmdata.store.checksum import file_info
+from lmdata.store.checksum import write_shard_parts
 from lmdata.store.formats import base
 from lmdata.store.layout import PROVENANCE_DIR, RECORD_DIR
 from lmdata.store.protocol import ShardInfo
@@ -53,10 +52,9 @@ class ProvenanceWriter:
         """Shard ``index``'s origins (``[n_docs, 2]`` int64), durable before its record."""
         origins = np.ascontiguousarray(origins, dtype="<i8").reshape(-1, 2)
         base.forget(self.dir, index)
-        replaced = atomic.write_file(self.dir / _name(index), lambda p: base.save_npy(p, origins), sync_dir=False,
-                                     needed=origins.nbytes)
+        replaced, info = write_shard_parts(self.dir, _name(index), [base.npy_bytes(origins)])
         shard = ShardInfo(name=f"{index:05d}", n_docs=len(origins), n_tokens=n_tokens, first_doc=first_doc,
-                          first_token=first_token, files=[file_info(self.dir, _name(index))])
+                          first_token=first_token, files=[info])
         base.write_record(self.dir, index, shard, sync_dirs=[self.dir] if replaced else [])
         return shard
 

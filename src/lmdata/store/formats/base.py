@@ -119,6 +119,13 @@ def completed(format_dir: Path) -> dict[int, ShardInfo]:
     return {i: shard for i, shard in found.items() if shard is not None}
 
 
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` as the bytes of a ``.npy`` file (what ``save_npy`` writes)."""
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
 def save_npy(path: Path, array: np.ndarray) -> None:
     """``np.save`` to exactly ``path`` (given a name, np.save would append ".npy" to a temp name)."""
     with open(path, "wb") as fh:

@@ -74,6 +74,7 @@ from lmdata.store.formats.lance_uring import IO_ENV, check_io_mode, open_uring
 from lmdata.store.checksum import (
     DEFAULT_VERIFY,
     file_info,
+    write_shard_parts,
     read_error,
     shard_file_path,
     verify_shard,
@@ -130,11 +131,10 @@ class LanceWriter(base.RecordedShardWriter):
         for rel in data_files:  # fresh uuid names: a lost name means a redone shard, so no dir fsync here
             atomic.fsync_path(self.format_dir / rel)
         rows_name = f"rows-{shard.name}.npy"
-        replaced = atomic.write_file(self.format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False,
-                                     needed=rows.nbytes)
+        replaced, rows_info = write_shard_parts(self.format_dir, rows_name, [base.npy_bytes(rows)])
         shard = ShardInfo(name=shard.name, n_docs=shard.n_docs, n_tokens=shard.n_tokens, first_doc=shard.first_doc,
                           first_token=shard.first_token,
-                          files=[file_info(self.format_dir, rel) for rel in data_files + [rows_name]],
+                          files=[*(file_info(self.format_dir, rel) for rel in data_files), rows_info],
                           extra={"rows": shard.extra["rows"], "fragment": meta, **LAYOUT, "row_crc": True})
         base.write_record(self.format_dir, int(shard.name), shard, sync_dirs=[self.format_dir] if replaced else [])
         for old in stale.files if stale else []:  # a rewritten shard's old fragment (uncommitted)

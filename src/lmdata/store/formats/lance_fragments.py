@@ -34,7 +34,7 @@ from lmdata.io import atomic
 from lmdata.io.s3 import within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
-from lmdata.store.checksum import file_info
+from lmdata.store.checksum import file_info, write_shard_parts
 from lmdata.store.formats.parquet import pieces
 from lmdata.store.protocol import FileInfo, ShardInfo
 
@@ -221,11 +221,10 @@ def record_fragment(format_dir: Path, run: list[ShardInfo], meta: dict, rows: np
     base.forget_file(format_dir, path)  # a rebuilt fragment's old record must not pair old data with the new index
     rows_name = f"index-{name}.npy"  # never a staging shard's ``rows-NNNNN.npy``
     rows = np.asarray(rows, np.int64)
-    replaced = atomic.write_file(format_dir / rows_name, lambda p: base.save_npy(p, rows), sync_dir=False,
-                                  needed=rows.nbytes)
+    replaced, rows_info = write_shard_parts(format_dir, rows_name, [base.npy_bytes(rows)])
     fragment = ShardInfo(
         name=name, n_docs=n_docs, n_tokens=n_tokens, first_doc=first_doc, first_token=first_token,
-        files=[data or file_info(format_dir, data_file), file_info(format_dir, rows_name)],
+        files=[data or file_info(format_dir, data_file), rows_info],
         extra={"rows": int(rows.shape[1] - 1), "fragment": meta, **LAYOUT, "row_crc": True,
                "members": [{"name": s.name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "rows": s.extra["rows"]}
                            for s in run]},

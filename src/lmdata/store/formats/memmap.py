@@ -37,7 +37,7 @@ from lmdata.io.cache import fits_on_disk
 from lmdata.io.descriptors import descriptors, open_shards
 from lmdata.errors import LmdataError
 from lmdata.store.formats import base
-from lmdata.store.checksum import DEFAULT_VERIFY, inside_store, write_shard_file, \
+from lmdata.store.checksum import DEFAULT_VERIFY, inside_store, write_shard_parts, \
     open_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many, plain_name
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
@@ -67,11 +67,8 @@ class MemmapWriter(base.RecordedShardWriter):
         assert doc_starts[-1] == len(tokens), "doc_starts must end with the shard length"
         base.forget(self.format_dir, index)
         sums = BlockSums.of(tokens).encode()
-        written = [
-            write_shard_file(self.format_dir, tok_name, tokens.tofile, needed=tokens.nbytes),
-            write_shard_file(self.format_dir, doc_name, lambda p: base.save_npy(p, doc_starts), needed=doc_starts.nbytes),
-            write_shard_file(self.format_dir, tok_name + SIDECAR_SUFFIX, lambda p: p.write_bytes(sums), needed=len(sums)),
-        ]
+        written = [write_shard_parts(self.format_dir, name, [data]) for name, data in
+                   ((tok_name, tokens), (doc_name, base.npy_bytes(doc_starts)), (tok_name + SIDECAR_SUFFIX, sums))]
         shard = ShardInfo(
             name=f"{index:05d}",
             n_docs=len(doc_starts) - 1,

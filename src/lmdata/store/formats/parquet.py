@@ -39,7 +39,7 @@ from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.parquet_encode import Part, encode_rows
-from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_file, \
+from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_parts, \
     read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.protocol import ShardInfo
@@ -203,13 +203,8 @@ class ParquetWriter(base.RecordedShardWriter):
         rows = pieces(doc_starts)
         parts = encode_shard(tokens, doc_starts, first_doc, first_token, rows)  # in memory, then written at once
         name = _names(index)
-
-        def write(path: Path) -> None:
-            with open(path, "wb") as fh:
-                fh.writelines(parts)
-
         base.forget(self.format_dir, index)
-        replaced, info = write_shard_file(self.format_dir, name, write, needed=tokens.nbytes)  # zstd: at most about this
+        replaced, info = write_shard_parts(self.format_dir, name, parts)
         n_rows = len(rows[1])
         extra = {"rows": n_rows, "row_groups": -(-n_rows // ROW_GROUP_ROWS)}
         shard = ShardInfo(
