@@ -450,3 +450,32 @@ def test_ingest_modules_import_light():
             "'tqdm', 'zstandard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_writers_prepare_on_the_main_thread_before_their_first_shard(tmp_path, tokenizer_dir, monkeypatch):
+    """Parquet's and Lance's imports happen while the inputs are hashed, not in a writer thread's first shard."""
+    import threading
+
+    from lmdata.store.formats.lance import LanceWriter
+    from lmdata.store.formats.parquet import ParquetWriter
+
+    events: list[tuple[str, str, str]] = []
+    for cls in (ParquetWriter, LanceWriter):
+        prepare, write_shard = cls.prepare.__func__, cls.write_shard
+
+        def recording_prepare(c, dtype, _prepare=prepare, _name=cls.__name__):
+            events.append((_name, "prepare", threading.current_thread().name))
+            _prepare(c, dtype)
+
+        def recording_write(self, *args, _write=write_shard, _name=cls.__name__):
+            events.append((_name, "write", threading.current_thread().name))
+            return _write(self, *args)
+
+        monkeypatch.setattr(cls, "prepare", classmethod(recording_prepare))
+        monkeypatch.setattr(cls, "write_shard", recording_write)
+    ingest(_sample(), tokenizer_dir, tmp_path / "s", formats=["parquet", "lance"], shard_tokens=SAMPLE_SHARD_TOKENS,
+           workers=2, progress=False, log=None)
+    for name in ("ParquetWriter", "LanceWriter"):
+        mine = [(what, thread) for n, what, thread in events if n == name]
+        assert mine[0] == ("prepare", "MainThread") and sum(w == "prepare" for w, _ in mine) == 1
+        assert len(mine) > 2 and all(w == "write" for w, _ in mine[1:])

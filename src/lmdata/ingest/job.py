@@ -152,6 +152,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         try:
             fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
             store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
+            for cls in writer_classes.values() if hashes is not None else ():  # while this process hashes the inputs
+                getattr(cls, "prepare", lambda dtype: None)(np.dtype(dtype))  # RecordedShardWriter.prepare
             plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats,
                                          getattr(runner, "describe_all", None) or hashes.describe_all)
             output.check_plan(out, plan_json)

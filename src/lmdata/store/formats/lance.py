@@ -95,6 +95,10 @@ class LanceWriter(base.RecordedShardWriter):
         self.fragment_tokens = fragment_tokens or lance_fragments.FRAGMENT_TOKENS
         self._in_order, self._stream, self._streamed = False, None, []  # lance_stream.py
 
+    @classmethod
+    def prepare(cls, dtype: np.dtype) -> None:
+        import lance.fragment  # noqa: F401 -- with pyarrow.dataset and pandas: ~0.4 CPU s
+
     def write_in_order(self) -> None:
         """Shards come in order from one thread: each goes straight into its fragment (``lance_stream``)."""
         self._in_order = True

@@ -217,6 +217,12 @@ class _File:
         return _struct((2, _I64, 0), (3, _STRUCT, meta_data)), raw, stored
 
 
+def prepare(dtype: str) -> None:
+    """pyarrow imported and a ``dtype`` file's constants built before the first shard (``ParquetWriter.prepare``)."""
+    _file_constants(dtype)
+    _arrow_zstd()
+
+
 @functools.cache
 def _arrow_zstd() -> pa.Codec:
     import pyarrow as pa
