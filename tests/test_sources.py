@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lmdata.errors import LmdataError
@@ -250,3 +250,35 @@ def test_the_block_text_reader_equals_the_line_reader(tmp_path_factory, text, bl
         by_block = list(sources._text_documents(location(str(path)), spec, SourceStats()))
     by_line = list(sources._text_documents_by_line(location(str(path)), spec, SourceStats()))
     assert by_block == by_line
+
+
+_BYTE_PIECES = st.sampled_from([b"<|endoftext|>\n", b"\r\n", b"\n", b"a", b"\xc3\xa9", b"\xff", b"\xc3", b"\x00",
+                                b"\xef\xbb\xbf", b"<|endoftext|>\r\n", b"text "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.lists(_BYTE_PIECES, max_size=30).map(b"".join), block=st.integers(1, 40),
+       errors=st.sampled_from(["strict", "replace"]))
+@example(data=b"a\r\n<|endoftext|>\nb\r\n<|endoftext|>\r\nc", block=40, errors="strict")  # CRLF before a separator
+@example(data=b"a\n<|endoftext|>\n" + b"b" * 70000 + b"\x00c\n<|endoftext|>\n", block=40, errors="replace")  # past the sniff
+@example(data=b"a\n<|endoftext|>\nb\xffc\xc3\n<|endoftext|>\n", block=40, errors="replace")  # replaced, counted
+def test_the_block_text_reader_equals_the_line_reader_on_any_bytes(tmp_path_factory, data, block, errors):
+    """Invalid UTF-8, NUL bytes and BOMs anywhere: the block reader (which decodes a document from its
+    buffer) gives the line reader's documents, replacement counts and errors."""
+    import lmdata.sources as sources
+
+    path = tmp_path_factory.mktemp("bytes") / "t.txt"
+    path.write_bytes(data)
+    spec = SourceSpec((str(path),), errors=errors)
+
+    def read(reader, **patches):
+        stats = SourceStats()
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in patches.items():
+                patch.setattr(sources, name, value)
+            try:
+                return list(reader(location(str(path)), spec, stats)), stats.replaced
+            except LmdataError as exc:
+                return str(exc), None
+
+    assert read(sources._text_documents, TEXT_BLOCK_BYTES=block) == read(sources._text_documents_by_line)
