@@ -17,9 +17,9 @@ Every kind also reads ``.gz`` and ``.zst`` files. A document's text is exactly t
 between two separator lines minus the line break that ends it, so ``"a\\nb\\n<|endoftext|>\\n"``
 yields ``"a\\nb"``. Empty documents are skipped.
 
-A split is a source's document stream, or a slice of it: ``plan_splits`` implements the
-holdout (the last N documents of one split become another, e.g. ``validation``; counting
-them costs one read of the input, no tokenizing).
+A split is a source's document stream, or a slice of it: ``ingest.splits.plan_splits``
+implements the holdout (the last N documents of one split become another, e.g.
+``validation``; counting them costs one read of the input, no tokenizing).
 
 A text source (text, lines, jsonl) that is binary -- a NUL byte, mostly invalid UTF-8 at its
 start, an Arrow or Parquet file -- is refused whatever ``errors`` says.
@@ -483,37 +483,3 @@ def check_unchanged(path: Location, before: tuple[int | None, int | None], recor
     if now != before:
         raise LmdataError(f"input {path} changed while it was ingested (size or modification time differ from "
                           "the start of its read); stop whatever writes it and rerun the ingest")
-
-
-# ---------------------------------------------------------------------------- splits
-
-
-@dataclass(frozen=True)
-class SplitSource:
-    """A split's documents: the documents ``[start, stop)`` of ``spec``'s stream."""
-
-    spec: SourceSpec
-    start: int = 0
-    stop: int | None = None
-
-
-def _count_documents(spec: SourceSpec) -> int:
-    return sum(1 for _ in iter_documents(spec))
-
-
-def plan_splits(splits: dict[str, SourceSpec], holdout: tuple[str, str, int] | None = None) -> dict[str, SplitSource]:
-    """Split specs (+ an optional holdout: the last N documents of one split form another)."""
-    plan = {name: SplitSource(spec) for name, spec in splits.items()}
-    if holdout is None:
-        return plan
-    src, dst, n = holdout
-    if src not in plan:
-        raise LmdataError(f"--holdout takes documents from split {src!r}, which is not among {', '.join(plan)}")
-    if dst in plan:
-        raise LmdataError(f"--holdout split {dst!r} already has its own inputs; name another split")
-    total = _count_documents(splits[src])
-    if not 0 < n < total:
-        raise LmdataError(f"--holdout {n}: split {src!r} has {total} documents; hold out between 1 and {total - 1}")
-    plan[src] = SplitSource(splits[src], 0, total - n)
-    plan[dst] = SplitSource(splits[src], total - n, total)
-    return plan

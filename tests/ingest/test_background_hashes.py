@@ -6,7 +6,8 @@ import threading
 
 from lmdata.ingest.output import BackgroundHashes
 from lmdata.io.location import location
-from lmdata.sources import SourceSpec, SplitSource, describe
+from lmdata.ingest.splits import SplitSource
+from lmdata.sources import SourceSpec, describe
 
 
 def test_the_records_are_describe_s_and_the_thread_never_holds_the_process(tmp_path):

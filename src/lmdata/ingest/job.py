@@ -36,7 +36,8 @@ from lmdata.io.atomic import NoSpaceError
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
-from lmdata.sources import SourceSpec, SplitSource, expand, iter_documents, plan_splits
+from lmdata.ingest.splits import SplitSource, plan_splits
+from lmdata.sources import SourceSpec, expand, iter_documents
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
 from lmdata.store.provenance import ProvenanceWriter
 from lmdata.store.registry import BUILTIN_FORMATS

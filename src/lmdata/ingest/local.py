@@ -22,7 +22,8 @@ from typing import Any
 from lmdata._mp import clean_method, worker_pool
 from lmdata.ingest.encode import batches, encode_texts, init_worker, use_tokenizer
 from lmdata.ingest.shards import ShardCutter, SplitReport, progress_bar, start_split
-from lmdata.sources import SourceStats, SplitSource, iter_documents
+from lmdata.ingest.splits import SplitSource
+from lmdata.sources import SourceStats, iter_documents
 from lmdata.store.formats.base import RecordedShardWriter
 from lmdata.store.protocol import FormatWriter, ShardInfo
 from lmdata.store.provenance import ProvenanceWriter

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.io.streams import strip_compression
-from lmdata.sources import SplitSource, expand, kind_of
+from lmdata.ingest.splits import SplitSource
+from lmdata.sources import expand, kind_of
 from lmdata.store.layout import PROVENANCE_DIR
 from lmdata.store.protocol import FormatWriter, ShardInfo
 from lmdata.store.provenance import ProvenanceWriter

@@ -1,0 +1,44 @@
+"""A split's documents: a source's document stream, or a slice of it (the holdout).
+
+``plan_splits`` turns ``--split``/``--input`` specs and an optional ``--holdout`` into each
+split's ``SplitSource``: the last N documents of one split become another (e.g.
+``validation``); counting them costs one read of the input, no tokenizing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lmdata.errors import LmdataError
+from lmdata.sources import SourceSpec, iter_documents
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """A split's documents: the documents ``[start, stop)`` of ``spec``'s stream."""
+
+    spec: SourceSpec
+    start: int = 0
+    stop: int | None = None
+
+
+def _count_documents(spec: SourceSpec) -> int:
+    return sum(1 for _ in iter_documents(spec))
+
+
+def plan_splits(splits: dict[str, SourceSpec], holdout: tuple[str, str, int] | None = None) -> dict[str, SplitSource]:
+    """Split specs (+ an optional holdout: the last N documents of one split form another)."""
+    plan = {name: SplitSource(spec) for name, spec in splits.items()}
+    if holdout is None:
+        return plan
+    src, dst, n = holdout
+    if src not in plan:
+        raise LmdataError(f"--holdout takes documents from split {src!r}, which is not among {', '.join(plan)}")
+    if dst in plan:
+        raise LmdataError(f"--holdout split {dst!r} already has its own inputs; name another split")
+    total = _count_documents(splits[src])
+    if not 0 < n < total:
+        raise LmdataError(f"--holdout {n}: split {src!r} has {total} documents; hold out between 1 and {total - 1}")
+    plan[src] = SplitSource(splits[src], 0, total - n)
+    plan[dst] = SplitSource(splits[src], total - n, total)
+    return plan
