@@ -45,3 +45,32 @@ def test_a_ctrl_c_before_the_query_begins_stops_it():
         _interruptible(con, late_query, stuck)
     assert stuck == []  # the query stopped, so the connection can be closed
     con.close()
+
+
+def test_a_ctrl_c_while_the_query_thread_starts_closes_the_connection(sample_store, monkeypatch):
+    """``Thread.start`` waits for the new thread: a Ctrl-C there left ``_interruptible`` with the query
+    running, and DuckDB 2.x refused to close the busy connection (ResourceInUseException replaced the
+    KeyboardInterrupt, then the exit aborted). The KeyboardInterrupt must come out, the query stopped."""
+    from lmdata.inspect import sandbox
+
+    started: list[threading.Event] = []
+
+    class InterruptedWhileStarting(sandbox.Bounded):
+        def __init__(self, call, name="lmdata-call"):
+            begun = threading.Event()
+            started.append(begun)
+
+            def call_then_say():
+                begun.set()
+                return call()
+
+            super().__init__(call_then_say, name)  # the thread runs the query...
+            begun.wait(10)
+            time.sleep(0.3)  # ...which is under way when the Ctrl-C lands, before any wait
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox, "Bounded", InterruptedWhileStarting)
+    endless = "SELECT count(*) FROM docs a, docs b, docs c, docs d, docs e, range(100000) f"
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.sql(sample_store, endless)
+    assert started and started[0].is_set()
