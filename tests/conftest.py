@@ -34,9 +34,9 @@ from lmdata.sources import SourceSpec
 def _alone_when_marked_serial(request, tmp_path_factory):
     """Under pytest-xdist (``scripts/test.sh`` runs two processes), a test marked ``serial`` runs
     while no other test does: each test holds a shared lock on a file the workers share, a serial
-    one the exclusive lock. The Ctrl-C tests time their signal against a running process: another
-    worker's load moves where it lands (one such run found a race in ``lmdata sql``, now fixed and
-    tested in tests/inspect/test_sql_interrupt_lost.py), so they keep the timing they were written for."""
+    one the exclusive lock. The Ctrl-C tests time their signal against a running process; beside
+    another worker's load one of them once saw ``lmdata sql`` abort at exit after its Ctrl-C
+    ("FATAL: exception not rethrown"), which no run in one process has shown."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         yield
         return
