@@ -30,27 +30,6 @@ from lmdata.ingest import ingest
 from lmdata.sources import SourceSpec
 
 
-@pytest.fixture(autouse=True)
-def _alone_when_marked_serial(request, tmp_path_factory):
-    """Under pytest-xdist (``scripts/test.sh`` runs two processes), a test marked ``serial`` runs
-    while no other test does: each test holds a shared lock on a file the workers share, a serial
-    one the exclusive lock. The Ctrl-C tests time their signal against a running process; beside
-    another worker's load one of them once saw ``lmdata sql`` abort at exit after its Ctrl-C
-    ("FATAL: exception not rethrown"), which no run in one process has shown."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        yield
-        return
-    import fcntl
-
-    exclusive = request.node.get_closest_marker("serial") is not None
-    with open(tmp_path_factory.getbasetemp().parent / "serial-tests.lock", "a") as fh:  # the run's shared dir
-        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def pytest_sessionfinish(session, exitstatus):
     """Kill child processes a failed test left behind: multiprocessing joins them at exit, and one
     hung child (a forked Lance reader did, once) then held the suite past CI's time limit."""

@@ -22,8 +22,6 @@ from lmdata.store import verify_store
 
 from samples import SAMPLE, fingerprint
 
-pytestmark = pytest.mark.serial  # signals timed against a running process: alone under xdist (conftest.py)
-
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"^step +\d+ +loss ")
 

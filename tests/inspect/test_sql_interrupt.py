@@ -15,10 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.serial  # signals timed against a running process: alone under xdist (conftest.py)
-
 REPO = Path(__file__).resolve().parents[2]
 # never ends on its own: a five-way cross join of the docs view (61 documents) times 10^5
 ENDLESS = "SELECT count(*) FROM docs a, docs b, docs c, docs d, docs e, range(100000) f"
