@@ -104,7 +104,7 @@ class BlockSums:
             raise LmdataError(f"{where}: not a block-checksum file (bad header); re-ingest with --overwrite")
         block_bytes, _, data_bytes = struct.unpack_from("<IIQ", raw, 8)
         n = -(-data_bytes // block_bytes) if block_bytes else -1
-        if block_bytes <= 0 or len(raw) != HEADER_BYTES + 4 * n:
+        if block_bytes <= 0 or len(raw) != sidecar_bytes(data_bytes, block_bytes):
             raise LmdataError(f"{where}: block-checksum file is truncated or corrupt; re-ingest with --overwrite")
         crcs = np.frombuffer(raw, "<u4", n, HEADER_BYTES)  # read-only, over ``raw``: a reader's first touch pays this
         return cls(block_bytes, data_bytes, crcs if crcs.dtype == np.uint32 else crcs.astype(np.uint32))

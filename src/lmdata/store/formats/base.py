@@ -120,16 +120,10 @@ def completed(format_dir: Path) -> dict[int, ShardInfo]:
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
-    """``array`` as the bytes of a ``.npy`` file (what ``save_npy`` writes)."""
+    """``array`` as the bytes of a ``.npy`` file (written with ``checksum.write_shard_parts``)."""
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
     return buf.getvalue()
-
-
-def save_npy(path: Path, array: np.ndarray) -> None:
-    """``np.save`` to exactly ``path`` (given a name, np.save would append ".npy" to a temp name)."""
-    with open(path, "wb") as fh:
-        np.save(fh, array, allow_pickle=False)
 
 
 def prune(format_dir: Path, shards: list[ShardInfo]) -> None:

@@ -38,7 +38,7 @@ from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
-from lmdata.store.formats.parquet_encode import Part, encode_rows, prepare
+from lmdata.store.formats.parquet_encode import Part, encode_rows, prepare as prepare_encoder
 from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_parts, \
     read_error, shard_file_path, stat_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many
@@ -198,7 +198,7 @@ class ParquetWriter(base.RecordedShardWriter):
 
     @classmethod
     def prepare(cls, dtype: np.dtype) -> None:
-        prepare(np.dtype(dtype).name)
+        prepare_encoder(np.dtype(dtype).name)
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int

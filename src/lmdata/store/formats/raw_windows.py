@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -228,12 +229,9 @@ class RawWindows:
                           self.verify != "size")
         return out if done == -1 else None
 
-    @property
+    @cached_property
     def _bounds64(self) -> np.ndarray:
-        bounds = self.__dict__.get("_bounds64_")
-        if bounds is None:
-            bounds = self.__dict__["_bounds64_"] = np.ascontiguousarray(self._shard_bounds, dtype=np.int64)
-        return bounds
+        return np.ascontiguousarray(self._shard_bounds, dtype=np.int64)
 
     def _pieces(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(shard, byte offset, byte length) of each piece of the windows, in order: one piece per
