@@ -232,3 +232,20 @@ class SiblingKillerReader(NpyReader):
             os.kill(int(other.read_text()), signal.SIGKILL)
             time.sleep(2.0)
         return super().windows(starts, length)
+
+
+class FreezeRecordingReader(NpyReader):
+    """Records, per reading process, how many objects its cyclic GC has frozen (``gc.freeze``)."""
+
+    def __init__(self, path: Path, out_dir: Path) -> None:
+        super().__init__(path)
+        self.out_dir = str(out_dir)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "out_dir": self.out_dir}
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        import gc
+
+        (Path(self.out_dir) / str(os.getpid())).write_text(str(gc.get_freeze_count()))
+        return super().windows(starts, length)

@@ -39,7 +39,7 @@ from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
-                                 exit_with_owner, in_next, worker_deaths, worker_held)
+                                 exit_with_owner, gc_frozen_for_fork, in_next, worker_deaths, worker_held)
 from lmdata.errors import LmdataError
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
@@ -204,7 +204,8 @@ class TokenLoader:
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
-            it = iter(self._dl)
+            with gc_frozen_for_fork(self._dl.num_workers, self._dl.multiprocessing_context):
+                it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()
             check_workers_while_waiting(it)

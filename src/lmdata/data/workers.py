@@ -7,6 +7,9 @@ the samples it died on from the ``InFlight`` board (``worker_held``).
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import multiprocessing as mp
 import os
 import select
 import time
@@ -88,6 +91,29 @@ class ThreadReads:
 
 
 LIVENESS_S = 1.0  # how often a wait for a worker's read checks that the workers are alive
+
+
+@contextlib.contextmanager
+def gc_frozen_for_fork(workers: int, context: Any) -> Iterator[None]:
+    """Fork workers with the parent's objects frozen out of the cyclic GC (``gc.freeze``).
+
+    A forked worker shares the parent's pages until it writes them, and a GC pass writes the
+    header of every object it visits: each worker's first collections copied ~35 MB of the
+    parent's heap (torch, numpy, lmdata), and PSS at 2 workers was 326 MB, against 258 with
+    this (memmap store, 129 M tokens, 220 batches). The workers keep the frozen state they
+    were forked with; the parent unfreezes at once, so its own garbage is still collected
+    (its next pass copies its pages once: ~290 MB in all). A caller that froze objects itself
+    manages freezing, and is left alone.
+    """
+    method = context.get_start_method() if context is not None else mp.get_start_method()
+    if not workers or method != "fork" or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def check_workers_while_waiting(it: Any) -> None:
