@@ -123,6 +123,23 @@ def test_a_corrupted_object_is_refused_naming_it(s3, tokenizer_dir, tmp_path, mo
     assert not verify_store(uri).ok
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_missing_object_is_named_when_read_not_listed_at_open(s3, tokenizer_dir, tmp_path, monkeypatch, fmt):
+    """open_store lists nothing (a LIST pages 1,000 keys a request): the reader names the object it misses."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri = s3.uri("gone")
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, formats=[fmt], shard_tokens=60_000,
+           workers=1, progress=False, log=None)
+    shard = open_store(uri).manifest.splits["train"].formats[fmt][0]
+    location(f"{uri}/train/{fmt}/{shard.files[0].path}").delete()
+    listed = []
+    monkeypatch.setattr(type(location(uri)), "list", lambda self, recursive=False: listed.append(self) or [])
+    r = open_store(uri).reader("train", fmt)
+    assert not listed
+    with pytest.raises(LmdataError, match=f"{shard.files[0].path}.*(no such object|Not found).*damaged .*verify"):
+        r.windows(np.array([shard.first_token]), 100)
+
+
 def test_unknown_scheme_and_missing_bucket_are_one_line_errors(s3, tokenizer_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LmdataError, match="unknown URI scheme"):

@@ -175,7 +175,7 @@ class Location:
     def _failed(self, exc: BaseException) -> Exception:
         """A library's failure here: ``FileNotFoundError`` for a missing object, else one line naming it."""
         if is_missing(exc):
-            return FileNotFoundError(self.uri)
+            return FileNotFoundError(f"{self.uri}: no such object" if self.remote else self.uri)
         return remote_error(exc, self.uri) if self.remote else exc
 
     def size(self) -> int | None:

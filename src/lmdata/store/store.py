@@ -149,7 +149,15 @@ class Store:
 
 
 def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
-    """Open a store: parse and validate its manifest, stat every shard file against it.
+    """Open a store: parse and validate its manifest; a local store's shard files are stat-ed
+    against it.
+
+    A remote store's objects are not listed here: a LIST pages 1,000 keys a request, in turn,
+    so opening a 1,160-shard store on moto spent 2.6 of its 3.2 s listing 9,293 objects, and a
+    100,000-shard store would list for minutes before its first batch. Each object is checked
+    when a reader first reads it instead (a whole GET: its size and sha256; a ranged read: its
+    length and the block CRCs of a sidecar checked against its sha256), and a missing one is
+    named there (``s3://...: no such object``); ``lmdata verify`` checks them all.
 
     ``tokenizer_hash``: refuse the store unless its tokenizer has this hash (a training
     job pins the tokenizer its model was built for).
@@ -173,26 +181,7 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
                 )
             if not loc.remote:
                 check_sizes(loc.local_path / split / fmt, shards)
-    if loc.remote:
-        check_remote_sizes(loc, manifest)
     return Store(loc, manifest, manifest_id)
-
-
-def check_remote_sizes(loc: Location, manifest: Manifest) -> None:
-    """Every shard object exists with the manifest's size: one LIST of the prefix, no request per file."""
-    found = {x.key: x.size for x in loc.list(recursive=True)}
-    for split, info in manifest.splits.items():
-        for fmt, shards in info.formats.items():
-            for shard in shards:
-                for f in shard.files:
-                    rel = f"{split}/{fmt}/{f.path}"
-                    size = found.get(rel)
-                    if size is None:
-                        raise LmdataError(f"{loc / rel}: shard {shard.name} object is missing; run `lmdata verify` "
-                                          "and re-ingest (--overwrite)")
-                    if size != f.bytes:
-                        raise LmdataError(f"{loc / rel}: shard {shard.name} object has {size} bytes, the manifest "
-                                          f"says {f.bytes}; the store is damaged (re-ingest with --overwrite)")
 
 
 def fetch_tokenizer(loc: Location) -> Path:

@@ -235,7 +235,7 @@ class ShardReader:
 
     def check(self) -> None:
         """Every shard file has the size the manifest says (cheap: no data read)."""
-        if not self.remote:  # remote sizes: ``open_store`` lists the prefix once
+        if not self.remote:  # a remote object is checked when first read (``open_store``)
             check_sizes(self.format_dir, self.shards)
 
     def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, Any]:
@@ -259,6 +259,9 @@ class ShardReader:
             return self._windows(starts, length)
         except LmdataError as exc:
             raise at_offsets(exc, starts, length) from exc
+        except FileNotFoundError as exc:  # a shard file or object gone since the manifest was written
+            raise at_offsets(LmdataError(f"{exc}; the store is damaged (run `lmdata verify`; re-ingest with "
+                                         "--overwrite)"), starts, length) from exc
 
     def document(self, doc_id: int) -> np.ndarray:
         """One document's tokens (its end-of-text included)."""
