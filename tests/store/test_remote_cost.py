@@ -25,7 +25,7 @@ def _cost(store_builder, tmp_path, s3, monkeypatch, name, n_tokens):
     with DelayProxy(s3.server.endpoint) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         ds = open_store(uri).dataset("train", SEQ)
-        before = proxy.requests, proxy.sent_bytes  # opening: one GET (manifest) and one LIST
+        before = proxy.requests, proxy.sent_bytes  # opening: one GET (the manifest), no LIST
         order = np.random.default_rng(0).permutation(len(ds))[: BATCHES * BATCH]
         for b in range(BATCHES):  # a shuffled epoch's first batches, as the loader reads them
             ds.batch(order[b * BATCH:(b + 1) * BATCH])
@@ -51,3 +51,28 @@ def test_first_50_batches_of_a_10x_store_cost_what_they_cost_on_a_small_one(stor
     # bounded by the windows read, whatever the store's size (here 100 shards vs 10)
     windows = BATCHES * BATCH
     assert small_req <= 3 * windows and big_req <= 3 * windows, (small_req, big_req, windows)
+
+
+def test_a_batch_loads_its_shards_checksum_files_at_once(store_builder, tmp_path, s3, monkeypatch):
+    """A shuffled batch of a store of small shards meets one new shard per window: their sidecars are
+    fetched on the range reader's threads together, not one request after another."""
+    import threading
+
+    from lmdata.store.formats.memmap_blocks import BlockReads
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "0")  # read by ranges
+    local = tmp_path / "many"
+    store_builder(local, ["memmap"], n_tokens=160_000, shard_tokens=SHARD_TOKENS)
+    uri = s3.uri("many")
+    publish(local, location(uri))
+    loaded, sums = [], BlockReads.sums
+    monkeypatch.setattr(BlockReads, "sums", lambda self, i: loaded.append(threading.current_thread().name) or
+                        sums(self, i))
+    ds = open_store(uri).dataset("train", SEQ)
+    starts = np.arange(0, 160_000 - SEQ, SHARD_TOKENS)  # one window in each shard
+    local_ds = open_store(local).dataset("train", SEQ)
+    assert np.array_equal(ds.batch(np.arange(len(starts)) * (SHARD_TOKENS // SEQ)),
+                          local_ds.batch(np.arange(len(starts)) * (SHARD_TOKENS // SEQ)))
+    fetched = [name for name in loaded if name.startswith("lmdata-range")]
+    assert len(set(fetched)) > 1 and len(fetched) >= len(starts) - 1, loaded

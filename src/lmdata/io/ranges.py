@@ -58,6 +58,11 @@ class RangeFiles:
     _lock = per_process(lambda self: Lock())
     _pool = per_process(lambda self: ThreadPoolExecutor(self.in_flight, thread_name_prefix="lmdata-range"))
 
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The threads ranges are fetched on (``in_flight`` of them), for a caller's own small GETs."""
+        return self._pool
+
     def _handle(self, i: int) -> Any:
         with self._lock:
             h = self._handles.get(i)

@@ -96,6 +96,15 @@ class BlockReads:
                 self.files.files[i].check, self.files.files[i].align = sums.check, sums.block_bytes
         return sums
 
+    def load_sums(self, shards: list[int]) -> None:
+        """The block checksums of ``shards``: remote, the missing sidecars fetched at once on the range
+        reader's threads (a batch of a store of small shards meets ~100: one by one, ~100 requests in turn)."""
+        todo = [i for i in shards if self.has_sums[i] and i not in self._sums]
+        if self.files is not None and len(todo) > 1:
+            list(self.files.pool.map(self.sums, todo))
+        for i in todo:
+            self.sums(i)
+
     def remote_windows(self, starts: np.ndarray, length: int, seg: Any) -> np.ndarray:
         """[len(starts), length] windows read by coalesced, verified byte ranges."""
         first, last = seg.locate(starts), seg.locate(starts + length - 1)
@@ -105,8 +114,7 @@ class BlockReads:
                 base = int(seg.bounds[k])
                 a, b = max(s0, base), min(s0 + length, int(seg.bounds[k + 1]))
                 pieces.append((j, a - s0, k, a - base, b - base))
-        for k in {p[2] for p in pieces}:
-            self.sums(k)
+        self.load_sums(sorted({p[2] for p in pieces}))
         assert self.files is not None
         chunks = self.files.read([(k, lo * self.itemsize, hi * self.itemsize) for _, _, k, lo, hi in pieces])
         out = np.empty((len(starts), length), dtype=self.dtype)
