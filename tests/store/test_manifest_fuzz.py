@@ -139,3 +139,21 @@ def test_error_names_the_field(pristine, tmp_path):
     with pytest.raises(LmdataError, match=r"field splits\.train\.formats\.parquet\.shards\[0\]\.extra\.rows is a "
                                           r"string \(\"many\"\), expected an integer"):
         open_store(tmp_path)
+
+
+def test_the_fast_match_and_the_explaining_walk_agree_on_every_mutation(pristine):
+    """check_schema asks a path-free matcher first and walks with field paths only when it says no:
+    the two must refuse exactly the same manifests, or a bad one would pass unnamed."""
+    from lmdata.store.manifest import _explain, _matcher
+
+    _, obj = pristine
+    match = _matcher(SCHEMA)
+    assert match(obj)
+    for field, value in _mutations(obj):
+        bad = _mutate(obj, field, value)
+        try:
+            _explain(bad, SCHEMA, "manifest.json")
+            explained = None
+        except LmdataError as exc:
+            explained = str(exc)
+        assert match(bad) == (explained is None), (field, value, explained)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK
-from typing import Any
+from typing import Any, Callable
 
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
@@ -145,8 +145,66 @@ def _leaf_problem(value: Any, spec: Any) -> str | None:
     return None if type(value) is spec else f"is {_json_type(value)}, expected {names.get(spec, spec.__name__)}"
 
 
+def _matcher(spec: Any) -> Callable[[Any], bool]:
+    """``spec`` as one closure per node that only says whether a value matches: no field paths built,
+    no messages (``check_schema`` re-walks with those only when it says no). The walk that built a
+    path string per value took 0.11 of the 0.18 s of reading a 1,160-shard manifest."""
+    if isinstance(spec, dict):
+        fields = [(key.rstrip("?"), key.endswith("?"), _matcher(sub)) for key, sub in spec.items()]
+
+        def match(v: Any) -> bool:
+            if not isinstance(v, dict):
+                return False
+            for name, optional, sub in fields:
+                if name in v:
+                    if not sub(v[name]):
+                        return False
+                elif not optional:
+                    return False
+            return True
+    elif isinstance(spec, (list, Many)):
+        many = spec if isinstance(spec, Many) else Many(spec[0])
+        item, at_least = _matcher(many.spec), many.at_least
+
+        def match(v: Any) -> bool:
+            return isinstance(v, list) and len(v) >= at_least and all(map(item, v))
+    elif isinstance(spec, Each):
+        each = _matcher(spec.spec)
+
+        def match(v: Any) -> bool:
+            return isinstance(v, dict) and all(map(each, v.values()))
+    else:
+        def match(v: Any) -> bool:
+            return _leaf_problem(v, spec) is None
+
+        if spec is int:
+            def match(v: Any) -> bool:  # noqa: F811 - the common leaf, inline
+                return type(v) is int and 0 <= v < _MAX_INT
+        elif isinstance(spec, Text):
+            pattern = re.compile(spec.pattern)
+
+            def match(v: Any) -> bool:  # noqa: F811
+                return isinstance(v, str) and pattern.fullmatch(v) is not None
+    return match
+
+
+_MATCHERS: dict[int, tuple[Any, Callable[[Any], bool]]] = {}  # id(spec) -> (spec, its matcher): specs live on
+
+
 def check_schema(value: Any, spec: Any, where: str, field: str = "") -> None:
     """Raise an ``LmdataError`` naming the first field of ``value`` that does not match ``spec``."""
+    known = _MATCHERS.get(id(spec))
+    if known is None or known[0] is not spec:
+        if len(_MATCHERS) > 64:  # a caller's spec built per call ([spec]) must not pile up
+            _MATCHERS.clear()
+        known = _MATCHERS[id(spec)] = (spec, _matcher(spec))
+    if known[1](value):
+        return
+    _explain(value, spec, where, field)
+
+
+def _explain(value: Any, spec: Any, where: str, field: str = "") -> None:
+    """``check_schema``'s walk with field paths, for a value its matcher refused."""
     def fail(problem: str) -> LmdataError:
         return LmdataError(f"{where}: field {field or '(top level)'} {problem}; the manifest is corrupt "
                            "(re-run the ingest with --overwrite)")
@@ -162,7 +220,7 @@ def check_schema(value: Any, spec: Any, where: str, field: str = "") -> None:
                     continue
                 raise LmdataError(f"{where}: field {path} is missing; the manifest is corrupt "
                                   "(re-run the ingest with --overwrite)")
-            check_schema(value[name], sub, where, path)
+            _explain(value[name], sub, where, path)
     elif isinstance(spec, (list, Many)):
         spec = spec if isinstance(spec, Many) else Many(spec[0])
         if not isinstance(value, list):
@@ -170,12 +228,12 @@ def check_schema(value: Any, spec: Any, where: str, field: str = "") -> None:
         if len(value) < spec.at_least:
             raise fail(f"holds {len(value)} items, expected at least {spec.at_least}")
         for i, item in enumerate(value):
-            check_schema(item, spec.spec, where, f"{field}[{i}]")
+            _explain(item, spec.spec, where, f"{field}[{i}]")
     elif isinstance(spec, Each):
         if not isinstance(value, dict):
             raise fail(f"is {_json_type(value)}, expected an object")
         for key, item in value.items():
-            check_schema(item, spec.spec, where, f"{field}.{key}")
+            _explain(item, spec.spec, where, f"{field}.{key}")
     else:
         problem = _leaf_problem(value, spec)
         if problem is not None:
