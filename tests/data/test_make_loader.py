@@ -245,7 +245,23 @@ def test_resume_is_o1(reader, monkeypatch):
     original = EpochSampler.batch
     monkeypatch.setattr(EpochSampler, "batch", lambda self, e, b: calls.append(b) or original(self, e, b))
     next(iter(loader))
-    assert calls == [100, 101, 102]  # the first read's batches, nothing before them
+    assert calls == [100]  # the first read's one batch (EpochSampler.reads), nothing before it
+
+
+@given(st.integers(1, 60), st.integers(1, 5), st.integers(0, 70), st.integers(1, 4))
+@settings(max_examples=200, deadline=None)
+def test_reads_cover_the_epoch_once_the_first_alone(n_batches, group, start, batch_size):
+    """The first read of a pass holds one batch (a fresh loader's first batch waits for 32 windows, not
+    128), the rest ``group``; together they are the batches from ``start`` to the end, each once."""
+    s = EpochSampler(n_batches * batch_size, batch_size, seed=0, rank=0, world_size=1, sampling="sequential",
+                     drop_last=True, group=group)
+    s.start = start
+    reads = s.reads()
+    covered = [b for first, n in reads for b in range(first, first + n)]
+    assert covered == list(range(start, n_batches))
+    assert len(s) == len(reads) == len(list(s))
+    if reads:
+        assert reads[0][1] == 1 and all(n == group for _, n in reads[1:-1])
 
 
 def test_state_mismatch_is_an_error(reader):
@@ -293,8 +309,8 @@ def test_dead_worker_raises_naming_the_batch(tmp_path, tokens):
     loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60, batches_per_read=1)
     with pytest.raises(LmdataError, match=r"exited unexpectedly.*reading samples \[40, 41, 42, 43\]"):
         take(loader, 50)
-    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60)  # 4 batches per read
-    with pytest.raises(LmdataError, match=r"batch 8; .*reading samples \[32, 33, .*\.\.\. \(16 in all\)"):
+    loader = make_loader(ds, 4, num_workers=1, sampling="sequential", timeout=60)  # reads: batch 0, then 1-4, ...
+    with pytest.raises(LmdataError, match=r"batch 9; .*reading samples \[36, 37, .*\.\.\. \(16 in all\)"):
         take(loader, 50)
 
 
