@@ -105,7 +105,10 @@ def gc_frozen_for_fork(workers: int, context: Any) -> Iterator[None]:
     (its next pass copies its pages once: ~290 MB in all). A caller that froze objects itself
     manages freezing, and is left alone.
     """
-    method = context.get_start_method() if context is not None else mp.get_start_method()
+    if context is not None:
+        method = context.get_start_method()
+    else:  # the default context's, without fixing it (``get_start_method()`` would)
+        method = mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0]
     if not workers or method != "fork" or gc.get_freeze_count():
         yield
         return
