@@ -77,3 +77,33 @@ def test_block_crcs_in_c_refuse_a_wrong_output_size():
         c_block_crcs(bytes(10000), 4096, np.empty(2, np.uint32))
     with pytest.raises(ValueError, match="block_bytes must be > 0"):
         c_block_crcs(bytes(10), 0, np.empty(1, np.uint32))
+
+
+@given(st.lists(st.integers(0, 3000), max_size=40).map(sorted), st.binary(min_size=0, max_size=6000))
+def test_row_checksums_in_c_equal_zlib_row_by_row(cuts, data):
+    """Lance's row CRCs go through one C call (``span_crcs``): the same as zlib over each row's bytes,
+    empty rows included, and the subset of rows asked for, in the order asked."""
+    import zlib
+
+    from lmdata.io.descriptors import span_crcs
+
+    if span_crcs is None:  # pragma: no cover - installed without a compiler
+        pytest.skip("the C extension is not built")
+    values = np.frombuffer(data[:len(data) // 2 * 2], dtype="<u2")
+    offsets = np.array([0, *[min(c, len(values)) for c in cuts], len(values)], dtype=np.int64)
+    raw = values.tobytes()
+    want = [zlib.crc32(raw[2 * a:2 * b]) for a, b in zip(offsets[:-1], offsets[1:])]
+    assert row_checksums(values, offsets).tolist() == want
+    rows = np.arange(len(want))[::-2]
+    assert row_checksums(values, offsets, rows).tolist() == [want[r] for r in rows]
+
+
+def test_span_crcs_refuse_spans_outside_the_data():
+    from lmdata.io.descriptors import span_crcs
+
+    if span_crcs is None:  # pragma: no cover
+        pytest.skip("the C extension is not built")
+    out = np.empty(1, np.uint32)
+    for lo, hi in ((0, 11), (5, 4), (-1, 3)):
+        with pytest.raises(ValueError, match="span_crcs"):
+            span_crcs(b"0123456789", np.array([lo], np.int64), np.array([hi], np.int64), out)

@@ -203,6 +203,33 @@ static PyObject *block_crcs(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* span_crcs(data, lo, hi, out): out[i] = CRC-32 of data[lo[i]:hi[i]] (int64 byte offsets), through the
+ * block checks' function, without the GIL. Lance's row CRCs at write: ~1,600 rows a 1 Mi-token shard,
+ * where a Python generator of crc32 calls took ~1.8 ms a shard, holding the GIL the encoders' feed needs. */
+static PyObject *span_crcs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, lo, hi, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &data, &lo, &hi, &out)) return NULL;
+    Py_ssize_t n = lo.len / 8;
+    const int64_t *a = lo.buf, *b = hi.buf;
+    int ok = lo.len % 8 == 0 && hi.len == lo.len && out.len == n * 4;
+    for (Py_ssize_t i = 0; ok && i < n; i++) ok = 0 <= a[i] && a[i] <= b[i] && b[i] <= data.len;
+    if (ok) {
+        const unsigned char *src = (const unsigned char *)data.buf;
+        uint32_t *dst = (uint32_t *)out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) dst[i] = block_crc32(0, src + a[i], (uint64_t)(b[i] - a[i]));
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data); PyBuffer_Release(&lo); PyBuffer_Release(&hi); PyBuffer_Release(&out);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "span_crcs: lo/hi int64 of one length, 0 <= lo <= hi <= len(data), "
+                                          "out one uint32 per span");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 #include "_open_shards.c"
 #include "_read_batch.c"
 
@@ -215,6 +242,8 @@ static PyMethodDef methods[] = {
      "open_shards(paths, sidecars, sizes, floor, low_left, fds, crcs, crc_at, raw, raw_at, status): first touches"},
     {"read_batch", read_batch, METH_VARARGS,
      "read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)"},
+    {"span_crcs", span_crcs, METH_VARARGS,
+     "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,
      "block_crcs(data, block_bytes, out) -> None; out[b]: the CRC-32 of data's block b (uint32)"},
     {"preads", preads, METH_VARARGS, "preads(fds, offsets, lengths, out) -> -1, or the index of the first short read"},

@@ -31,9 +31,11 @@ from collections import OrderedDict
 from lmdata.errors import LmdataError
 
 try:  # one call for a batch's reads, without the GIL (setup.py builds it; optional)
+    from lmdata.io import _preads
     from lmdata.io._preads import block_crcs, open_shards, preads, read_batch, read_windows, use_crc32
+    span_crcs = getattr(_preads, "span_crcs", None)  # an extension built before it: the rest still used
 except ImportError:  # pragma: no cover - installed without a C compiler
-    block_crcs = open_shards = preads = read_batch = read_windows = use_crc32 = None
+    block_crcs = open_shards = preads = read_batch = read_windows = span_crcs = use_crc32 = None
 
 
 def _isal_crc32() -> int:

@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover - a platform without isal wheels
 
 from lmdata.errors import LmdataError
 from lmdata.io.descriptors import block_crcs as _c_block_crcs  # through ISA-L's CRC where descriptors found it
+from lmdata.io.descriptors import span_crcs as _c_span_crcs
 
 raw_crc32 = _crc32  # a buffer in, its CRC-32 out (unsigned): the call for hot loops
 
@@ -158,4 +159,8 @@ def row_checksums(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray | No
     raw = memoryview(values).cast("B")
     bounds = np.asarray(offsets, dtype=np.int64) * values.dtype.itemsize
     lo, hi = (bounds[:-1], bounds[1:]) if rows is None else (bounds[rows], bounds[np.asarray(rows) + 1])
+    if _c_span_crcs is not None:  # one C call without the GIL (1,600 rows a shard: ~1.8 ms of Python before)
+        out = np.empty(len(lo), dtype=np.uint32)
+        _c_span_crcs(raw, np.ascontiguousarray(lo), np.ascontiguousarray(hi), out)
+        return out
     return np.fromiter((_crc32(raw[a:b]) for a, b in zip(lo.tolist(), hi.tolist())), dtype=np.uint32, count=len(lo))
