@@ -256,7 +256,7 @@ def test_reads_cover_the_epoch_once_the_first_alone(n_batches, group, start, bat
     s = EpochSampler(n_batches * batch_size, batch_size, seed=0, rank=0, world_size=1, sampling="sequential",
                      drop_last=True, group=group)
     s.start = start
-    reads = s.reads()
+    reads = list(s.reads())
     covered = [b for first, n in reads for b in range(first, first + n)]
     assert covered == list(range(start, n_batches))
     assert len(s) == len(reads) == len(list(s))

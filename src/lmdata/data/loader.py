@@ -28,6 +28,7 @@ counter advances; ``for epoch ...: for inputs, targets in loader:`` is the usual
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import warnings
 from typing import Any, Iterator
@@ -106,17 +107,17 @@ class EpochSampler:
     def batch_len(self, b: int) -> int:
         return min(self.batch_size, self.per_rank - b * self.batch_size)
 
-    def reads(self) -> list[tuple[int, int]]:
+    def reads(self) -> Iterator[tuple[int, int]]:
         """(first batch, batches) of each read from batch ``start``: the first read holds one batch, the
         rest ``group`` each. A loader's first batch then waits for one batch's windows, not a group's: on
         object storage, for the shards 32 windows touch instead of 128 (a fresh machine fetches them
         whole; 1,160 shards of 100,000 tokens on moto behind the 20 ms proxy, from the process's start:
         3.7 -> 2.9 s at 0 workers, 5.0 -> 3.0 s at 2; bench/README.md "Peers (remote): shard count")."""
         end, b = self.batches_per_epoch, self.start
-        out = [(b, 1)] if b < end else []
+        if b < end:
+            yield b, 1
         for first in range(b + 1, end, self.group):
-            out.append((first, min(self.group, end - first)))
-        return out
+            yield first, min(self.group, end - first)
 
     def __iter__(self) -> Iterator[list[int]]:
         """Index lists of consecutive batches, one list a read (``reads``), from batch ``start``."""
@@ -125,7 +126,8 @@ class EpochSampler:
             yield np.concatenate([self.batch(epoch, j) for j in range(b, b + n)]).tolist()
 
     def __len__(self) -> int:
-        return len(self.reads())
+        left = max(self.batches_per_epoch - self.start, 0)
+        return 0 if left == 0 else 1 + -(-(left - 1) // self.group)
 
 
 class CompactBatches:
@@ -280,10 +282,9 @@ class TokenLoader:
             return set(), {}
         dead = {w for w, proc in enumerate(workers) if not proc.is_alive()}
         s, held = self.sampler, {}
-        reads = s.reads()
         for k, info in sorted(tasks.items()):
-            if len(info) == 1 and info[0] in dead and k < len(reads):
-                first, n = reads[k]
+            if len(info) == 1 and info[0] in dead:
+                first, n = next(itertools.islice(s.reads(), k, None), (0, 0))  # read k of this pass
                 for b in range(first, first + n):
                     held.setdefault(info[0], []).extend(s.batch(s.epoch, b).tolist())
         return dead, held

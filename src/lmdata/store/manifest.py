@@ -173,18 +173,17 @@ def _matcher(spec: Any) -> Callable[[Any], bool]:
 
         def match(v: Any) -> bool:
             return isinstance(v, dict) and all(map(each, v.values()))
+    elif spec is int:  # the common leaves, inline
+        def match(v: Any) -> bool:
+            return type(v) is int and 0 <= v < _MAX_INT
+    elif isinstance(spec, Text):
+        pattern = re.compile(spec.pattern)
+
+        def match(v: Any) -> bool:
+            return isinstance(v, str) and pattern.fullmatch(v) is not None
     else:
         def match(v: Any) -> bool:
             return _leaf_problem(v, spec) is None
-
-        if spec is int:
-            def match(v: Any) -> bool:  # noqa: F811 - the common leaf, inline
-                return type(v) is int and 0 <= v < _MAX_INT
-        elif isinstance(spec, Text):
-            pattern = re.compile(spec.pattern)
-
-            def match(v: Any) -> bool:  # noqa: F811
-                return isinstance(v, str) and pattern.fullmatch(v) is not None
     return match
 
 

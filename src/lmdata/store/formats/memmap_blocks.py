@@ -102,8 +102,9 @@ class BlockReads:
         todo = [i for i in shards if self.has_sums[i] and i not in self._sums]
         if self.files is not None and len(todo) > 1:
             list(self.files.pool.map(self.sums, todo))
-        for i in todo:
-            self.sums(i)
+        else:
+            for i in todo:
+                self.sums(i)
 
     def remote_windows(self, starts: np.ndarray, length: int, seg: Any) -> np.ndarray:
         """[len(starts), length] windows read by coalesced, verified byte ranges."""
