@@ -100,12 +100,12 @@ def test_the_soft_limit_is_raised_and_descriptors_sit_above_select_s_range(tmp_p
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     soft, size, first, last, hard = map(int, out.stdout.split())
-    assert soft == min(hard, d.RAISE_SOFT_TO) and size == min(d.MAX_POOL, soft // 4)
+    assert soft == min(hard, d.RAISE_SOFT_TO) and size == d.main_pool_size(soft)
     assert first < 1024
     assert last >= 1024 if soft >= 4096 else last < soft
 
 
-def test_under_a_hard_limit_the_pool_takes_a_quarter_and_survives_exhaustion(tmp_path):
+def test_under_a_hard_limit_the_pool_takes_half_and_survives_exhaustion(tmp_path):
     paths = _files(tmp_path, 40)
     code = textwrap.dedent(f"""
         import os, resource
@@ -124,7 +124,14 @@ def test_under_a_hard_limit_the_pool_takes_a_quarter_and_survives_exhaustion(tmp
         print(pool.size, len(pool.fds) <= pool.size)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["16", "True"], out.stderr
+    assert out.stdout.split() == ["32", "True"], out.stderr
+
+
+@pytest.mark.parametrize("soft, size", [(64, 32), (1024, 512), (2048, 1024), (4096, 3072), (20000, 15000),
+                                        (65536, 49152), (1 << 20, d.MAX_POOL)])
+def test_the_main_pool_is_the_limit_less_a_reserve(soft, size):
+    """Half of a small limit, then a reserve of 1,024, then a quarter; never above MAX_POOL."""
+    assert d.main_pool_size(soft) == size
 
 
 @pytest.mark.skipif(d.read_windows is None, reason="the C reader was not built")

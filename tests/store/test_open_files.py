@@ -70,3 +70,39 @@ def test_readers_stay_under_a_low_open_file_limit(many_shards):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
     assert done.stderr == "", done.stderr[-3000:]  # nothing printed, at exit or before
+
+
+HELD = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+    from lmdata.io.descriptors import descriptors
+    from lmdata.store import open_store
+    reader = open_store(sys.argv[1]).reader("train", "memmap")
+    n = (reader.n_tokens - 1) // 32
+    for k in range(0, n, 4096):  # every window: every shard
+        reader.windows(np.arange(k, min(n, k + 4096)) * 32, 33)
+    pool = descriptors()
+    print(len(reader.shards), len(pool.fds), pool.epoch)
+""")
+
+
+def test_a_store_of_more_shards_than_a_quarter_of_the_limit_keeps_every_shard_open(many_shards):
+    """The pool is the limit less a reserve (``main_pool_size``), not a quarter of it: a 10 B-token store
+    (11,761 shards under a limit of 20,000) had thrashed a pool of 5,000 at a quarter of its rate."""
+    import resource
+
+    from lmdata.io.descriptors import main_pool_size
+    from lmdata.store import open_store
+
+    n = len(open_store(many_shards).manifest.splits["train"].formats["memmap"])
+    limit = next(lim for lim in range(n, 8 * n) if main_pool_size(lim) >= n)  # the lowest that holds n
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip(f"hard open-file limit {hard} < {limit}")
+    assert limit // 4 < n <= main_pool_size(limit)
+    done = subprocess.run([sys.executable, "-c", HELD.format(limit=limit), str(many_shards)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards, held, closed = map(int, done.stdout.split())
+    assert (shards, held, closed) == (n, n, 0)

@@ -13,8 +13,11 @@ costs ~2 us a window at any store size and leaves nothing mapped.
 
 The descriptors live in a pool per thread (so none is closed under another thread's read),
 oldest closed first when it is full, so the number of shards never meets ``ulimit -n``. The
-main thread's pool holds up to a quarter of the soft limit, after raising the soft limit
-towards the hard one (as Ray and Dask do); descriptors beyond the first 256 are moved above
+main thread's pool holds the soft limit less a reserve for everything else (a quarter of it,
+at least 1,024 or half a smaller limit), after raising the soft limit towards the hard one
+(as Ray and Dask do). A pool of a quarter had thrashed on a 10 B-token store (11,761 shards
+under this VM's hard limit of 20,000: a pool of 5,000, and 58 M tok/s against 191 with
+every shard held). Descriptors beyond the first 256 are moved above
 1024 when the limit allows it, so a library calling ``select()`` on its own new descriptors
 never sees one past ``FD_SETSIZE``. A forked child closes the copies it inherited on its
 first use of the pool.
@@ -57,10 +60,18 @@ def _isal_crc32() -> int:
 
 FAST_CRC32 = bool(use_crc32 is not None and use_crc32(_isal_crc32()))
 
-RAISE_SOFT_TO = 1 << 16  # the soft limit asked for (never above the hard one)
-MAX_POOL = 16384
+RAISE_SOFT_TO = 1 << 18  # the soft limit asked for (never above the hard one)
+MAX_POOL = 1 << 17  # a 100 B-token store of 1 Mi-token shards, every shard held
 _SELECT_LIMIT = 1024  # FD_SETSIZE: descriptors below it are left to everything else...
 LOW_DESCRIPTORS = 256  # ...once the pool holds this many (moving one costs two more syscalls)
+
+
+def main_pool_size(soft: int) -> int:
+    """The main thread's pool under a soft limit of ``soft``: what is left after a reserve for the rest
+    of the process (sockets, checkpoints, a DataLoader's shared-memory descriptors), a quarter of
+    the limit and at least 1,024, or half of a limit below 2,048."""
+    reserve = max(soft // 4, min(1024, soft // 2))
+    return max(1, min(MAX_POOL, soft - reserve))
 
 
 def _raise_soft_limit() -> int:
@@ -184,16 +195,16 @@ _local = threading.local()  # one pool per thread: a descriptor is never closed 
 def descriptors() -> Descriptors:
     """This thread's pool (built on first use; in a forked child, the parent's copies are closed first).
 
-    The main thread's pool takes a quarter of the soft limit, any other thread's a sixteenth
-    (the loader's thread fallback reads in a few threads)."""
+    The main thread's pool takes ``main_pool_size`` of the soft limit, any other thread's a
+    sixteenth (the loader's thread fallback reads in a few threads)."""
     pool = getattr(_local, "pool", None)
     if pool is None or pool.pid != os.getpid():
         if pool is not None:
             pool.close_all()  # the inherited copies: the parent's own stay open in the parent
         soft = _raise_soft_limit()
         floor = _SELECT_LIMIT if soft >= 4 * _SELECT_LIMIT else 0
-        share = 4 if threading.current_thread() is threading.main_thread() else 16
-        pool = _local.pool = Descriptors(min(MAX_POOL, soft // share), floor)
+        main = threading.current_thread() is threading.main_thread()
+        pool = _local.pool = Descriptors(main_pool_size(soft) if main else min(MAX_POOL, soft // 16), floor)
     return pool
 
 

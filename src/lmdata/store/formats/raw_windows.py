@@ -388,8 +388,9 @@ class RawWindows:
 _FAST, _NONE, _SLOW = 1, 2, 3
 # A process's first batch opens up to this many shards of the split at once (``_first_touch``: ~10 us a
 # shard in one C call, against ~30-40 each as batches meet them); beyond it (and beyond the descriptor
-# pool), shards are opened as batches meet them.
-OPEN_AT_ONCE = 4096
+# pool), shards are opened as batches meet them. At 4,096, an 11,761-shard store's first epoch read at
+# 113 M tok/s, against 159 with every shard opened in its first batch (0.12 s of it).
+OPEN_AT_ONCE = 1 << 17
 
 
 def _blocks(first: np.ndarray, count: np.ndarray) -> np.ndarray:
