@@ -157,3 +157,25 @@ def test_the_fast_match_and_the_explaining_walk_agree_on_every_mutation(pristine
         except LmdataError as exc:
             explained = str(exc)
         assert match(bad) == (explained is None), (field, value, explained)
+
+
+@pytest.mark.parametrize("pattern", [r".+", r"[0-9a-f]{64}"])
+def test_the_matcher_s_plain_string_tests_equal_the_regex(pattern):
+    """A Text pattern the matcher checks without a regex (names, paths, sha256s) refuses exactly what
+    ``re.fullmatch`` refuses."""
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from lmdata.store.manifest import Text, _matcher
+
+    match = _matcher({"x": Text(pattern)})
+    hexish = st.text(alphabet="0123456789abcdefABG\n -", min_size=60, max_size=68)
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.one_of(st.text(max_size=8), hexish, st.just("a" * 64), st.just("a" * 63 + "\n")))
+    def agree(value: str) -> None:
+        assert match({"x": value}) == (re.fullmatch(pattern, value) is not None), repr(value)
+
+    agree()

@@ -146,45 +146,69 @@ def _leaf_problem(value: Any, spec: Any) -> str | None:
 
 
 def _matcher(spec: Any) -> Callable[[Any], bool]:
-    """``spec`` as one closure per node that only says whether a value matches: no field paths built,
-    no messages (``check_schema`` re-walks with those only when it says no). The walk that built a
-    path string per value took 0.11 of the 0.18 s of reading a 1,160-shard manifest."""
-    if isinstance(spec, dict):
-        fields = [(key.rstrip("?"), key.endswith("?"), _matcher(sub)) for key, sub in spec.items()]
+    """``spec`` compiled to one Python function that only says whether a value matches: straight-line
+    checks and ``for`` loops, no field paths, no messages (``check_schema`` re-walks with those only
+    when it says no). A closure per node had cost 0.45 of an 11,761-shard manifest's 1.3 s
+    ``from_json`` (a call per field of every shard); the walk that built a path string per value,
+    before that, 0.11 of a 1,160-shard manifest's 0.18 s."""
+    lines: list[str] = ["def match(v0):"]
+    consts: dict[str, Any] = {"_MISSING": _MISSING, "_MAX_INT": _MAX_INT, "_leaf_problem": _leaf_problem}
+    _emit(spec, "v0", 1, lines, consts, [0])
+    lines.append("    return True")
+    exec(compile("\n".join(lines), "<manifest schema>", "exec"), consts)  # noqa: S102 - our own specs only
+    return consts["match"]
 
-        def match(v: Any) -> bool:
-            if not isinstance(v, dict):
-                return False
-            for name, optional, sub in fields:
-                if name in v:
-                    if not sub(v[name]):
-                        return False
-                elif not optional:
-                    return False
-            return True
+
+_MISSING = object()
+# Text patterns as plain string tests, each equal to ``re.fullmatch(pattern, s)`` (``.`` is any character but
+# a newline): 0.1 s of an 11,761-shard manifest's ~250,000 names, paths and sha256s.
+_PLAIN_TESTS = {r".+": '{0} and "\\n" not in {0}', r"[0-9a-f]{64}": 'len({0}) == 64 and not {0}.strip("0123456789abcdef")'}
+
+
+def _emit(spec: Any, var: str, depth: int, lines: list[str], consts: dict[str, Any], names: list[int]) -> None:
+    """Lines that ``return False`` unless ``var`` matches ``spec`` (``names``: a counter for fresh names)."""
+    pad = "    " * depth
+
+    def fresh(prefix: str) -> str:
+        names[0] += 1
+        return f"{prefix}{names[0]}"
+
+    if isinstance(spec, dict):
+        lines.append(f"{pad}if not isinstance({var}, dict): return False")
+        for key, sub in spec.items():
+            name, optional, item = key.rstrip("?"), key.endswith("?"), fresh("v")
+            lines.append(f"{pad}{item} = {var}.get({name!r}, _MISSING)")
+            if optional:
+                lines.append(f"{pad}if {item} is not _MISSING:")
+                _emit(sub, item, depth + 1, lines, consts, names)
+            else:
+                lines.append(f"{pad}if {item} is _MISSING: return False")
+                _emit(sub, item, depth, lines, consts, names)
     elif isinstance(spec, (list, Many)):
         many = spec if isinstance(spec, Many) else Many(spec[0])
-        item, at_least = _matcher(many.spec), many.at_least
-
-        def match(v: Any) -> bool:
-            return isinstance(v, list) and len(v) >= at_least and all(map(item, v))
+        item = fresh("v")
+        lines.append(f"{pad}if not isinstance({var}, list) or len({var}) < {many.at_least}: return False")
+        lines.append(f"{pad}for {item} in {var}:")
+        _emit(many.spec, item, depth + 1, lines, consts, names)
     elif isinstance(spec, Each):
-        each = _matcher(spec.spec)
-
-        def match(v: Any) -> bool:
-            return isinstance(v, dict) and all(map(each, v.values()))
-    elif spec is int:  # the common leaves, inline
-        def match(v: Any) -> bool:
-            return type(v) is int and 0 <= v < _MAX_INT
+        item = fresh("v")
+        lines.append(f"{pad}if not isinstance({var}, dict): return False")
+        lines.append(f"{pad}for {item} in {var}.values():")
+        _emit(spec.spec, item, depth + 1, lines, consts, names)
+    elif spec is int:  # a JSON integer in [0, 2**62): not bool, not float
+        lines.append(f"{pad}if type({var}) is not int or not 0 <= {var} < _MAX_INT: return False")
+    elif isinstance(spec, Text) and spec.pattern in _PLAIN_TESTS:  # the common patterns without a regex
+        lines.append(f"{pad}if not isinstance({var}, str) or not ({_PLAIN_TESTS[spec.pattern].format(var)}): return False")
     elif isinstance(spec, Text):
-        pattern = re.compile(spec.pattern)
-
-        def match(v: Any) -> bool:
-            return isinstance(v, str) and pattern.fullmatch(v) is not None
+        pattern = fresh("p")
+        consts[pattern] = re.compile(spec.pattern).fullmatch
+        lines.append(f"{pad}if not isinstance({var}, str) or {pattern}({var}) is None: return False")
     else:
-        def match(v: Any) -> bool:
-            return _leaf_problem(v, spec) is None
-    return match
+        leaf = fresh("s")
+        consts[leaf] = spec
+        lines.append(f"{pad}if _leaf_problem({var}, {leaf}) is not None: return False")
+    if lines[-1].endswith(":"):  # a loop or an optional field with nothing to check
+        lines.append(f"{pad}    pass")
 
 
 _MATCHERS: dict[int, tuple[Any, Callable[[Any], bool]]] = {}  # id(spec) -> (spec, its matcher): specs live on
@@ -311,10 +335,10 @@ class Manifest:
                     n_tokens=int(s["n_tokens"]),
                     sources=list(s.get("sources", [])),
                     formats={
-                        f: [ShardInfo.from_json(sh) for sh in entry["shards"]]
+                        f: [ShardInfo.from_checked(sh) for sh in entry["shards"]]
                         for f, entry in s.get("formats", {}).items()
                     },
-                    provenance=([ShardInfo.from_json(sh) for sh in s["provenance"]["shards"]]
+                    provenance=([ShardInfo.from_checked(sh) for sh in s["provenance"]["shards"]]
                                 if "provenance" in s else None),
                 )
                 for name, s in obj["splits"].items()
@@ -342,8 +366,11 @@ def write_manifest(store: Any, manifest: Manifest) -> None:
     (location(store) / MANIFEST_NAME).write_bytes(data)
 
 
-def read_manifest(store: Any) -> Manifest:
-    """Read and validate ``<store>/manifest.json`` (local or ``s3://``: one GET); a clear error if it is not a store."""
+def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
+    """Read and validate ``<store>/manifest.json`` (local or ``s3://``: one GET); a clear error if it is not a store.
+
+    ``check_paths=False``: the caller checks that every file path stays inside the store itself
+    (``check_table_paths``; ``open_store`` does it with the size check's own ``lstat``)."""
     from lmdata.io.location import Location, location
 
     loc = location(store, flag="store")
@@ -367,16 +394,26 @@ def read_manifest(store: Any) -> Manifest:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LmdataError(f"{manifest_loc}: not valid JSON ({exc}); re-run the ingest with --overwrite") from exc
     manifest = Manifest.from_json(obj, where=str(manifest_loc))
-    for split, info in manifest.splits.items():
-        tables = {**info.formats, **({PROVENANCE_DIR: info.provenance} if info.provenance is not None else {})}
-        for fmt, shards in tables.items():
-            names = [f.path for shard in shards for f in shard.files]
-            if loc.remote:  # no symlinks on object storage: the relative path is the check
-                for name in names:
-                    _refuse_escape(loc, name)
-            else:
-                _check_inside(loc.local_path, loc.local_path / split / fmt, names)
+    if check_paths:
+        for split, info in manifest.splits.items():
+            for table, shards in tables(info).items():
+                check_table_paths(loc, split, table, shards)
     return manifest
+
+
+def tables(info: SplitInfo) -> dict[str, list[ShardInfo]]:
+    """A split's tables of shards: each format's, and its provenance's (when it has one)."""
+    return {**info.formats, **({PROVENANCE_DIR: info.provenance} if info.provenance is not None else {})}
+
+
+def check_table_paths(loc: Any, split: str, table: str, shards: list[ShardInfo]) -> None:
+    """Every file of ``shards`` (``<store>/<split>/<table>``) stays inside the store, else an error naming it."""
+    names = [f.path for shard in shards for f in shard.files]
+    if loc.remote:  # no symlinks on object storage: the relative path is the check
+        for name in names:
+            _refuse_escape(loc, name)
+    else:
+        _check_inside(loc.local_path, loc.local_path / split / table, names)
 
 
 def _check_inside(store: Path, base: Path, names: list[str]) -> None:

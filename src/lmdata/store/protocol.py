@@ -94,6 +94,8 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "ShardInfo":
+        """A shard entry from JSON nothing has checked (a completion record): a count that is no
+        integer is a ValueError or TypeError."""
         files = [FileInfo(path=f["path"], bytes=int(f["bytes"]), sha256=f["sha256"]) for f in obj.get("files", [])]
         return cls(
             name=obj["name"],
@@ -104,6 +106,14 @@ class ShardInfo:
             files=files,
             extra=dict(obj.get("extra", {})),
         )
+
+    @classmethod
+    def from_checked(cls, obj: dict[str, Any]) -> "ShardInfo":
+        """A shard entry the manifest's schema has checked (its counts are integers already): no
+        conversions, positional fields (35,284 entries of an 11,761-shard manifest)."""
+        files = [FileInfo(f["path"], f["bytes"], f["sha256"]) for f in obj.get("files", ())]
+        return cls(obj["name"], obj["n_docs"], obj["n_tokens"], obj["first_doc"], obj["first_token"], files,
+                   dict(obj.get("extra", ())))
 
 
 class FormatWriter(Protocol):

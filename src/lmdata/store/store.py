@@ -26,8 +26,8 @@ from lmdata.io.cache import keyed_dir
 from lmdata.io.location import Location, location
 from lmdata.store import readlock
 from lmdata.store.checksum import check_sizes
-from lmdata.store.layout import TOKENIZER_DIR
-from lmdata.store.manifest import Manifest, read_manifest
+from lmdata.store.layout import PROVENANCE_DIR, TOKENIZER_DIR
+from lmdata.store.manifest import Manifest, check_table_paths, read_manifest
 from lmdata.store.registry import get_format
 from lmdata.store.protocol import FormatReader
 
@@ -165,7 +165,7 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     loc = location(path, flag="store")
     # before the read: a replaced manifest is then noticed (local stores; a remote one has no readers' lock)
     manifest_id = None if loc.remote else readlock.manifest_identity(loc.local_path)
-    manifest = read_manifest(loc)
+    manifest = read_manifest(loc, check_paths=loc.remote)  # local: below, with the sizes
     if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
         raise LmdataError(
             f"{loc}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "
@@ -179,8 +179,10 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
                     f"{loc}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
                     f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
                 )
-            if not loc.remote:
+            if not loc.remote:  # one lstat a file: its size, and no symlink out of the store
                 check_sizes(loc.local_path / split / fmt, shards)
+        if not loc.remote and info.provenance is not None:
+            check_table_paths(loc, split, PROVENANCE_DIR, info.provenance)
     return Store(loc, manifest, manifest_id)
 
 
