@@ -200,3 +200,29 @@ def test_block_checks_use_isal_crc32_and_refuse_a_function_that_answers_otherwis
     finally:
         d.use_crc32(d._isal_crc32())
     assert _window_check(tmp_path, flip=False) == -1 and _window_check(tmp_path, flip=True) == 0
+
+
+def test_the_descriptor_table_is_grown_once_even_when_the_pool_reaches_the_limit(tmp_path):
+    """A pool of the limit less its reserve reaches the last descriptor (4,096: a floor of 1,024 and a
+    pool of 3,072): the table is grown to it in one try, not retried (a failed dup2) at every open."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"hard open-file limit {hard} < 4096")
+    paths = _files(tmp_path, d.LOW_DESCRIPTORS // 4 + 8)
+    code = textwrap.dedent(f"""
+        import os, resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        import lmdata.io.descriptors as d
+        d.RAISE_SOFT_TO = 4096
+        tries = []
+        grow = d._expand_table
+        d._expand_table = lambda fd, top: tries.append(top) or grow(fd, top)
+        pool = d.descriptors()
+        for p in {paths!r}:
+            pool.get(p)
+        print(pool.floor + pool.size, tries)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "4096 [4095]", out.stdout + out.stderr

@@ -106,3 +106,37 @@ def test_a_store_of_more_shards_than_a_quarter_of_the_limit_keeps_every_shard_op
     assert done.returncode == 0, done.stderr[-3000:]
     shards, held, closed = map(int, done.stdout.split())
     assert (shards, held, closed) == (n, n, 0)
+
+
+PAST = textwrap.dedent("""
+    import glob, os, resource, sys
+    import numpy as np
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))  # a pool of 64; a batch opens up to 32 besides
+    from lmdata.io.descriptors import descriptors
+    from lmdata.store import open_store
+    store = sys.argv[1]
+    reader = open_store(store).reader("train", "memmap")
+    files = sorted(glob.glob(os.path.join(store, "train", "memmap", "tokens-*.bin")))
+    tokens = np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files])
+    starts = np.random.default_rng(0).permutation(len(tokens) - 40)[:3000]
+    for k in range(0, len(starts), 16):  # a first pass: every shard met, the pool full early
+        reader.windows(np.sort(starts[k:k + 16]), 40)
+    pool = descriptors()
+    epoch, same = pool.epoch, True
+    for k in range(0, len(starts), 16):  # a second: the shards past the pool opened per batch, closed after
+        got = reader.windows(np.sort(starts[k:k + 16]), 40)
+        same &= bool((got == tokens[np.sort(starts[k:k + 16])[:, None] + np.arange(40)]).all())
+    print(len(reader.shards), pool.size, len(pool.fds), pool.epoch - epoch, same, len(os.listdir("/proc/self/fd")))
+""")
+
+
+def test_past_the_pool_a_batch_opens_what_it_misses_and_the_pool_keeps_what_it_holds(many_shards):
+    """Under a limit far below the shard count (128 descriptors, 1,000+ shards), once every shard has been
+    met the pool closes nothing (its epoch stands), every window is the shard files' bytes, and the
+    descriptors a batch opened are closed after it."""
+    done = subprocess.run([sys.executable, "-c", PAST, str(many_shards)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards, size, held, closed, same, open_now = done.stdout.split()
+    assert int(shards) > 10 * int(size) and int(held) == int(size)
+    assert (closed, same) == ("0", "True")
+    assert int(open_now) <= int(size) + 16  # the pool's own, the interpreter's few: none left from a batch

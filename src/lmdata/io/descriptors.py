@@ -124,7 +124,8 @@ class Descriptors:
                     raise
                 self.close_half()  # something else took descriptors since the pool was sized
         if self.floor and not self.expanded and len(self.fds) >= LOW_DESCRIPTORS // 4:
-            self.expanded = _expand_table(fd, self.floor + self.size)  # before the table's growth at 256
+            _expand_table(fd, self.floor + self.size - 1)  # before the table's growth at 256
+            self.expanded = True  # tried once: a failure (no room) is not retried at every open
         if self.floor and fd < self.floor and len(self.fds) >= LOW_DESCRIPTORS:
             try:
                 high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, self.floor)
@@ -146,7 +147,8 @@ class Descriptors:
         if self.floor and not self.expanded and held + n >= LOW_DESCRIPTORS // 4:
             fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                self.expanded = _expand_table(fd, self.floor + self.size)
+                _expand_table(fd, self.floor + self.size - 1)
+                self.expanded = True
             finally:
                 os.close(fd)
         return self.floor, max(0, LOW_DESCRIPTORS - held) if self.floor else n
@@ -175,7 +177,8 @@ class Descriptors:
 
 
 def _expand_table(fd: int, top: int) -> bool:
-    """Grow the process's descriptor table to hold ``top`` at once (a ``dup2`` there, closed again).
+    """Grow the process's descriptor table to hold descriptor ``top`` at once (a ``dup2`` there, closed
+    again; False where ``top`` is at or past the limit).
 
     The kernel grows the table by doubling, and in a process with threads each growth waits for
     an RCU grace period: ~7 ms here, paid at 256, 1024, 2048, ... descriptors as the pool fills
