@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scale.py                                   # 10 M, 100 M, 1 G tokens
     .venv/bin/python bench/scale.py --sizes 10M,100M --readme bench/README.md
-    .venv/bin/python bench/scale.py --shards                          # 6 vs 111 vs 1,150 shards
+    .venv/bin/python bench/scale.py --shards                          # 6 vs 114 vs 1,160 vs 11,761 shards
 
 Stores are ``--corpus`` (../shared/corpus/english-prose.txt, ~5.7 M tokens at vocab 8,192)
 tiled N times and ingested into memmap, Parquet and Lance in one pass, cached under
@@ -293,7 +293,8 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     few, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 20_000_000)  # the same tokens as big and many
     big, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 1 << 20)
     many, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 100_000)
-    stores = (("small", small), ("few", few), ("big", big), ("many", many))
+    huge, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 10_000)  # the shard count of a 10 B-token run
+    stores = (("small", small), ("few", few), ("big", big), ("many", many), ("huge", huge))
     rows = []
     for fmt in args.formats:
         # this box keeps ~2 GB of page cache: the four stores of one format (and Parquet's decoded
@@ -317,23 +318,24 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
     head = (f"| format | workers | {n_shards(small)} shards, {n_tokens(small) / 1e6:.1f} M | "
             f"{n_shards(few)} shards, {n_tokens(few) / 1e6:.0f} M | "
             f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
+            f"{n_shards(huge):,} shards, {n_tokens(huge) / 1e6:.0f} M | "
             "default / size, steady (small) | default / size, first 50 batches (big) | "
-            "after each shard's first touch: few / big / many | a shard's first touch, us: few / big / many |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "after each shard's first touch: few / big / many / huge | a shard's first touch, us: few / big / many / huge |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def vs(r: dict, name: str) -> str:  # against the 6 shards of the same tokens, then the small store
         return f"{r[name] / 1e6:.1f} ({r[name] / r['few']:.2f}x; {r[name] / r['small']:.2f}x)"
 
     for r in rows:
         if r.get("few_touched"):
-            touched = (f"{r['few_touched'] / 1e6:.1f} / {r['big_touched'] / 1e6:.1f} "
-                       f"({r['big_touched'] / r['few_touched']:.2f}x) / {r['many_touched'] / 1e6:.1f} "
-                       f"({r['many_touched'] / r['few_touched']:.2f}x)")
-            touch = f"{r['few_touch_us']:.0f} / {r['big_touch_us']:.0f} / {r['many_touch_us']:.0f}"
+            touched = f"{r['few_touched'] / 1e6:.1f}" + "".join(
+                f" / {r[f'{n}_touched'] / 1e6:.1f} ({r[f'{n}_touched'] / r['few_touched']:.2f}x)"
+                for n in ("big", "many", "huge"))
+            touch = " / ".join(f"{r[f'{n}_touch_us']:.0f}" for n in ("few", "big", "many", "huge"))
         else:
             touched = touch = "— (0 workers only)"
         lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | {r['few'] / 1e6:.1f} | "
-                     f"{vs(r, 'big')} | {vs(r, 'many')} | "
+                     f"{vs(r, 'big')} | {vs(r, 'many')} | {vs(r, 'huge')} | "
                      f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x | {touched} | {touch} |")
     return "\n".join(lines), rows
 
@@ -375,7 +377,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=1, help="run each cell N times, keep its best (a shared box)")
-    ap.add_argument("--shards", action="store_true", help="the 6 / 111 / 1,150-shard table instead of the scale curve")
+    ap.add_argument("--shards", action="store_true", help="the 6 / 114 / 1,160 / 11,761-shard table instead of the scale curve")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale' or '## Store size' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()

@@ -1,9 +1,9 @@
-"""What a store's shard count costs apart from its size: the same tokens as 6, ~114 and ~1,160 shards.
+"""What a store's shard count costs apart from its size: the same tokens as 6, ~114, ~1,160 and ~11,761 shards.
 
     .venv/bin/python bench/shard_count.py                 # english-prose.txt x20: ~118 M tokens
     .venv/bin/python bench/shard_count.py --readme bench/README.md
 
-Per store (``--corpus`` tiled ``--tiles`` times, shards of 20 M, 1 Mi and 100,000 tokens; the
+Per store (``--corpus`` tiled ``--tiles`` times, shards of 20 M, 1 Mi, 100,000 and 10,000 tokens; the
 stores of ``bench/scale.py``, cached under ``--work``), in a fresh process each, once every
 block has been checked (steady state, warm page cache): the memmap reader's own rate on
 shuffled 32 x 1,025-token windows (``reader.windows``, no loader), and raw positional reads of
@@ -25,7 +25,7 @@ from pathlib import Path
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
 from scale import ensure_store, n_shards, n_tokens, warm_page_cache
 
-SHARD_TOKENS = (20_000_000, 1 << 20, 100_000)
+SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
 
 _CELL = """
 import glob, json, os, sys, time
@@ -48,6 +48,8 @@ def median_rate(read):
         times.append(time.perf_counter() - t)
     return B * (L + 1) / float(np.median(times))
 lmdata = median_rate(lambda s: reader.windows(s, L + 1))
+from lmdata.io.descriptors import descriptors
+descriptors().close_all()  # the reader's descriptors: the raw reads open their own, one a file
 files = sorted(glob.glob(os.path.join(store, "train", "memmap", "tokens-*.bin")))
 fds = np.array([os.open(f, os.O_RDONLY) for f in files], dtype=np.int32)
 size = np.array([os.path.getsize(f) for f in files], dtype=np.int64)
