@@ -40,3 +40,60 @@ def test_an_input_named_like_the_error_slot_is_a_file_like_any_other(tmp_path, m
     hashes = BackgroundHashes({"train": SplitSource(SourceSpec(("error",)))})
     (record,) = hashes.describe_all([location("error")])
     assert record == describe(location("error"))
+
+
+def _text(tmp_path, n=4000):
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"document {i} says something about the weather, line {i % 7}\n\n" for i in range(n)))
+    return path
+
+
+def test_a_fresh_ingest_writes_shards_while_its_input_is_hashed(tmp_path, tokenizer_dir, monkeypatch):
+    """The plan is written pending (sha256 null) before any shard, the shards are written without waiting
+    for the hash, and the plan and the manifest end with the input's sha256."""
+    import hashlib
+    import json
+    import time
+
+    import lmdata.ingest.output as output
+    from lmdata.ingest import ingest
+
+    text, out, seen = _text(tmp_path), tmp_path / "store", {}
+    real = output.describe
+
+    def slow(path, stop=None):  # the hash waits (up to 20 s) for a shard's completion record
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not list(out.glob("train/memmap/_shards/*.json")):
+            time.sleep(0.01)
+        seen["shard_first"] = bool(list(out.glob("train/memmap/_shards/*.json")))
+        seen["plan"] = json.loads((out / "ingest-plan.json").read_text())["splits"]["train"]["sources"]
+        return real(path, stop)
+
+    monkeypatch.setattr(output, "describe", slow)
+    ingest({"train": SourceSpec((str(text),))}, tokenizer_dir, out, formats=["memmap"], shard_tokens=2000,
+           workers=2, progress=False, log=None)
+    sha = hashlib.sha256(text.read_bytes()).hexdigest()
+    assert seen["shard_first"] and seen["plan"] == [{"path": str(text), "bytes": text.stat().st_size, "sha256": None}]
+    for doc in ("ingest-plan.json", "manifest.json"):
+        assert json.loads((out / doc).read_text())["splits"]["train"]["sources"][0]["sha256"] == sha
+
+
+def test_a_store_interrupted_before_its_inputs_were_hashed_is_not_resumed(tmp_path, tokenizer_dir):
+    import json
+
+    import pytest
+
+    from lmdata.errors import LmdataError
+    from lmdata.ingest import ingest
+
+    text, out = _text(tmp_path, 800), tmp_path / "store"
+    args = ({"train": SourceSpec((str(text),))}, tokenizer_dir, out)
+    ingest(*args, formats=["memmap"], shard_tokens=2000, workers=1, progress=False, log=None)
+    (out / "manifest.json").unlink()  # interrupted: shards, a plan, no manifest
+    plan = json.loads((out / "ingest-plan.json").read_text())
+    plan["splits"]["train"]["sources"][0]["sha256"] = None  # ...before its input was hashed
+    (out / "ingest-plan.json").write_text(json.dumps(plan))
+    with pytest.raises(LmdataError, match="interrupted before its inputs were hashed.*--overwrite"):
+        ingest(*args, formats=["memmap"], shard_tokens=2000, workers=1, progress=False, log=None, resume=True)
+    res = ingest(*args, formats=["memmap"], shard_tokens=2000, workers=1, progress=False, log=None, overwrite=True)
+    assert res.splits["train"].tokens > 0 and (out / "manifest.json").is_file()

@@ -38,6 +38,7 @@ from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
 from lmdata.ingest.splits import SplitSource, plan_splits
 from lmdata.sources import SourceSpec, expand, iter_documents
+from lmdata.store.layout import PLAN_NAME
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
 from lmdata.store.provenance import ProvenanceWriter
 from lmdata.store.registry import BUILTIN_FORMATS
@@ -155,9 +156,16 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
             for cls in writer_classes.values() if hashes is not None else ():  # while this process hashes the inputs
                 getattr(cls, "prepare", lambda dtype: None)(np.dtype(dtype))  # RecordedShardWriter.prepare
-            plan_json = output.make_plan(plan, tok.hash, dtype, shard_tokens, formats,
-                                         getattr(runner, "describe_all", None) or hashes.describe_all)
+            def build(describe_all: Callable) -> dict[str, Any]:
+                return output.make_plan(plan, tok.hash, dtype, shard_tokens, formats, describe_all)
+
+            # a fresh store's plan is written pending (no sha256 yet) and completed as the hashes come in
+            pending = hashes is not None and not (out / PLAN_NAME).exists()
+            plan_json = build(output.pending_records if pending
+                              else getattr(runner, "describe_all", None) or hashes.describe_all)
             output.check_plan(out, plan_json)
+            if pending:
+                hashes.write_plan_when_hashed(out, build)
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)
             runner.start(store_tok, tok)  # the store's copy is tok's files (or has its hash)
@@ -177,6 +185,10 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             manifest.extra["splits"] = {
                 n: {"text_bytes": r.text_bytes, "replaced": r.replaced} for n, r in result.splits.items()
             }
+            if pending:  # the manifest records each input's sha256: the plan that has them is written first
+                final = hashes.final_plan()
+                for name, info in manifest.splits.items():
+                    info.sources = final["splits"][name]["sources"]
             write_manifest(out, manifest)
             return result
         except LmdataError as exc:
@@ -189,6 +201,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
                 raise
             if fresh:
                 runner.stop()  # its workers read the store's tokenizer copy
+                if hashes is not None:
+                    hashes.stop()  # no plan written into what is removed
                 output.remove_output(out, created)
                 raise
             raise LmdataError(f"{exc}; then rerun with --overwrite: {out} was started from this input, "
