@@ -162,6 +162,15 @@ def _cli(*args: str, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _plan_hashed(out) -> bool:
+    """The ingest's plan holds its inputs' sha256 (a fresh ingest writes them once hashed: resumable from then)."""
+    try:
+        plan = json.loads((out / "ingest-plan.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(src["sha256"] for split in plan["splits"].values() for src in split["sources"])
+
+
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir):
     args = ["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--shard-tokens", "20000",
             "--no-progress"]
@@ -169,7 +178,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir
     proc = _cli(*args, "--out", str(out), "--workers", "1")
     records = out / "train" / "memmap" / "_shards"  # (Lance records a fragment only when it closes)
     deadline = time.monotonic() + 60
-    while len(list(records.glob("*.json"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while (len(list(records.glob("*.json"))) < 3 or not _plan_hashed(out)) and proc.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.01)
     # while it runs, a second ingest into the same store is refused by the lock
     with pytest.raises(LmdataError, match="another ingest is writing this store"):

@@ -5,7 +5,10 @@ by the kernel when the process dies, so a SIGKILLed ingest never leaves a stale 
 Before any shard it writes ``<store>/ingest-plan.json``: everything that decides the
 bytes of the store (tokenizer hash, dtype, shard size, formats, each split's sources
 with their sha256 and how they are cut). ``--resume`` continues only a store whose plan
-is identical, which is what makes a resumed store equal to an uninterrupted one.
+is identical, which is what makes a resumed store equal to an uninterrupted one. A fresh
+ingest writes it with the sha256s null and rewrites it once its inputs are hashed
+(``BackgroundHashes``), so encoding does not wait for a pass over the input; a store whose
+plan is still pending is refused by ``--resume`` (``--overwrite`` starts it over).
 
 States of ``<store>`` and what each flag does::
 
