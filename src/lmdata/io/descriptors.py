@@ -123,9 +123,8 @@ class Descriptors:
                                           "raise the open-file limit (ulimit -n)") from None
                     raise
                 self.close_half()  # something else took descriptors since the pool was sized
-        if self.floor and not self.expanded and len(self.fds) >= LOW_DESCRIPTORS // 4:
-            _expand_table(fd, self.floor + self.size - 1)  # before the table's growth at 256
-            self.expanded = True  # tried once: a failure (no room) is not retried at every open
+        if len(self.fds) >= LOW_DESCRIPTORS // 4:
+            self._grow_table(fd)  # before the table's growth at 256
         if self.floor and fd < self.floor and len(self.fds) >= LOW_DESCRIPTORS:
             try:
                 high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, self.floor)
@@ -147,11 +146,17 @@ class Descriptors:
         if self.floor and not self.expanded and held + n >= LOW_DESCRIPTORS // 4:
             fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                _expand_table(fd, self.floor + self.size - 1)
-                self.expanded = True
+                self._grow_table(fd)
             finally:
                 os.close(fd)
         return self.floor, max(0, LOW_DESCRIPTORS - held) if self.floor else n
+
+    def _grow_table(self, fd: int) -> None:
+        """The descriptor table grown at once to the pool's top (``_expand_table``), tried once: a failure
+        (no room below the limit) is not retried at every open."""
+        if self.floor and not self.expanded:
+            _expand_table(fd, self.floor + self.size - 1)
+            self.expanded = True
 
     def adopt(self, path: str, fd: int) -> None:
         """Hold ``fd``, opened on ``path`` after ``reserve`` (``path`` not held yet)."""
@@ -176,9 +181,9 @@ class Descriptors:
             os.close(self.fds.popitem()[1])
 
 
-def _expand_table(fd: int, top: int) -> bool:
+def _expand_table(fd: int, top: int) -> None:
     """Grow the process's descriptor table to hold descriptor ``top`` at once (a ``dup2`` there, closed
-    again; False where ``top`` is at or past the limit).
+    again; nothing where ``top`` is at or past the limit).
 
     The kernel grows the table by doubling, and in a process with threads each growth waits for
     an RCU grace period: ~7 ms here, paid at 256, 1024, 2048, ... descriptors as the pool fills
@@ -187,9 +192,8 @@ def _expand_table(fd: int, top: int) -> bool:
     try:
         os.dup2(fd, top, inheritable=False)
     except OSError:
-        return False
+        return
     os.close(top)
-    return True
 
 
 _local = threading.local()  # one pool per thread: a descriptor is never closed under another thread's read

@@ -64,7 +64,6 @@ class RawWindows:
     # a thread's descriptor pool -> [the pool's epoch it is valid for, shard -> its descriptor there]
     _fds_of = per_process(lambda self: weakref.WeakKeyDictionary())
     _opened_all = per_process(lambda self: False)  # the first batch's ``_first_touch`` of the split is done
-    _encoded_paths = per_process(lambda self: {})  # a source's path -> its bytes (``_read_past_the_pool``)
     _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
 
     def _open_tokens(self, i: int) -> RawFile | np.ndarray:
@@ -246,7 +245,6 @@ class RawWindows:
         shard, _, _ = self._pieces(starts, length)
         missing = np.unique(shard[fd_of[shard] < 0]).tolist()
         sources, held, mode, check = self._sources, pool.fds, self._mode, self.verify != "size"
-        encoded = self._encoded_paths
         todo, paths = [], []
         for i in missing:
             source = sources[i]
@@ -256,11 +254,8 @@ class RawWindows:
             if fd is not None:
                 fd_of[i] = fd  # held, and valid while the pool's epoch stands (``_thread_fds``)
                 continue
-            path = encoded.get(source.path)
-            if path is None:
-                path = encoded[source.path] = os.fsencode(source.path)
             todo.append(i)
-            paths.append(path)
+            paths.append(os.fsencode(source.path))
         n = len(todo)
         fds, status = np.full(n, -1, dtype=np.int32), np.ones(n, dtype=np.int8)
         try:
