@@ -1,4 +1,4 @@
-"""Raw token files read with positional reads: nothing mapped, lost files named or remade."""
+"""Raw token files read out of mappings or with positional reads: the same windows, lost files named or remade."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ def _starts(syn, n=200, length=1025, seed=0):
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["C", "python"])
 @pytest.mark.parametrize("fmt", ["memmap", "parquet"])
-def test_windows_map_nothing_and_hold_no_descriptor_per_shard(make_store, fmt, compiled, monkeypatch):
-    """The same windows whether the C reader is built or not (an install without a compiler)."""
+def test_windows_are_the_same_mapped_or_read(make_store, fmt, compiled, monkeypatch):
+    """The same windows whether the C reader is built or not (an install without a compiler: nothing is
+    mapped); built, each shard is mapped once, read-only, and no descriptor is held per mapping."""
     from lmdata.store.formats import raw_windows
 
     if not compiled:
+        monkeypatch.setattr(raw_windows, "read_mapped", None)
         monkeypatch.setattr(raw_windows, "read_windows", None)
         monkeypatch.setattr(raw_windows, "read_batch", None)
         monkeypatch.setattr(raw_windows, "preads", None)
@@ -37,8 +39,15 @@ def test_windows_map_nothing_and_hold_no_descriptor_per_shard(make_store, fmt, c
     starts = _starts(syn)
     for verify_pass in range(2):  # the first checks every block it reads, the second reads checked blocks
         np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    ours = {os.path.realpath(s.path) for s in reader._sources if isinstance(s, raw_windows.RawFile)}
+    assert len(ours) == len(reader.shards)
     with open("/proc/self/maps") as fh:
-        assert not [line for line in fh if ".bin" in line]  # no shard or decoded copy is mapped
+        mapped = [line.split() for line in fh if line.split()[-1] in ours]
+    if compiled:
+        assert len({m[-1] for m in mapped}) == len(mapped) == len(reader.shards)  # each shard (or its decoded copy) mapped once
+        assert all(m[1].startswith("r") and "w" not in m[1] for m in mapped)  # read-only
+    else:
+        assert not mapped
     assert len(descriptors().fds) <= descriptors().size
 
 
@@ -186,12 +195,21 @@ def test_a_reader_opens_every_copy_on_the_machine_at_its_first_batch(make_store,
     np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
 
 
+@pytest.mark.parametrize("mapped", [True, False], ids=["read_mapped", "read_batch"])
 @pytest.mark.parametrize("verify", ["first-use", "size"])
-def test_once_its_shards_are_open_a_batch_is_one_c_call(make_store, verify, monkeypatch):
-    """``read_batch`` finds the pieces itself: the NumPy piece path runs only while shards are opened."""
+def test_once_its_shards_are_open_a_batch_is_one_c_call(make_store, verify, mapped, monkeypatch):
+    """``read_mapped`` and ``read_batch`` find the pieces themselves: the NumPy piece path runs only while
+    shards are opened (and mapped)."""
+    from lmdata.store.formats import raw_windows
+
+    if not mapped:
+        monkeypatch.setattr(raw_windows, "read_mapped", None)
     syn = make_store(["memmap"], shard_tokens=2_000)
     reader = open_store(syn.path).reader("train", "memmap", verify=verify)
     reader.windows(_starts(syn, n=2), 1025)  # the first batch opens every shard
+    reader.windows(np.asarray(reader._shard_bounds[:-1], dtype=np.int64), 1)  # and the next maps them
+    if mapped:
+        assert (reader._mappings.bases != 0).all()
     calls = []
     real = reader._pieces
     monkeypatch.setattr(reader, "_pieces", lambda *a: calls.append(1) or real(*a))
@@ -201,3 +219,69 @@ def test_once_its_shards_are_open_a_batch_is_one_c_call(make_store, verify, monk
     assert not calls
     if verify == "first-use":
         assert reader._done.any()
+
+
+def test_a_shard_cut_short_under_its_mapping_is_an_error_naming_it(make_store):
+    """The copy out of a mapping meets a file truncated since (SIGBUS, caught in C): the ``pread`` path
+    then names the file, and the process lives on."""
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = np.arange(0, len(syn.stream) - 1025, 500)  # every shard
+    for _ in range(2):  # opened, then mapped
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert (reader._mappings.bases != 0).all()
+    victim = sorted((syn.path / "train" / "memmap").glob("tokens-*.bin"))[1]
+    os.truncate(victim, 16)
+    with pytest.raises(LmdataError, match=rf"{victim.name}.*(shorter than the manifest|went missing|lmdata verify)"):
+        reader.windows(starts, 1025)
+    ok = starts[starts + 1025 <= reader._shard_bounds[1]]  # the first shard is whole: still read
+    np.testing.assert_array_equal(reader.windows(ok, 1025), _expected(syn, ok, 1025))
+
+
+def test_past_the_mapping_limit_shards_are_read_by_pread(make_store, monkeypatch):
+    from lmdata.io import mappings
+
+    monkeypatch.setattr(mappings, "MAX_MAPPINGS", mappings._live[0] + 3)
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    for seed in range(4):
+        starts = _starts(syn, seed=seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert 0 < np.count_nonzero(reader._mappings.bases) <= 3
+
+
+def test_a_reader_collected_unmaps_its_shards(make_store):
+    import gc
+
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = np.arange(0, len(syn.stream) - 1025, 500)
+    for _ in range(2):
+        reader.windows(starts, 1025)
+    files = {os.path.realpath(s.path) for s in reader._sources}
+
+    def mapped() -> int:
+        with open("/proc/self/maps") as fh:
+            return sum(line.split()[-1] in files for line in fh)
+
+    assert mapped() == len(files)
+    del reader
+    gc.collect()
+    assert mapped() == 0
+
+
+def test_lmdata_map_shards_0_reads_with_pread_and_maps_nothing(make_store, monkeypatch):
+    from lmdata.io import mappings
+
+    monkeypatch.setattr(mappings, "_switch", [])
+    monkeypatch.setenv("LMDATA_MAP_SHARDS", "0")
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    for seed in range(3):
+        starts = _starts(syn, seed=seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert not reader._mappings.bases.any()
+    monkeypatch.setattr(mappings, "_switch", [])
+    monkeypatch.setenv("LMDATA_MAP_SHARDS", "yes")
+    with pytest.raises(LmdataError, match=r"LMDATA_MAP_SHARDS='yes': give 1 .* or 0"):
+        reader.windows(starts, 1025)

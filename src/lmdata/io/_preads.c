@@ -17,7 +17,8 @@
  * the caller's Python path then names the block or recovers.
  *
  * open_shards(...) opens many shards at once for their first touch (_open_shards.c); read_batch(...)
- * reads a batch of windows from their starts, the pieces found in C (_read_batch.c).
+ * reads a batch of windows from their starts, the pieces found in C (_read_batch.c); map_files and
+ * read_mapped do it out of read-only mappings (_mapped.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -232,6 +233,7 @@ static PyObject *span_crcs(PyObject *self, PyObject *args) {
 
 #include "_open_shards.c"
 #include "_read_batch.c"
+#include "_mapped.c"
 
 static PyMethodDef methods[] = {
     {"use_crc32", use_crc32, METH_VARARGS,
@@ -242,6 +244,11 @@ static PyMethodDef methods[] = {
      "open_shards(paths, sidecars, sizes, floor, low_left, fds, crcs, crc_at, raw, raw_at, status): first touches"},
     {"read_batch", read_batch, METH_VARARGS,
      "read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)"},
+    {"map_files", map_files, METH_VARARGS,
+     "map_files(paths, fds, sizes, nofollow, bases) -> None; bases[k]: the read-only mapping's address (0: none)"},
+    {"unmap", unmap, METH_VARARGS, "unmap(bases, sizes) -> None; the mappings map_files made"},
+    {"read_mapped", read_mapped, METH_VARARGS,
+     "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},
     {"span_crcs", span_crcs, METH_VARARGS,
      "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,
