@@ -8,8 +8,9 @@ stores of ``bench/scale.py``, cached under ``--work``), in a fresh process each,
 block has been checked (steady state, warm page cache): the memmap reader's own rate on
 shuffled 32 x 1,025-token windows (``reader.windows``, no loader), and raw positional reads of
 the same windows from the same files (``io._preads.preads`` over one descriptor per file: no
-lmdata code), each the median batch of ``--batches``. The raw column is what the kernel charges
-for the number of files; the gap between the two is lmdata's own per-shard cost.
+lmdata code), each the median batch of ``--batches``. The raw column is what the kernel charges a
+reader by ``pread`` for the number of files; lmdata copies windows out of mappings
+(``io/_mapped.c``), which pay none of it (``LMDATA_MAP_SHARDS=0``: lmdata by ``pread`` too).
 """
 
 from __future__ import annotations

@@ -7,13 +7,17 @@ Parquet shard decoded with the machine's cache off). They are read here:
 - **opened at once**: a process's first batch opens every shard of the split it can hold
   (``_first_touch``: one ``io._preads.open_shards`` call; up to ``OPEN_AT_ONCE``), so no later
   batch pays a shard's first touch;
-- **with positional reads**, a batch's windows in one call (``io._preads.read_batch``, which
-  finds each window's pieces too, once the batch's shards are open; else ``read_windows`` over
+- **out of mappings**: once the first batch has opened them, every shard is mapped read-only
+  (``io.mappings``; ``_map_opened``, then ``_map_batch`` for the ones a batch meets later) and
+  a batch is one ``io._preads.read_mapped`` call that finds each window's pieces and copies
+  them out (~0.35 us a window at any shard count, against ~1.6 us and more at 1,000+ files for
+  a ``pread``);
+- **with positional reads** for what is not mapped (the first batch, a shard past the mapping
+  limit, ``LMDATA_MAP_SHARDS=0``, an install without the C extension): a batch's windows in one
+  call (``io._preads.read_batch``, once the batch's shards are open; else ``read_windows`` over
   the pieces ``_pieces`` found: C, the GIL released) through the thread's bounded pool of
-  descriptors (each thread its own array of them, ``_thread_fds``): nothing is mapped,
-  so a first touch pays no page fault and the reader's RSS does not grow with the pages it
-  has read (a mapping counted every page-cache folio it touched: ~1.6 GB after 220 batches
-  of a 1 G-token store), and a store of 10,000 shards never meets ``ulimit -n``;
+  descriptors (each thread its own array of them, ``_thread_fds``), so a store of 10,000 shards
+  never meets ``ulimit -n``; a failed block is named, and a lost file named or remade, here;
 - **block-checked once per process**: each 4 KiB block's CRC-32 (``store/blocks.py``) is
   checked the first time this process reads it, against one flat array of expected CRCs
   (each shard's sidecar copied in when the shard is first met). In C, a window holding an
