@@ -285,3 +285,22 @@ def test_lmdata_map_shards_0_reads_with_pread_and_maps_nothing(make_store, monke
     monkeypatch.setenv("LMDATA_MAP_SHARDS", "yes")
     with pytest.raises(LmdataError, match=r"LMDATA_MAP_SHARDS='yes': give 1 .* or 0"):
         reader.windows(starts, 1025)
+
+
+def test_a_cut_short_shard_is_still_named_after_another_sigbus_handler_was_installed(make_store):
+    """A torch DataLoader worker installs its own SIGBUS handler (for its shared memory): the mapped
+    read puts its own back for its copies, so a file cut short is still named, not a crash."""
+    import signal
+
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = np.arange(0, len(syn.stream) - 1025, 500)
+    for _ in range(2):
+        reader.windows(starts, 1025)
+    before = signal.signal(signal.SIGBUS, lambda *a: None)  # replaces ours at the C level
+    try:
+        os.truncate(sorted((syn.path / "train" / "memmap").glob("tokens-*.bin"))[2], 8)
+        with pytest.raises(LmdataError, match=r"tokens-00002\.bin"):
+            reader.windows(starts, 1025)
+    finally:
+        signal.signal(signal.SIGBUS, before if before is not None else signal.SIG_DFL)

@@ -27,7 +27,6 @@
 
 static __thread sigjmp_buf *bus_jump;  /* set while this thread copies out of mappings */
 static struct sigaction bus_before;    /* the handler found when ours was installed */
-static int bus_installed;
 
 /* A file truncated under its mapping raises SIGBUS at the copy: jump back to read_mapped, which
  * reports the window; any other SIGBUS goes to the handler that was there before (restored, and
@@ -39,14 +38,20 @@ static void on_bus(int sig, siginfo_t *info, void *ctx) {
     sigaction(SIGBUS, &bus_before, NULL);
 }
 
-static void install_bus_handler(void) {  /* with the GIL held: once per process */
-    if (bus_installed) return;
+/* With the GIL held, before every batch: ours is put back whenever another handler has replaced it
+ * (a torch DataLoader worker installs its own, for its shared memory, and chains to no one; it is
+ * kept as the one a fault outside our copies goes to). */
+static void install_bus_handler(void) {
+    struct sigaction now;
+    if (sigaction(SIGBUS, NULL, &now) != 0) return;
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_bus) return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_bus;
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;  /* not blocked after the jump: no mask to restore */
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &bus_before) == 0) bus_installed = 1;
+    bus_before = now;
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 static PyObject *map_files(PyObject *self, PyObject *args) {
@@ -64,7 +69,6 @@ static PyObject *map_files(PyObject *self, PyObject *args) {
         names[k] = PyBytes_AS_STRING(p);
     }
     if (ok && names) {
-        install_bus_handler();
         const int32_t *fd = fds.buf;
         const int64_t *size = sizes.buf;
         int64_t *base = bases.buf;
@@ -150,8 +154,9 @@ static Py_ssize_t read_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t
         for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
             if (take <= 0) continue;  /* an empty shard */
-            if (!copy_piece((const char *)(uintptr_t)bases[i], (t - bounds[i]) * itemsize, take * itemsize,
-                            file_bytes[i], block_base[i], done, n_blocks, crcs, dst, check)) {
+            int64_t at = bases[i];  /* read once: another thread may retire it (0) meanwhile */
+            if (!at || !copy_piece((const char *)(uintptr_t)at, (t - bounds[i]) * itemsize, take * itemsize,
+                                   file_bytes[i], block_base[i], done, n_blocks, crcs, dst, check)) {
                 bus_jump = NULL;
                 return j;
             }
@@ -174,11 +179,9 @@ static PyObject *read_mapped(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t n = starts.len / 8, n_shards = bounds.len / 8 - 1, failed = -3;
     const int64_t *s = starts.buf, *b = bounds.buf;
-    int ok = length > 0 && itemsize > 0 && n_shards > 0 && bases.len == n_shards * 8 && modes.len == n_shards
-             && sizes.len == n_shards * 8 && base.len >= n_shards * 8 && crcs.len == done.len * 4
-             && out.len >= n * length * itemsize && b[0] == 0;
-    for (Py_ssize_t j = 0; ok && j < n; j++) ok = s[j] >= 0 && s[j] + length <= b[n_shards];
+    int ok = batch_args_ok(&starts, length, itemsize, &bounds, &bases, 8, &modes, &sizes, &base, &done, &crcs, &out);
     if (ok) {
+        install_bus_handler();
         Py_BEGIN_ALLOW_THREADS
         failed = read_mapped_nogil(n, s, (int64_t)length, itemsize, b, n_shards, bases.buf, modes.buf, sizes.buf,
                                    base.buf, done.buf, done.len, crcs.buf, out.buf, check);

@@ -54,6 +54,22 @@ static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t 
     return -1;
 }
 
+/* What read_batch and read_mapped check before reading: one handle per shard (handle_bytes each: a
+ * descriptor or a mapping's address), modes/sizes/block bases per shard, crcs per block, out large
+ * enough, every window inside the split. */
+static int batch_args_ok(const Py_buffer *starts, long long length, int itemsize, const Py_buffer *bounds,
+                         const Py_buffer *handles, Py_ssize_t handle_bytes, const Py_buffer *modes,
+                         const Py_buffer *sizes, const Py_buffer *base, const Py_buffer *done, const Py_buffer *crcs,
+                         const Py_buffer *out) {
+    Py_ssize_t n = starts->len / 8, n_shards = bounds->len / 8 - 1;
+    const int64_t *s = starts->buf, *b = bounds->buf;
+    int ok = length > 0 && itemsize > 0 && n_shards > 0 && handles->len == n_shards * handle_bytes
+             && modes->len == n_shards && sizes->len == n_shards * 8 && base->len >= n_shards * 8
+             && crcs->len == done->len * 4 && out->len >= n * length * itemsize && b[0] == 0;
+    for (Py_ssize_t j = 0; ok && j < n; j++) ok = s[j] >= 0 && s[j] + length <= b[n_shards];
+    return ok;
+}
+
 static PyObject *read_batch(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer starts, bounds, fds, modes, sizes, base, done, crcs, out;
@@ -64,10 +80,7 @@ static PyObject *read_batch(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t n = starts.len / 8, n_shards = bounds.len / 8 - 1, failed = -3;
     const int64_t *s = starts.buf, *b = bounds.buf;
-    int ok = length > 0 && itemsize > 0 && n_shards > 0 && fds.len == n_shards * 4 && modes.len == n_shards
-             && sizes.len == n_shards * 8 && base.len >= n_shards * 8 && crcs.len == done.len * 4
-             && out.len >= n * length * itemsize && b[0] == 0;
-    for (Py_ssize_t j = 0; ok && j < n; j++) ok = s[j] >= 0 && s[j] + length <= b[n_shards];
+    int ok = batch_args_ok(&starts, length, itemsize, &bounds, &fds, 4, &modes, &sizes, &base, &done, &crcs, &out);
     char *span = ok ? malloc((size_t)(length * itemsize) + 2 * BLOCK) : NULL;
     if (span) {
         Py_BEGIN_ALLOW_THREADS

@@ -65,13 +65,13 @@ def mapping_on() -> bool:
 
 
 _switch: list[bool] = []  # LMDATA_MAP_SHARDS, read once
-_lock = threading.Lock()  # one mapping per shard, whichever thread maps it
+_lock = threading.RLock()  # one mapping per shard, whichever thread maps it (re-entered by a GC'd finalizer)
 _live = [0]  # mappings held by this process's ``Mappings``
 
 
 def _renew_lock() -> None:  # a fork while another thread held it must not leave the child's taken
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -79,14 +79,17 @@ if hasattr(os, "register_at_fork"):
 
 
 def _unmap_all(bases: np.ndarray, sizes: np.ndarray, retired: list) -> None:
+    """A collected ``Mappings``' mappings undone (never at exit: a daemon thread may still copy)."""
     mapped = bases != 0
-    unmap(bases[mapped].copy(), sizes[mapped].copy())
-    _live[0] -= int(mapped.sum())
-    for base, size in retired:
-        unmap(np.array([base], dtype=np.int64), np.array([size], dtype=np.int64))
-    _live[0] -= len(retired)
-    bases[:] = 0
-    retired.clear()
+    if unmap is None or not (mapped.any() or retired):
+        return
+    with _lock:
+        unmap(bases[mapped].copy(), sizes[mapped].copy())
+        for base, size in retired:
+            unmap(np.array([base], dtype=np.int64), np.array([size], dtype=np.int64))
+        _live[0] -= int(mapped.sum()) + len(retired)
+        bases[:] = 0
+        retired.clear()
 
 
 class Mappings:
@@ -97,6 +100,7 @@ class Mappings:
         self.sizes = np.zeros(n_shards, dtype=np.int64)
         self._retired: list[tuple[int, int]] = []
         self._finalizer = weakref.finalize(self, _unmap_all, self.bases, self.sizes, self._retired)
+        self._finalizer.atexit = False  # the process's end unmaps; a daemon thread may still be copying
 
     def __reduce__(self) -> tuple:  # a pickled reader's worker maps its own
         return (Mappings, (len(self.bases),))

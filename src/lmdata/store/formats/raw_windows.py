@@ -43,9 +43,10 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.descriptors import Descriptors, descriptors, open_shards, preads, read_batch, read_into, read_windows
-from lmdata.io.mappings import Mappings, mapping_on, read_mapped
+from lmdata.io.mappings import mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
+from lmdata.store.formats.mapped_windows import MappedWindows
 from lmdata.store.windows import concat_ranges, sorted_unique
 
 
@@ -57,7 +58,7 @@ class RawFile:
     nbytes: int
 
 
-class RawWindows:
+class RawWindows(MappedWindows):
     """Mixin for a ``ShardReader`` whose shards are raw token files (see the module docstring)."""
 
     _sources = per_process(lambda self: [None] * len(self.shards))  # shard -> RawFile or array, once opened here
@@ -69,7 +70,6 @@ class RawWindows:
     # a thread's descriptor pool -> [the pool's epoch it is valid for, shard -> its descriptor there]
     _fds_of = per_process(lambda self: weakref.WeakKeyDictionary())
     _opened_all = per_process(lambda self: False)  # the first batch's ``_first_touch`` of the split is done
-    _mapped_opened = per_process(lambda self: False)  # ``_map_opened`` has run here
     _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
 
     def _open_tokens(self, i: int) -> RawFile | np.ndarray:
@@ -229,63 +229,13 @@ class RawWindows:
         self._read_pieces(shard, lows, nbytes, out)
         return out
 
-    @property
-    def _mappings(self) -> Mappings:
-        """Each shard's read-only mapping in this process (inherited by a forked worker, not pickled)."""
-        maps = self.__dict__.get("_mappings_")
-        if maps is None:
-            maps = self.__dict__["_mappings_"] = Mappings(len(self.shards))
-        return maps
-
-    def _read_mapped(self, starts: np.ndarray, length: int) -> np.ndarray | None:
-        """The windows in one C call out of the shards' mappings (``io._preads.read_mapped``), the batch's
-        shards mapped first if need be (``_map_batch``); None: the ``pread`` paths below (a shard not
-        opened here yet or without its CRCs loaded, in memory, not mappable, or a failed block)."""
-        out = np.empty((len(starts), length), dtype=self.dtype)
-        starts = np.ascontiguousarray(starts)
-        check = self.verify != "size"
-        maps = self._mappings
-        for attempt in range(2):
-            got = read_mapped(starts, length, self.dtype.itemsize, self._bounds64, maps.bases, self._mode,
-                              self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs, out, check)
-            if got != -2 or attempt or not self._map_batch(starts, length, check):
-                break
-        return out if got == -1 else None
-
-    def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
-        """Map the batch's shards that are not yet, each through this thread's descriptor if it holds
-        one; False when one is not opened here yet, has no CRCs loaded (with ``check``), is in memory or
-        cannot be mapped."""
-        maps = self._mappings
-        if self._opened_all and not self._mapped_opened:  # once: every shard the first batch opened, at once
-            self._mapped_opened = True
-            self._map_opened(check)
-        shard, _, _ = self._pieces(starts, length)
-        missing = np.unique(shard[maps.bases[shard] == 0])
-        if not len(missing):
-            return False
-        sources, mode, paths = self._sources, self._mode, []
-        for i in missing.tolist():
-            source = sources[i]
-            if source.__class__ is not RawFile or (check and mode[i] != _FAST):
-                return False
-            paths.append(os.fsencode(source.path))
-        _, fd_of = self._thread_fds()
-        return maps.map(missing.tolist(), paths, fd_of[missing], self._file_bytes()[missing])
-
-    def _map_opened(self, check: bool) -> None:
-        """Map every shard opened here (with ``check``, its CRCs loaded) through this thread's descriptors,
-        in one call: mapped as batches met them instead, a fresh process's first 1,000 batches of an
-        11,761-shard store went through ``_map_batch`` nearly every batch."""
-        _, fd_of = self._thread_fds()
-        ready = (fd_of >= 0) & (self._mappings.bases == 0)
-        if check:
-            ready &= self._mode == _FAST
-        sources = self._sources
-        shards = [i for i in np.flatnonzero(ready).tolist() if sources[i].__class__ is RawFile]
-        if shards:
-            self._mappings.map(shards, [os.fsencode(sources[i].path) for i in shards], fd_of[shards],
-                               self._file_bytes()[shards])
+    def _mappable_path(self, i: int, check: bool) -> bytes | None:
+        """Shard ``i``'s path if it is open here as a file (with ``check``, its CRCs loaded): what
+        ``MappedWindows`` may map; None for a shard not opened yet, in memory, or without CRCs."""
+        source = self._sources[i]
+        if source.__class__ is not RawFile or (check and self._mode[i] != _FAST):
+            return None
+        return os.fsencode(source.path)
 
     def _read_batch(self, starts: np.ndarray, length: int) -> np.ndarray | None:
         """The windows in one C call that finds their pieces too (``io._preads.read_batch``), once every

@@ -1,0 +1,78 @@
+"""Windows copied out of read-only mappings of a split's raw token files: ``RawWindows``' fast path.
+
+Once a process's first batch has opened the split's shards (``RawWindows._first_touch``), every
+one of them is mapped at once (``_map_opened``; ~5 us a shard) and each later batch is one
+``io._preads.read_mapped`` call: no syscall per window, none of the kernel's per-file work that
+a ``pread`` pays (why, and what a mapping costs: ``io.mappings``). A shard a batch meets unmapped
+is mapped then (``_map_batch``); whatever cannot be mapped (not opened yet, in memory, past the
+mapping limit, ``LMDATA_MAP_SHARDS=0``) is left to ``RawWindows``' ``pread`` paths, which also
+name a failed block or a file cut short.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lmdata.io.mappings import Mappings, read_mapped
+from lmdata.io.process_local import per_process
+
+
+class MappedWindows:
+    """Mixin for ``RawWindows`` (which provides ``_mappable_path`` and the split's block state)."""
+
+    _mapped_opened = per_process(lambda self: False)  # ``_map_opened`` has run here
+
+    @property
+    def _mappings(self) -> Mappings:
+        """Each shard's read-only mapping in this process (inherited by a forked worker, not pickled)."""
+        maps = self.__dict__.get("_mappings_")
+        if maps is None:
+            maps = self.__dict__["_mappings_"] = Mappings(len(self.shards))
+        return maps
+
+    def _read_mapped(self, starts: np.ndarray, length: int) -> np.ndarray | None:
+        """The windows in one C call out of the shards' mappings (``io._preads.read_mapped``), the batch's
+        shards mapped first if need be (``_map_batch``); None: the ``pread`` paths below (a shard not
+        opened here yet or without its CRCs loaded, in memory, not mappable, or a failed block)."""
+        out = np.empty((len(starts), length), dtype=self.dtype)
+        starts = np.ascontiguousarray(starts)
+        check = self.verify != "size"
+        maps = self._mappings
+        for attempt in range(2):
+            got = read_mapped(starts, length, self.dtype.itemsize, self._bounds64, maps.bases, self._mode,
+                              self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs, out, check)
+            if got != -2 or attempt or not self._map_batch(starts, length, check):
+                break
+        return out if got == -1 else None
+
+    def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
+        """Map the batch's shards that are not yet, each through this thread's descriptor if it holds
+        one; False when one is not opened here yet, has no CRCs loaded (with ``check``), is in memory or
+        cannot be mapped."""
+        maps = self._mappings
+        if self._opened_all and not self._mapped_opened:  # once: every shard the first batch opened, at once
+            self._mapped_opened = True
+            self._map_opened(check)
+        shard, _, _ = self._pieces(starts, length)
+        missing = np.unique(shard[maps.bases[shard] == 0])
+        if not len(missing):
+            return False
+        paths = [self._mappable_path(i, check) for i in missing.tolist()]
+        if None in paths:
+            return False
+        _, fd_of = self._thread_fds()
+        return maps.map(missing.tolist(), paths, fd_of[missing], self._file_bytes()[missing])
+
+    def _map_opened(self, check: bool) -> None:
+        """Map every shard opened here (with ``check``, its CRCs loaded) through this thread's descriptors,
+        in one call: mapped as batches met them instead, a fresh process's first 1,000 batches of an
+        11,761-shard store went through ``_map_batch`` nearly every batch."""
+        _, fd_of = self._thread_fds()
+        shards, paths = [], []
+        for i in np.flatnonzero((fd_of >= 0) & (self._mappings.bases == 0)).tolist():
+            path = self._mappable_path(i, check)
+            if path is not None:
+                shards.append(i)
+                paths.append(path)
+        if shards:
+            self._mappings.map(shards, paths, fd_of[shards], self._file_bytes()[shards])
