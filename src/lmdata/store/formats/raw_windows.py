@@ -207,7 +207,8 @@ class RawWindows(MappedWindows):
         """Get ready, all at once, the shards of a batch not opened yet (a reader whose shards are fetched)."""
 
     def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        out = self._read_mapped(starts, length) if read_mapped is not None and len(starts) and mapping_on() else None
+        mappable = read_mapped is not None and len(starts) and not getattr(self, "_in_memory", 0) and mapping_on()
+        out = self._read_mapped(starts, length) if mappable else None  # (shards in memory: never mapped)
         if out is not None:
             return out
         out = self._read_batch(starts, length) if read_batch is not None and len(starts) else None
