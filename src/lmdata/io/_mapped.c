@@ -1,7 +1,7 @@
 /* Mapped shards: a batch's windows copied out of read-only mappings (#included by _preads.c).
  *
- * map_files(paths, fds, sizes, nofollow, bases) maps each file read-only and shared: with fds[k] >= 0
- * that descriptor (already opened and sized), else paths[k] opened here (O_NOFOLLOW with nofollow),
+ * map_files(paths, fds, sizes, bases) maps each file read-only and shared: with fds[k] >= 0 that
+ * descriptor (already opened and sized), else paths[k] opened here (O_NOFOLLOW, as open_shards),
  * its size checked against sizes[k], mapped and closed again: a mapping holds no descriptor.
  * bases[k] (int64) gets the mapping's address, or 0 where the file is gone, is not sizes[k]
  * bytes long or could not be mapped (the caller's pread path then names the error). Empty files
@@ -58,8 +58,7 @@ static PyObject *map_files(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *paths;
     Py_buffer fds, sizes, bases;
-    int nofollow;
-    if (!PyArg_ParseTuple(args, "O!y*y*pw*", &PyList_Type, &paths, &fds, &sizes, &nofollow, &bases)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*", &PyList_Type, &paths, &fds, &sizes, &bases)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(paths);
     int ok = fds.len == n * 4 && sizes.len == n * 8 && bases.len == n * 8;
     const char **names = ok ? calloc((size_t)n + 1, sizeof(char *)) : NULL;
@@ -72,12 +71,11 @@ static PyObject *map_files(PyObject *self, PyObject *args) {
         const int32_t *fd = fds.buf;
         const int64_t *size = sizes.buf;
         int64_t *base = bases.buf;
-        int flags = O_RDONLY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t k = 0; k < n; k++) {
             base[k] = 0;
             if (size[k] <= 0) continue;
-            int own = fd[k] < 0, f = own ? open(names[k], flags) : fd[k];
+            int own = fd[k] < 0, f = own ? open(names[k], O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : fd[k];
             struct stat st;
             if (f < 0) continue;
             if (fstat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size[k]) {
@@ -113,60 +111,23 @@ static PyObject *unmap(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* One piece out of a mapping: its unchecked blocks checked (and marked) first. 1 read, 0 failed. */
-static int copy_piece(const char *base, int64_t off, int64_t len, int64_t file_bytes, int64_t block0, uint8_t *done,
-                      Py_ssize_t n_blocks, const uint32_t *crcs, char *dst, int check) {
-    if (len == 0) return 1;
-    if (off < 0 || off + len > file_bytes) return 0;
-    if (check) {
-        int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK;
-        if (block0 < 0 || block0 + hi >= n_blocks) return 0;
-        for (int64_t b = lo; b <= hi; b++) {
-            if (done[block0 + b]) continue;
-            int64_t at = b * BLOCK, n_at = file_bytes - at < BLOCK ? file_bytes - at : BLOCK;
-            if (block_crc32(0, (const unsigned char *)(base + at), (uint64_t)n_at) != crcs[block0 + b]) return 0;
-            done[block0 + b] = 1;
-        }
-    }
-    memcpy(dst, base + off, (size_t)len);
-    return 1;
-}
-
+/* read_batch_nogil over the mappings, a SIGBUS in a copy (a file shorter than its mapping) caught:
+ * the window it hit is reported as failed. */
 static Py_ssize_t read_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t length, int itemsize,
                                     const int64_t *bounds, Py_ssize_t n_shards, const int64_t *bases,
                                     const int8_t *modes, const int64_t *file_bytes, const int64_t *block_base,
                                     uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs, char *out, int check) {
-    for (Py_ssize_t j = 0; j < n; j++) {  /* every shard ready first: -2 must leave nothing half done */
-        Py_ssize_t a = shard_of(bounds, n_shards, starts[j]), z = shard_of(bounds, n_shards, starts[j] + length - 1);
-        for (Py_ssize_t i = a; i <= z; i++)
-            if (bounds[i + 1] > bounds[i] && (!bases[i] || (check && modes[i] != 1))) return -2;
-    }
     sigjmp_buf jump;
-    volatile Py_ssize_t j = 0;
-    if (sigsetjmp(jump, 0)) {  /* SIGBUS: a file shorter than its mapping */
+    volatile Py_ssize_t at_window = 0;
+    if (sigsetjmp(jump, 0)) {
         bus_jump = NULL;
-        return j;
+        return at_window;
     }
     bus_jump = &jump;
-    for (j = 0; j < n; j++) {
-        int64_t t = starts[j], left = length;
-        char *dst = out + (size_t)j * (size_t)length * (size_t)itemsize;
-        for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
-            int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
-            if (take <= 0) continue;  /* an empty shard */
-            int64_t at = bases[i];  /* read once: another thread may retire it (0) meanwhile */
-            if (!at || !copy_piece((const char *)(uintptr_t)at, (t - bounds[i]) * itemsize, take * itemsize,
-                                   file_bytes[i], block_base[i], done, n_blocks, crcs, dst, check)) {
-                bus_jump = NULL;
-                return j;
-            }
-            dst += take * itemsize;
-            t += take;
-            left -= take;
-        }
-    }
+    Py_ssize_t failed = read_batch_nogil(n, starts, length, itemsize, bounds, n_shards, NULL, bases, modes, file_bytes,
+                                         block_base, done, n_blocks, crcs, out, check, NULL, &at_window);
     bus_jump = NULL;
-    return -1;
+    return failed;
 }
 
 static PyObject *read_mapped(PyObject *self, PyObject *args) {

@@ -87,6 +87,21 @@ static int read_all(int fd, char *dst, int64_t len, int64_t off) {
     return 1;
 }
 
+/* Check blocks lo..hi of a file not yet marked in done (indexed from block0), whose block lo starts at
+ * first (the blocks' bytes one after another), marking each; 0 at the first that fails its CRC (left
+ * unmarked). */
+static int check_new_blocks(const char *first, int64_t lo, int64_t hi, int64_t file_bytes, int64_t block0,
+                            uint8_t *done, const uint32_t *crcs) {
+    for (int64_t b = lo; b <= hi; b++) {
+        if (done[block0 + b]) continue;
+        int64_t n_at = file_bytes - b * BLOCK < BLOCK ? file_bytes - b * BLOCK : BLOCK;
+        if (block_crc32(0, (const unsigned char *)(first + (b - lo) * BLOCK), (uint64_t)n_at) != crcs[block0 + b])
+            return 0;
+        done[block0 + b] = 1;
+    }
+    return 1;
+}
+
 /* One piece: len bytes at off of fd into dst; with check, its unchecked 4 KiB blocks (done, indexed
  * from block0) read as one aligned span, checked against crcs and marked first. 1 read, 0 failed. */
 static int read_piece(int fd, int64_t off, int64_t len, int64_t file_bytes, int64_t block0, uint8_t *done,
@@ -102,13 +117,24 @@ static int read_piece(int fd, int64_t off, int64_t len, int64_t file_bytes, int6
     int64_t a = lo * BLOCK, z = (hi + 1) * BLOCK;
     if (z > file_bytes) z = file_bytes;
     if (z - a < off - a + len || !read_all(fd, span, z - a, a)) return 0;
-    for (b = lo; b <= hi; b++) {
-        int64_t at = (b - lo) * BLOCK, n_at = z - a - at < BLOCK ? z - a - at : BLOCK;
-        if (done[block0 + b]) continue;
-        if (block_crc32(0, (const unsigned char *)(span + at), (uint64_t)n_at) != crcs[block0 + b]) return 0;
-        done[block0 + b] = 1;
-    }
+    if (!check_new_blocks(span, lo, hi, file_bytes, block0, done, crcs)) return 0;
     memcpy(dst, span + (off - a), (size_t)len);
+    return 1;
+}
+
+/* The same piece out of a mapping of the file at base (read_mapped, _mapped.c): its unchecked blocks
+ * checked on the mapping and marked first. 1 read, 0 failed. */
+static int copy_piece(const char *base, int64_t off, int64_t len, int64_t file_bytes, int64_t block0, uint8_t *done,
+                      Py_ssize_t n_blocks, const uint32_t *crcs, char *dst, int check) {
+    if (len == 0) return 1;
+    if (off < 0 || off + len > file_bytes) return 0;
+    if (check) {
+        int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK;
+        if (block0 < 0 || block0 + hi >= n_blocks
+            || !check_new_blocks(base + lo * BLOCK, lo, hi, file_bytes, block0, done, crcs))
+            return 0;
+    }
+    memcpy(dst, base + off, (size_t)len);
     return 1;
 }
 
@@ -245,7 +271,7 @@ static PyMethodDef methods[] = {
     {"read_batch", read_batch, METH_VARARGS,
      "read_batch(starts, length, itemsize, bounds, fds, modes, file_bytes, block_base, done, crcs, out, check)"},
     {"map_files", map_files, METH_VARARGS,
-     "map_files(paths, fds, sizes, nofollow, bases) -> None; bases[k]: the read-only mapping's address (0: none)"},
+     "map_files(paths, fds, sizes, bases) -> None; bases[k]: the read-only mapping's address (0: none)"},
     {"unmap", unmap, METH_VARARGS, "unmap(bases, sizes) -> None; the mappings map_files made"},
     {"read_mapped", read_mapped, METH_VARARGS,
      "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},

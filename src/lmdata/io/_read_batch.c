@@ -27,24 +27,32 @@ static Py_ssize_t shard_of(const int64_t *bounds, Py_ssize_t n_shards, int64_t t
     return lo;
 }
 
+/* The walk read_batch and read_mapped share: each window's pieces, shard by shard, read from
+ * descriptor fds[i] (read_piece) or, with bases, copied out of the mapping at bases[i] (copy_piece;
+ * fds unused). at_window follows the window being read (read_mapped's SIGBUS jump reports it). */
 static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t length, int itemsize,
                                    const int64_t *bounds, Py_ssize_t n_shards, const int32_t *fds,
-                                   const int8_t *modes, const int64_t *file_bytes, const int64_t *block_base,
-                                   uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs, char *out, int check,
-                                   char *span) {
+                                   const int64_t *bases, const int8_t *modes, const int64_t *file_bytes,
+                                   const int64_t *block_base, uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs,
+                                   char *out, int check, char *span, volatile Py_ssize_t *at_window) {
     for (Py_ssize_t j = 0; j < n; j++) {  /* every shard ready first: -2 must leave nothing half done */
         Py_ssize_t a = shard_of(bounds, n_shards, starts[j]), z = shard_of(bounds, n_shards, starts[j] + length - 1);
         for (Py_ssize_t i = a; i <= z; i++)
-            if (bounds[i + 1] > bounds[i] && (fds[i] < 0 || (check && modes[i] != 1))) return -2;
+            if (bounds[i + 1] > bounds[i] && ((bases ? !bases[i] : fds[i] < 0) || (check && modes[i] != 1)))
+                return -2;
     }
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t t = starts[j], left = length;
         char *dst = out + (size_t)j * (size_t)length * (size_t)itemsize;
+        *at_window = j;
         for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
             if (take <= 0) continue;  /* an empty shard */
-            if (!read_piece(fds[i], (t - bounds[i]) * itemsize, take * itemsize, file_bytes[i], block_base[i], done,
-                            n_blocks, crcs, dst, check, span))
+            int64_t off = (t - bounds[i]) * itemsize, base = bases ? bases[i] : 0;  /* read once: may be retired */
+            if (bases ? !base || !copy_piece((const char *)(uintptr_t)base, off, take * itemsize, file_bytes[i],
+                                             block_base[i], done, n_blocks, crcs, dst, check)
+                      : !read_piece(fds[i], off, take * itemsize, file_bytes[i], block_base[i], done, n_blocks, crcs,
+                                    dst, check, span))
                 return j;
             dst += take * itemsize;
             t += take;
@@ -84,8 +92,9 @@ static PyObject *read_batch(PyObject *self, PyObject *args) {
     char *span = ok ? malloc((size_t)(length * itemsize) + 2 * BLOCK) : NULL;
     if (span) {
         Py_BEGIN_ALLOW_THREADS
-        failed = read_batch_nogil(n, s, (int64_t)length, itemsize, b, n_shards, fds.buf, modes.buf, sizes.buf,
-                                  base.buf, done.buf, done.len, crcs.buf, out.buf, check, span);
+        volatile Py_ssize_t at_window = 0;
+        failed = read_batch_nogil(n, s, (int64_t)length, itemsize, b, n_shards, fds.buf, NULL, modes.buf, sizes.buf,
+                                  base.buf, done.buf, done.len, crcs.buf, out.buf, check, span, &at_window);
         Py_END_ALLOW_THREADS
         free(span);
     }

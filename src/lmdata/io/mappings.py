@@ -84,9 +84,8 @@ def _unmap_all(bases: np.ndarray, sizes: np.ndarray, retired: list) -> None:
     if unmap is None or not (mapped.any() or retired):
         return
     with _lock:
-        unmap(bases[mapped].copy(), sizes[mapped].copy())
-        for base, size in retired:
-            unmap(np.array([base], dtype=np.int64), np.array([size], dtype=np.int64))
+        gone = np.array(retired, dtype=np.int64).reshape(-1, 2)  # (base, size) rows
+        unmap(np.concatenate([bases[mapped], gone[:, 0]]), np.concatenate([sizes[mapped], gone[:, 1]]))
         _live[0] -= int(mapped.sum()) + len(retired)
         bases[:] = 0
         retired.clear()
@@ -120,7 +119,7 @@ class Mappings:
             got = np.zeros(len(todo), dtype=np.int64)
             at = np.array([shards[k] for k in todo], dtype=np.int64)
             map_files([paths[k] for k in todo], np.ascontiguousarray(fds[todo], dtype=np.int32),
-                      np.ascontiguousarray(sizes[todo], dtype=np.int64), True, got)
+                      np.ascontiguousarray(sizes[todo], dtype=np.int64), got)
             self.sizes[at] = sizes[todo]
             self.bases[at] = got
             _live[0] += int(np.count_nonzero(got))
