@@ -67,3 +67,20 @@ def test_a_custom_regex_encodes_in_processes(regex_tokenizer_dir):
 def test_threads_or_processes_give_the_store_one_worker_gives(tokenizer_dir, regex_tokenizer_dir, tmp_path, which):
     tok_dir = tokenizer_dir if which == "c" else regex_tokenizer_dir
     assert _ingest(tok_dir, tmp_path / "w2", 2) == _ingest(tok_dir, tmp_path / "w1", 1)
+
+
+def test_each_format_writes_on_a_thread_named_for_its_writer():
+    """``py-spy``/``top -H`` then tell which format's writer a profile's time went to."""
+    import threading
+
+    from lmdata.ingest.local import BackgroundWriter
+
+    class ParquetWriter:  # the name is what the thread is named after
+        def write_shard(self) -> str:
+            return threading.current_thread().name
+
+    background = BackgroundWriter(ParquetWriter())
+    try:
+        assert background.write_shard().result().startswith("lmdata-writer-ParquetWriter")
+    finally:
+        background.close()
