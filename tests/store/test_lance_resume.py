@@ -249,3 +249,27 @@ def test_a_failing_fragment_writer_surfaces_its_error(tmp_path, parts, monkeypat
     w = in_order_writer(tmp_path / "train" / "lance")
     with pytest.raises(OSError, match="simulated device error"):
         w.finish(write(w, tokens, range(5)))
+
+
+def test_shards_of_another_lance_file_version_are_written_again(tmp_path, parts, monkeypatch):
+    """An ingest interrupted under an lmdata that wrote Lance file format 2.1 resumes into this one's
+    (``STORAGE_VERSION``): Lance refuses a commit of data files of two versions."""
+    from lmdata.store.formats import lance as lance_format
+
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    with monkeypatch.context() as m:
+        for module in (lance_format, lance_fragments):
+            m.setattr(module, "STORAGE_VERSION", "2.1")
+        first = writer(fdir)
+        assert len(first.completed()) == 0
+        write(first, tokens, range(3))
+        assert len(writer(fdir).completed()) == 3  # its own version: reused
+    again = writer(fdir)
+    assert again.completed() == {}  # another version: nothing reused
+    again.cleanup_partial()
+    shards = write(again, tokens, range(5))
+    check(fdir, again.finish(shards), stream)
+    versions = {(f.file_major_version, f.file_minor_version) for frag in lance.dataset(str(fdir)).get_fragments()
+                for f in frag.data_files()}
+    assert versions == {tuple(int(v) for v in lance_fragments.STORAGE_VERSION.split("."))}
