@@ -79,3 +79,27 @@ def test_guard_detection(tmp_path):
     code = ("import sys\nfrom lmdata._mp import reimports_unguarded_main as r\n"
             "print('top level ran', r('spawn'), r('fork'))\nif __name__ == '__main__':\n    print(r('spawn'))\n")
     assert _run_script(tmp_path, code).split() == ["top", "level", "ran", "True", "False", "False"]
+
+
+INGEST_THEN_READ = '''
+import sys
+from lmdata.data import make_loader
+from lmdata.ingest import ingest
+from lmdata.sources import SourceSpec
+from lmdata.store import open_store
+
+print("top level ran", flush=True)
+ingest({"train": SourceSpec((sys.argv[1],))}, sys.argv[2], sys.argv[3], formats=["lance"], workers=2,
+       progress=False, log=None)
+ds = open_store(sys.argv[3]).dataset("train", seq_len=256, format="lance")
+inputs, _ = next(iter(make_loader(ds, batch_size=8, num_workers=2, seed=0)))
+want, _ = next(iter(make_loader(ds, batch_size=8, num_workers=0, seed=0)))
+assert (want == inputs).all()
+print("ok", flush=True)
+'''
+
+
+def test_unguarded_script_reads_the_lance_store_it_just_wrote_with_two_workers(tmp_path, tokenizer_dir):
+    """Lance's runtime runs in this process after the ingest, so the workers may not be forked, and
+    unguarded they may not be spawned either: the reads go to threads (``ThreadReads``)."""
+    assert "ok" in _run_script(tmp_path, INGEST_THEN_READ, str(SAMPLE), str(tokenizer_dir), str(tmp_path / "store"))

@@ -218,7 +218,8 @@ class TokenLoader:
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
-            with gc_frozen_for_fork(self._dl.num_workers, self._dl.multiprocessing_context):
+            forks = not isinstance(self._dl, ThreadReads)  # threads share this process: nothing to freeze
+            with gc_frozen_for_fork(self._dl.num_workers if forks else 0, getattr(self._dl, "multiprocessing_context", None)):
                 it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()
