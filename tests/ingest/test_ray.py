@@ -229,7 +229,8 @@ def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, t
     from lance.fragment import LanceFragment
 
     from lmdata.ingest.ray import check_committed
-    from lmdata.store.formats.lance import STORAGE_VERSION, LanceWriter
+    from lmdata.store.formats.lance import LanceWriter
+    from lmdata.store.formats.lance_fragments import STORAGE_VERSION
     from lmdata.store.manifest import read_manifest
 
     out = tmp_path / "store"

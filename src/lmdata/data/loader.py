@@ -218,8 +218,9 @@ class TokenLoader:
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
         with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
-            forks = not isinstance(self._dl, ThreadReads)  # threads share this process: nothing to freeze
-            with gc_frozen_for_fork(self._dl.num_workers if forks else 0, getattr(self._dl, "multiprocessing_context", None)):
+            threads = isinstance(self._dl, ThreadReads)  # reads in this process: nothing forked, nothing to freeze
+            with gc_frozen_for_fork(0 if threads else self._dl.num_workers,
+                                    None if threads else self._dl.multiprocessing_context):
                 it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()

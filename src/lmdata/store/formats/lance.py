@@ -66,7 +66,7 @@ from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
 from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
-from lmdata.store.formats.lance_fragments import LAYOUT, STORAGE_VERSION, current_layout, lance_schema
+from lmdata.store.formats.lance_fragments import LAYOUT, current_layout, lance_schema
 from lmdata.store.formats.lance_stream import FragmentStream
 from lmdata.store.formats.lance_fork import lance_runtime_started, refuse_if_forked_after_lance
 from lmdata.store.formats.lance_chunks import LanceChunks
@@ -125,7 +125,7 @@ class LanceWriter(base.RecordedShardWriter):
         with atomic.space_for(self.format_dir, tokens.nbytes):
             frag = LanceFragment.create(
                 str(self.format_dir), table, fragment_id=index, schema=lance_schema(self.dtype),
-                data_storage_version=STORAGE_VERSION,
+                data_storage_version=lance_fragments.STORAGE_VERSION,
             )
         return self._record_staged(shard, frag.to_json(), rows, stale)
 
@@ -154,7 +154,8 @@ class LanceWriter(base.RecordedShardWriter):
                                              or int(self._stream.members[-1].name) + 1 != index):
                 self._close_stream()
             if self._stream is None:
-                self._stream = FragmentStream(self.format_dir, lance_schema(self.dtype), STORAGE_VERSION, index)
+                self._stream = FragmentStream(self.format_dir, lance_schema(self.dtype),
+                                             lance_fragments.STORAGE_VERSION, index)
             self._stream.add(shard, table, rows, nbytes)
         return shard
 
@@ -198,7 +199,8 @@ class LanceWriter(base.RecordedShardWriter):
                 fragment = run[0]  # a lone staged shard is its own fragment: nothing to rewrite
             if fragment is None:
                 with atomic.space_for(self.format_dir, sum(s.n_tokens for s in run) * self.dtype.itemsize):
-                    fragment = lance_fragments.write_fragment(self.format_dir, run, lance_schema(self.dtype), STORAGE_VERSION)
+                    fragment = lance_fragments.write_fragment(self.format_dir, run, lance_schema(self.dtype),
+                                                               lance_fragments.STORAGE_VERSION)
             fragments.append(fragment)
         frags = [FragmentMetadata.from_json(json.dumps(s.extra["fragment"])) for s in fragments]
         # the fragments' and row indexes' names (fsynced per directory here, not per shard) before the commit names them
