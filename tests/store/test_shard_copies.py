@@ -74,6 +74,7 @@ def test_a_split_over_the_copies_budget_is_read_by_ranges(store_builder, tmp_pat
     full = namedtuple("usage", "total used free")(10 << 30, (10 << 30) - (1 << 30), 1 << 30)
     with monkeypatch.context() as m:
         m.setattr(cache.shutil, "disk_usage", lambda _: full)  # a tenth of the disk left: no copies
+        m.delenv(cache.KEEP_FREE_ENV)  # (the suite's setting: the default tenth here)
         assert open_store(uri).dataset("train", SEQ).reader.copies is None
     monkeypatch.setenv("LMDATA_MEMMAP_CACHE_BYTES", "lots")
     with pytest.raises(LmdataError, match="LMDATA_MEMMAP_CACHE_BYTES='lots': give a number of bytes"):

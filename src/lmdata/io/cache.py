@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from lmdata.errors import LmdataError
+
 CHUNK_BYTES = 1 << 20
 CACHE_DIR_ENV = "LMDATA_CACHE_DIR"
 CACHE_BYTES_ENV = "LMDATA_REMOTE_CACHE_BYTES"
@@ -108,20 +110,39 @@ def evict_oldest(paths: Iterable[Path], max_bytes: int, remove: Callable[[Path],
         total -= size
 
 
-KEEP_FREE = 0.10  # of the disk: what copies of remote data never take
+KEEP_FREE = 0.10  # of the disk this user can reach: what copies of remote data never take
+KEEP_FREE_ENV = "LMDATA_CACHE_KEEP_FREE"
+
+
+def keep_free() -> float:
+    """The fraction of the disk copies leave free: ``LMDATA_CACHE_KEEP_FREE`` (0 <= f < 1), default a tenth."""
+    text = os.environ.get(KEEP_FREE_ENV, "").strip()
+    if not text:
+        return KEEP_FREE
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise LmdataError(f"{KEEP_FREE_ENV}={text!r}: give the fraction of the cache's disk that copies of "
+                          f"remote shards leave free, a number from 0 to below 1 (default {KEEP_FREE:g})")
+    return value
 
 
 def fits_on_disk(directory: Path, nbytes: int) -> bool:
-    """Whether ``nbytes`` more under ``directory`` (made or not) still leave ``KEEP_FREE`` of its disk free,
+    """Whether ``nbytes`` more under ``directory`` (made or not) still leave ``keep_free()`` of its disk free,
     counting what ``directory`` already holds as reusable: copies of a remote store must not fill the
-    disk that checkpoints and logs are written to."""
+    disk that checkpoints and logs are written to. The disk is what this user can reach (used +
+    available): blocks reserved for root are no space of ours, and a filesystem that reserves most
+    of itself (seen: 252 GB, 24 GB available, 78 GB used) must not read as full with 24 GB free."""
     probe = Path(directory)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     usage = shutil.disk_usage(probe)
-    if usage.free - nbytes >= KEEP_FREE * usage.total:
+    floor = keep_free() * (usage.used + usage.free)
+    if usage.free - nbytes >= floor:
         return True
-    return usage.free + tree_bytes(directory) - nbytes >= KEEP_FREE * usage.total
+    return usage.free + tree_bytes(directory) - nbytes >= floor
 
 
 def tree_bytes(directory: Path) -> int:

@@ -232,7 +232,7 @@ class CopiedShards:
             return None if self.copies.put(key, self.dtype, tokens) is not None else tokens
 
     def _split_fits(self) -> bool:
-        """Every shard's copy fits the cache's budget and leaves the disk a tenth free: fetching the
+        """Every shard's copy fits the cache's budget and leaves the disk its part free (``fits_on_disk``): fetching the
         whole split in the background is worth it only then (it would evict its own copies)."""
         nbytes = sum(s.n_tokens for s in self.shards) * self.dtype.itemsize
         return nbytes <= self.copies.max_bytes and fits_on_disk(self.copies.root, nbytes)
