@@ -66,15 +66,16 @@ def tiled_corpus(work: Path, corpus: Path, tiles: int) -> Path:
     return out
 
 
-def tree_pss_mb(pid: int | None = None) -> float:
-    """PSS (MB) of process ``pid`` (this one by default) plus its direct children: a loader's
-    main process and its workers, shared pages counted once."""
+def tree_pss_mb(pid: int | None = None, field: str = "Pss") -> float:
+    """PSS (MB) of process ``pid`` (this one by default) and every process below it: a loader's main
+    process and its workers (a forkserver's workers are its grandchildren), shared pages counted
+    once. ``field``: another line of ``smaps_rollup`` (``Pss_Anon``, ``Pss_File``)."""
     pid = os.getpid() if pid is None else pid
 
     def pss(p: int | str) -> float:
         try:
             with open(f"/proc/{p}/smaps_rollup") as fh:
-                return sum(int(line.split()[1]) for line in fh if line.startswith("Pss:")) / 1024
+                return sum(int(line.split()[1]) for line in fh if line.startswith(f"{field}:")) / 1024
         except OSError:
             return 0.0
 
@@ -85,5 +86,13 @@ def tree_pss_mb(pid: int | None = None) -> float:
         except (OSError, IndexError, ValueError):  # a process that ended while we listed
             return None
 
-    kids = [p for p in os.listdir("/proc") if p.isdigit() and parent(p) == pid]
-    return pss(pid) + sum(pss(k) for k in kids)
+    children: dict[int, list[str]] = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit() and (up := parent(p)) is not None:
+            children.setdefault(up, []).append(p)
+    tree, todo = [], [str(pid)]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(int(p), []))
+    return sum(pss(p) for p in tree)

@@ -238,9 +238,11 @@ def cell(args: dict) -> dict:
 # ---------------------------------------------------------------------------- the parent
 
 
-def _child(argv: list[str], env: dict[str, str], what: str, timeout: float | None = None) -> dict:
+def _child(argv: list[str], env: dict[str, str], what: str, timeout: float | None = None,
+           script: str = __file__) -> dict:
+    """Run ``script`` (this bench by default) with ``argv`` in a fresh process: its last line of JSON."""
     try:
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], capture_output=True,
+        done = subprocess.run([sys.executable, str(Path(script).resolve()), *argv], capture_output=True,
                               text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{what}: TimeoutError: no result within {timeout:.0f} s") from None

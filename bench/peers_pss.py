@@ -1,0 +1,134 @@
+"""How each loader's memory grows as a run reads: PSS over one whole epoch (issue 25 item 4).
+
+    .venv-peers/bin/python bench/peers_pss.py --readme bench/README.md
+    .venv-peers/bin/python bench/peers_pss.py --tools memmap,litdata --workers 0 --at 250,1000
+
+``bench/peers.py`` gives PSS at one point, after its timed batches. A loader that maps its files
+(lmdata by default, LitData's ``TokensLoader``) grows with what it has read, one that reads them
+(Mosaic, lmdata with ``LMDATA_MAP_SHARDS=0``) does not, so one point says little. Here one fresh
+process per loader and worker count reads a whole shuffled epoch of the same store as
+``peers.py`` (same tools, settings and store; ``--work`` and ``--store`` alike) and records, after
+``--at`` batches and at the epoch's end: the seconds since its first batch, PSS of the loader's
+processes (main and every worker), and how much of it is anonymous memory (the heap: what
+the machine cannot reclaim) and file pages (mapped shard files and libraries, clean: the kernel
+may drop them under pressure and fault them back). ``--map-off`` adds lmdata's rows with
+``LMDATA_MAP_SHARDS=0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import peers
+from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tree_pss_mb
+from scale import cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
+
+SECTION = "Peers (local): memory over an epoch"
+
+
+def curve(spec: dict) -> dict:
+    """One fresh process: read an epoch, PSS after each of ``spec['at']`` batches and at its end."""
+    loader = peers.Loader(spec["tool"], spec["path"], spec["workers"])
+    points, wanted = [], sorted(spec["at"])
+    next(loader)
+    t0 = time.perf_counter()
+
+    def record() -> None:
+        points.append({"batches": loader.read, "seconds": time.perf_counter() - t0, "pss_mb": tree_pss_mb(),
+                       "anon_mb": tree_pss_mb(field="Pss_Anon"), "file_mb": tree_pss_mb(field="Pss_File")})
+
+    while True:
+        try:
+            next(loader)
+        except StopIteration:
+            break
+        if wanted and loader.read == wanted[0]:
+            wanted.pop(0)
+            record()
+    record()  # the epoch's end
+    return {"points": points}
+
+
+def table(rows: list[dict], at: list[int]) -> str:
+    head = " | ".join(f"after {n:,}" for n in at)
+    lines = [f"| loader | workers | batches in the epoch | {head} | at the epoch's end: anon / file | epoch, s |",
+             "|---|---:|---:|" + "---:|" * len(at) + "---:|---:|"]
+    for r in rows:
+        by = {p["batches"]: p for p in r["points"]}
+        cells = " | ".join(f"{by[n]['pss_mb']:,.0f}" if n in by else "—" for n in at)
+        end = r["points"][-1]
+        lines.append(f"| {r['label']} | {r['workers']} | {end['batches']:,} | {cells} | {end['pss_mb']:,.0f}: "
+                     f"{end['anon_mb']:,.0f} / {end['file_mb']:,.0f} | {end['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-peers"))
+    ap.add_argument("--store", type=Path, help="an lmdata store to use instead of ingesting --corpus")
+    ap.add_argument("--tools", type=lambda s: s.split(","), default=",".join(peers.LMDATA + peers.PEERS))
+    ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
+    ap.add_argument("--at", type=lambda s: [int(x) for x in s.split(",")], default="250,1000,3000",
+                    help="batches after which PSS is read (and at the epoch's end)")
+    ap.add_argument("--map-off", action="store_true", help="lmdata's rows again with LMDATA_MAP_SHARDS=0")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds a cell may take")
+    ap.add_argument("--readme", type=Path, help=f"rewrite this file's '## {SECTION}' section")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = ap.parse_args()
+    unknown = set(args.tools) - set(peers.LMDATA + peers.PEERS)
+    if unknown:
+        ap.error(f"--tools: unknown {sorted(unknown)}; choose from {','.join(peers.LMDATA + peers.PEERS)}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    env = cache_env(args.work)
+    load = os.getloadavg()[0]
+    if args.store is not None:
+        if not (args.store / "manifest.json").is_file():
+            ap.error(f"--store {args.store}: no manifest.json there; give an lmdata store (or leave --store out)")
+        store, tiles = args.store, None
+    else:
+        tiles = math.ceil(peers.MIN_TOKENS / peers.TOKENS_PER_TILE)
+        store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), tiles, 1 << 20)
+    print(f"store {store}: {n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards", flush=True)
+    for tool in args.tools:
+        if tool in peers.LMDATA:
+            decode_copies(store, args.work, tool)
+    rows = []
+    for tool in args.tools:
+        path = store if tool in peers.LMDATA else peers.ensure_peer(tool, store, args.work, env)[0]
+        warm_page_cache(*(read_from(args.work, tool, store) if tool in peers.LMDATA else [path]))
+        modes = [("", env)]
+        if args.map_off and tool in peers.LMDATA:
+            modes.append((", `LMDATA_MAP_SHARDS=0`", {**env, "LMDATA_MAP_SHARDS": "0"}))
+        for suffix, cell_env in modes:
+            for workers in args.workers:
+                spec = {"tool": tool, "path": str(path), "workers": workers, "at": args.at}
+                r = peers._child(["--curve", json.dumps(spec)], cell_env, f"{tool} w{workers}", args.timeout,
+                                  script=__file__)
+                rows.append({"tool": tool, "label": peers.LABELS[tool] + suffix, "workers": workers, **r})
+                print(json.dumps(rows[-1]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "peers_pss.json").write_text(json.dumps(rows, indent=1))
+    argv = " ".join(sys.argv[1:])
+    body = (f"## {SECTION}\n\n`.venv-peers/bin/python bench/peers_pss.py {argv}` ({os.cpu_count()} cores, load "
+            f"average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; {n_tokens(store) / 1e6:.1f} M tokens, "
+            f"{n_shards(store)} shards" + (f", {args.corpus.name} tiled x{tiles}" if tiles else "")
+            + "; shuffled B=32 x 1024; PSS in MB of the loader's processes, one fresh process a row):\n\n"
+            + table(rows, args.at) + "\n")
+    print(body)
+    if args.readme:
+        replace_section(args.readme, body, SECTION)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--curve":
+        print(json.dumps(curve(json.loads(sys.argv[2]))))
+    else:
+        main()
