@@ -308,3 +308,35 @@ def test_a_store_without_row_crcs_reads_and_hashes_its_data_on_first_touch(make_
     monkeypatch.setattr(checksum, "sha256_file", lambda p: hashed.append(str(p)) or real(p))
     _windows(syn, open_store(syn.path).reader("train", "lance"))
     assert [p for p in hashed if p.endswith(".lance")]
+
+
+def test_threads_meeting_a_fragment_first_load_its_row_index_once(make_store, monkeypatch):
+    """A remote first batch starts 8 fetches and 4 background ones at once; each had loaded the same
+    row index (a GET of 7 MB at 188 M tokens) before one was kept."""
+    import threading
+    import time
+
+    syn = make_store(["lance"], n_tokens=20_000)
+    reader = open_store(syn.path).reader("train", "lance")
+    loads = []
+    rows = lance_format.LanceReader._rows
+
+    def slow_rows(self, i, sidecar_only=False):
+        loads.append(i)
+        time.sleep(0.05)  # a GET's time: every thread is inside before the first is done
+        return rows(self, i, sidecar_only)
+
+    monkeypatch.setattr(lance_format.LanceReader, "_rows", slow_rows)
+    start = threading.Barrier(8)
+    got = []
+
+    def first_meeting():
+        start.wait()
+        got.append(reader._bounds(0))
+
+    threads = [threading.Thread(target=first_meeting) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == [0] and len(got) == 8 and all(g is got[0] for g in got)
