@@ -128,3 +128,18 @@ def test_compressed_names_are_stored_and_read_as_given(s3):
     assert loc.size() == len(data) and loc.read_bytes() == data
     with loc.open_stream() as fh:
         assert fh.read() == data
+
+
+def test_a_whole_object_is_read_with_one_get_not_a_stream_of_them(s3, monkeypatch):
+    """A 3 MB object uploaded with boto3 (a Lance row index, a store's manifest): a HEAD and one GET.
+    Read as a stream, pyarrow GETs 256 KiB at a time, one after another: 12 round trips here."""
+    from lmdata.bench.delay_proxy import DelayProxy
+
+    data = os.urandom(3 << 20)
+    uri = s3.put("big/index.npy", data)
+    empty = s3.put("big/empty", b"")
+    with DelayProxy(s3.server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        assert location(uri).read_bytes() == data
+        assert proxy.requests == 2
+        assert location(empty).read_bytes() == b""

@@ -209,12 +209,16 @@ class Location:
             raise remote_error(exc, self.uri) from None
 
     def read_bytes(self) -> bytes:
-        """The whole file or object (one GET); a missing one is ``FileNotFoundError``."""
+        """The whole file or object (a HEAD, then one GET); a missing one is ``FileNotFoundError``.
+
+        Not a stream's ``read()``: pyarrow reads a stream in 256 KiB GETs one after another, so a
+        7 MB Lance row index was 28 round trips and a 2.9 MB manifest 12 (on s3rver behind a 20 ms
+        proxy, 1.0 s of a remote Lance first batch)."""
         if not self.remote:
             return self.local_path.read_bytes()
         try:
-            with self.fs.open_input_stream(self.fs_path, compression=None) as fh:
-                return fh.read()
+            with self.fs.open_input_file(self.fs_path) as fh:
+                return fh.read_at(fh.size(), 0)
         except OSError as exc:
             raise self._failed(exc) from None
 
