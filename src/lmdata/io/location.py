@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lmdata.errors import LmdataError
+from lmdata.io.read_ahead import ReadAhead
 from lmdata.io.s3 import apply_aws_environment, aws_environment, is_missing, lance_storage_options, remote_error, \
     s3_filesystem
 
@@ -223,14 +224,16 @@ class Location:
             raise self._failed(exc) from None
 
     def open_stream(self) -> Any:
-        """A buffered binary stream of the stored bytes, read front to back (never decompressed here)."""
+        """A buffered binary stream of the stored bytes, read front to back (never decompressed here);
+        remote: a HEAD, then parts fetched ahead of the reader (``read_ahead``: a GET at a time had
+        read at a part per round trip)."""
         if not self.remote:
             return open(self.path, "rb", buffering=STREAM_BUFFER)
         try:
-            native = self.fs.open_input_stream(self.fs_path, compression=None)
+            native = self.fs.open_input_file(self.fs_path)
         except OSError as exc:
             raise self._failed(exc) from None
-        return io.BufferedReader(_ArrowRaw(native, self.uri), STREAM_BUFFER)
+        return io.BufferedReader(ReadAhead(native, self.uri), STREAM_BUFFER)
 
     def open_input(self) -> Any:
         """A random-access pyarrow file (``read_at`` is safe from many threads); remote: one HEAD.
@@ -293,30 +296,6 @@ class Location:
         found = [Listed(self / info.path[n:], info.path[n:], info.size)
                  for info in infos if info.type == pafs.FileType.File]
         return sorted(found, key=lambda x: x.key)
-
-
-class _ArrowRaw(io.RawIOBase):
-    """A pyarrow input stream as a raw Python stream (so gzip, zstd and line iteration work on it);
-    a failing read is one line naming the object."""
-
-    def __init__(self, native: Any, uri: str) -> None:
-        super().__init__()
-        self._native, self._uri = native, uri
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out: Any) -> int:
-        try:
-            data = self._native.read(len(out))
-        except OSError as exc:
-            raise remote_error(exc, self._uri) from None
-        out[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._native.close()
-        super().close()
 
 
 def glob(pattern: str, *, flag: str = "--input") -> list[Location]:
