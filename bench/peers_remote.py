@@ -3,6 +3,10 @@
     .venv-peers/bin/python bench/peers_remote.py --readme bench/README.md
     .venv-peers/bin/python bench/peers_remote.py --tiles 2 --delays 0,20 --batches 100
 
+``--server s3rver`` runs the same cells on s3rver (npm, installed once under ``--work``), which
+reads a ranged GET's range from its file; moto reads the whole object for each, so a first
+batch of Lance's takes from a ~400 MB fragment pays that ~32 times.
+
 A moto S3 server on loopback (``bench/remote.py``'s ``start_moto``) holds the lmdata store
 (``--corpus`` tiled ``--tiles`` times, all three formats: the local store's files uploaded as
 they are), LitData's optimized copy and Mosaic's MDS copy (``bench/peers.py``'s conversions of
@@ -32,7 +36,7 @@ from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
 from peers import LABELS, LMDATA, PEERS, ensure_peer, run_cell
-from remote import start_moto, start_proxy
+from remote import start_moto, start_proxy, start_s3rver
 from scale import cache_env, ensure_store, n_shards, n_tokens
 
 
@@ -59,12 +63,15 @@ def last_error(text: str) -> str:
     return lines[-1][:300].replace("|", "/")
 
 
+KEY = "S3RVER"  # access key id and secret: s3rver's only one (moto takes any)
+
+
 def s3_env(endpoint: str, cache: Path) -> dict[str, str]:
     """What a user exports for a custom S3 endpoint (AWS_* for lmdata and LitData's boto3,
     S3_ENDPOINT_URL for Mosaic), plus this cell's empty caches."""
     return {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-            "AWS_ENDPOINT_URL": endpoint, "S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint, "S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY,
+            "AWS_SECRET_ACCESS_KEY": KEY, "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
             "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED", "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED",
             "AWS_EC2_METADATA_DISABLED": "true", "AWS_ALLOW_HTTP": "true",
             "LMDATA_CACHE_DIR": str(cache / "lmdata"), "PEERS_CACHE": str(cache)}
@@ -105,19 +112,22 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--cell-timeout", type=float, default=150, help="seconds a cell may take (moto is slow)")
-    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (remote)' section")
+    ap.add_argument("--server", choices=("moto", "s3rver"), default="moto",
+                    help="the S3 server: moto (pip), or s3rver (npm; a ranged GET reads only its range)")
+    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (remote)' section "
+                                                "('## Peers (remote): s3rver' with --server s3rver)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
     store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), args.tiles, args.shard_tokens)
     peers = [t for t in PEERS if t in args.tools]
     local = {t: store for t in LMDATA} | {t: ensure_peer(t, store, args.work, cache_env(args.work))[0] for t in peers}
-    moto_url, moto = start_moto()
+    moto_url, moto = start_moto() if args.server == "moto" else start_s3rver(args.work)
     procs, rows = [moto], []
     try:
         import boto3
 
-        client = boto3.client("s3", endpoint_url=moto_url, aws_access_key_id="bench", aws_secret_access_key="bench",
+        client = boto3.client("s3", endpoint_url=moto_url, aws_access_key_id=KEY, aws_secret_access_key=KEY,
                               region_name="us-east-1")
         upload(client, store, "bench", "store")
         for t in peers:
@@ -142,21 +152,25 @@ def main() -> None:
     finally:
         for proc in procs:
             proc.kill()
+        if hasattr(moto, "objects"):
+            shutil.rmtree(moto.objects, ignore_errors=True)
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if args.shard_tokens == 1 << 20 else f"-x{args.tiles}-s{args.shard_tokens}"
+    suffix = ("" if args.shard_tokens == 1 << 20 else f"-x{args.tiles}-s{args.shard_tokens}") + (
+        "-s3rver" if args.server == "s3rver" else "")
+    section = "Peers (remote)" + (": s3rver" if args.server == "s3rver" else "")
     (out / f"peers-remote{suffix}.json").write_text(json.dumps(rows, indent=1))
-    body = (f"## Peers (remote)\n\n`.venv-peers/bin/python bench/peers_remote.py {' '.join(sys.argv[1:])}` "
+    body = (f"## {section}\n\n`.venv-peers/bin/python bench/peers_remote.py {' '.join(sys.argv[1:])}` "
             f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
             f"{n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards, {args.corpus.name} tiled x{args.tiles}; "
-            f"moto on loopback behind the delay proxy; shuffled B=32 x 1024, {args.warmup} warm-up + "
+            f"{args.server} on loopback behind the delay proxy; shuffled B=32 x 1024, {args.warmup} warm-up + "
             f"{args.batches} timed batches; every cell a fresh process with empty caches):\n\n"
             + table(rows, args.delays) + "\n\n" + "\n".join(f"- {LABELS[r['tool']]} w{r['workers']} "
                                                            f"+{r['delay_ms']:g} ms failed: `{r['error']}`"
                                                            for r in rows if "error" in r) + "\n" + NOTES + "\n")
     print(body)
     if args.readme:
-        replace_section(args.readme, body, "Peers (remote)")
+        replace_section(args.readme, body, section)
 
 
 if __name__ == "__main__":
