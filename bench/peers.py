@@ -292,46 +292,58 @@ LABELS = {"memmap": "lmdata memmap", "parquet": "lmdata Parquet", "lance": "lmda
 
 
 def table(rows: list[dict]) -> str:
-    best = {w: max(r["tokens_per_s"] for r in rows if r["tool"] in PEERS and r["workers"] == w)
-            for w in {r["workers"] for r in rows}}
+    best = {w: max((r["tokens_per_s"] for r in rows if r["tool"] in PEERS and r["workers"] == w), default=None)
+            for w in {r["workers"] for r in rows}}  # None: no peer in --tools
     lines = ["| loader | workers | steady M tok/s | vs best peer | first batch | PSS MB | bytes/token | "
              "conversion | exact resume |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {LABELS[r['tool']]} | {r['workers']} | {r['tokens_per_s'] / 1e6:.1f} | "
-                     f"{r['tokens_per_s'] / best[r['workers']]:.2f}x | {r['first_batch_s']:.2f} s | "
+                     + (f"{r['tokens_per_s'] / best[r['workers']]:.2f}x" if best[r["workers"]] else "—")
+                     + f" | {r['first_batch_s']:.2f} s | "
                      f"{r['pss_mb']:,.0f} | {r['bytes_per_token']:.2f} | {r['conversion_s']:.0f} s | "
                      f"{'yes' if r['resume'] else 'no'} |")
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def store_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options every local peers bench takes: the store (``--corpus`` tiled, or ``--store``), tools, workers."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
     ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-peers"))
     ap.add_argument("--store", type=Path, help="an lmdata store to use instead of ingesting --corpus")
     ap.add_argument("--tools", type=lambda s: s.split(","), default=",".join(LMDATA + PEERS))
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
+    return ap
+
+
+def the_store(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Path, float, int | None]:
+    """``--tools`` checked, ``--work`` made; the store, its ingest's seconds (nan for ``--store``) and
+    how many times ``--corpus`` was tiled into it (None for ``--store``)."""
+    unknown = set(args.tools) - set(LMDATA + PEERS)
+    if unknown:
+        ap.error(f"--tools: unknown {sorted(unknown)}; choose from {','.join(LMDATA + PEERS)}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.store is not None:
+        if not (args.store / "manifest.json").is_file():
+            ap.error(f"--store {args.store}: no manifest.json there; give an lmdata store (or leave --store out)")
+        return args.store, math.nan, None
+    tiles = math.ceil(MIN_TOKENS / TOKENS_PER_TILE)
+    store, facts = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), tiles, 1 << 20)
+    return store, facts["seconds"], tiles
+
+
+def main() -> None:
+    ap = store_arguments(__doc__)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=1, help="run each cell N times, keep its best (a shared box)")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (local)' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()
-    unknown = set(args.tools) - set(LMDATA + PEERS)
-    if unknown:
-        ap.error(f"--tools: unknown {sorted(unknown)}; choose from {','.join(LMDATA + PEERS)}")
-    args.work.mkdir(parents=True, exist_ok=True)
-    env = cache_env(args.work)
     load = os.getloadavg()[0]
-    if args.store is not None:
-        if not (args.store / "manifest.json").is_file():
-            ap.error(f"--store {args.store}: no manifest.json there; give an lmdata store (or leave --store out)")
-        store, ingest_s, tiles = args.store, math.nan, None
-    else:
-        tiles = math.ceil(MIN_TOKENS / TOKENS_PER_TILE)
-        store, facts = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), tiles, 1 << 20)
-        ingest_s = facts["seconds"]
+    store, ingest_s, tiles = the_store(ap, args)
+    env = cache_env(args.work)
     print(f"store {store}: {n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards"
           + (f" ({args.corpus.name} tiled x{tiles})" if tiles else ""), flush=True)
     paths, conversion, size = {}, {}, {}

@@ -17,17 +17,15 @@ may drop them under pressure and fault them back). ``--map-off`` adds lmdata's r
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
 import peers
-from common import CORPUS, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tree_pss_mb
-from scale import cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
+from common import replace_section, tree_pss_mb
+from scale import cache_env, decode_copies, n_shards, n_tokens, read_from, warm_page_cache
 
 SECTION = "Peers (local): memory over an epoch"
 
@@ -69,13 +67,7 @@ def table(rows: list[dict], at: list[int]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-peers"))
-    ap.add_argument("--store", type=Path, help="an lmdata store to use instead of ingesting --corpus")
-    ap.add_argument("--tools", type=lambda s: s.split(","), default=",".join(peers.LMDATA + peers.PEERS))
-    ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
+    ap = peers.store_arguments(__doc__)
     ap.add_argument("--at", type=lambda s: [int(x) for x in s.split(",")], default="250,1000,3000",
                     help="batches after which PSS is read (and at the epoch's end)")
     ap.add_argument("--map-off", action="store_true", help="lmdata's rows again with LMDATA_MAP_SHARDS=0")
@@ -83,19 +75,9 @@ def main() -> None:
     ap.add_argument("--readme", type=Path, help=f"rewrite this file's '## {SECTION}' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()
-    unknown = set(args.tools) - set(peers.LMDATA + peers.PEERS)
-    if unknown:
-        ap.error(f"--tools: unknown {sorted(unknown)}; choose from {','.join(peers.LMDATA + peers.PEERS)}")
-    args.work.mkdir(parents=True, exist_ok=True)
-    env = cache_env(args.work)
     load = os.getloadavg()[0]
-    if args.store is not None:
-        if not (args.store / "manifest.json").is_file():
-            ap.error(f"--store {args.store}: no manifest.json there; give an lmdata store (or leave --store out)")
-        store, tiles = args.store, None
-    else:
-        tiles = math.ceil(peers.MIN_TOKENS / peers.TOKENS_PER_TILE)
-        store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), tiles, 1 << 20)
+    store, _, tiles = peers.the_store(ap, args)
+    env = cache_env(args.work)
     print(f"store {store}: {n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards", flush=True)
     for tool in args.tools:
         if tool in peers.LMDATA:
