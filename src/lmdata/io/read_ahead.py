@@ -63,7 +63,7 @@ class ReadAhead(io.RawIOBase):
         return n
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and hasattr(self, "_pool"):  # (not when __init__ failed)
             for f in self._pending:
                 f.cancel()
             self._pool.shutdown(wait=True, cancel_futures=True)  # no read left running on a closed file
