@@ -333,6 +333,15 @@ def the_store(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Pa
     return store, facts["seconds"], tiles
 
 
+def heading(section: str, script: str, load: float, store: Path, corpus: Path | None, tiles: int | None,
+            what: str) -> str:
+    """A section's title and the line under it: the command as run, the machine and the store (``what``: more)."""
+    return (f"## {section}\n\n`.venv-peers/bin/python bench/{script} {' '.join(sys.argv[1:])}` ({os.cpu_count()} "
+            f"cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; {n_tokens(store) / 1e6:.1f} M "
+            f"tokens, {n_shards(store)} shards" + (f", {corpus.name} tiled x{tiles}" if corpus else "")
+            + f"; shuffled B=32 x 1024{what}):")
+
+
 def main() -> None:
     ap = store_arguments(__doc__)
     ap.add_argument("--warmup", type=int, default=20)
@@ -370,12 +379,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "peers.json").write_text(json.dumps(rows, indent=1))
-    argv = " ".join(sys.argv[1:])
-    body = (f"## Peers (local)\n\n`.venv-peers/bin/python bench/peers.py {argv}` ({os.cpu_count()} cores, load "
-            f"average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; {n_tokens(store) / 1e6:.1f} M tokens, "
-            f"{n_shards(store)} shards of 1 Mi tokens"
-            + (f", {args.corpus.name} tiled x{tiles}" if tiles else "") + "; shuffled B=32 x 1024):\n\n"
-            + table(rows) + "\n\n" + notes(decode_s) + "\n")
+    body = (heading("Peers (local)", "peers.py", load, store, args.corpus if tiles else None, tiles, "")
+            + "\n\n" + table(rows) + "\n\n" + notes(decode_s) + "\n")
     print(body)
     if args.readme:
         replace_section(args.readme, body, "Peers (local)")

@@ -98,11 +98,8 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "peers_pss.json").write_text(json.dumps(rows, indent=1))
-    argv = " ".join(sys.argv[1:])
-    body = (f"## {SECTION}\n\n`.venv-peers/bin/python bench/peers_pss.py {argv}` ({os.cpu_count()} cores, load "
-            f"average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; {n_tokens(store) / 1e6:.1f} M tokens, "
-            f"{n_shards(store)} shards" + (f", {args.corpus.name} tiled x{tiles}" if tiles else "")
-            + "; shuffled B=32 x 1024; PSS in MB of the loader's processes, one fresh process a row):\n\n"
+    body = (peers.heading(SECTION, "peers_pss.py", load, store, args.corpus if tiles else None, tiles,
+                          "; PSS in MB of the loader's processes, one fresh process a row") + "\n\n"
             + table(rows, args.at) + "\n")
     print(body)
     if args.readme:
