@@ -35,9 +35,14 @@ def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CO
     return path
 
 
+HAND_WRITTEN = "<!-- written by hand from here on: kept when the tables above are generated again -->"
+
+
 def replace_section(path: Path, body: str, first: str, last: str | None = None) -> None:
     """Put ``body`` (which starts with ``## first``) in place of the ``## first`` .. ``## last``
-    block of ``path`` (up to the next ``## `` heading after ``## last``), or append it."""
+    block of ``path`` (up to the next ``## `` heading after ``## last``), or append it. What the
+    old block holds from a ``HAND_WRITTEN`` line on (the analysis of its tables) is kept after the
+    new body: a rerun with ``--readme`` had dropped it with the tables."""
     path = Path(path)
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = "\n" + body.strip() + "\n"
@@ -47,6 +52,10 @@ def replace_section(path: Path, body: str, first: str, last: str | None = None) 
     else:
         tail_from = text.find(f"\n## {last}\n", start) if last else -1
         end = text.find("\n## ", (tail_from if tail_from >= 0 else start) + 1)
+        old = text[start:end] if end >= 0 else text[start:]
+        kept = old.find(f"\n{HAND_WRITTEN}\n")
+        if kept >= 0 and HAND_WRITTEN not in block:
+            block += "\n" + old[kept + 1:].strip("\n") + "\n"
         text = text[:start] + block + (text[end:] if end >= 0 else "")
     path.write_text(text)
 
