@@ -143,3 +143,19 @@ def test_a_whole_object_is_read_with_one_get_not_a_stream_of_them(s3, monkeypatc
         assert location(uri).read_bytes() == data
         assert proxy.requests == 2
         assert location(empty).read_bytes() == b""
+
+
+@pytest.mark.parametrize("bucket,key", [("t-0396d9b11403", "stores/train/shard-00002.parquet"),
+                                        ("data", "runs/forbidden-credentials/403.bin")])
+def test_a_timeout_on_an_object_whose_name_holds_403_is_a_timeout_not_access_denied(bucket, key):
+    """pyarrow quotes the bucket and key in its messages: a random test bucket ``t-...403`` made a frozen
+    endpoint's timeout read "access denied" (a CI failure, 1 run in ~5)."""
+    from lmdata.io.s3 import EndpointError, remote_error
+
+    raw = OSError(f"When reading information for key '{key}' in bucket '{bucket}': AWS Error NETWORK_CONNECTION "
+                  "during HeadObject operation: curlCode: 28, Timeout was reached")
+    err = remote_error(raw, f"s3://{bucket}/{key}")
+    assert isinstance(err, EndpointError) and "no answer" in str(err), str(err)
+    denied = OSError(f"When reading information for key '{key}' in bucket '{bucket}': AWS Error UNKNOWN "
+                     "(HTTP status 403) during HeadObject operation: No response body.")
+    assert "access denied" in str(remote_error(denied, f"s3://{bucket}/{key}"))

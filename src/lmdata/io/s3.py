@@ -152,7 +152,7 @@ def is_missing(exc: BaseException) -> bool:
 
 
 _DENIED = ("access_denied", "accessdenied", "invalidaccesskeyid", "invalid_access_key_id", "signaturedoesnotmatch",
-           "signature_does_not_match", "403", "forbidden", "credentials", "invalidtoken")
+           "signature_does_not_match", "forbidden", "credentials", "invalidtoken")
 _TIMED_OUT = ("timed out", "timeout", "curlcode: 28", "deadline has elapsed", "operation too slow",
               "error sending request")  # Lance's (reqwest's) words for a request that got no answer
 _CONNECTING = ("connection timed out", "connect timeout", "connect_timeout", "tcp connect", "error trying to connect")
@@ -186,15 +186,29 @@ def within_timeout(call: Callable[[], T], uri: str) -> T:
     return running.result()
 
 
+def _library_words(text: str, uri: str) -> str:
+    """``text`` lowercased without the bucket and key it names (pyarrow's messages quote them): a
+    frozen endpoint's timeout on bucket ``t-0396d9b11403`` had read as "access denied" (its "403"),
+    as would any failure on a key ``forbidden.txt``."""
+    low = text.lower()
+    for name in sorted({p for p in uri.removeprefix("s3://").lower().split("/") if p}, key=len, reverse=True):
+        low = low.replace(name, " ")
+    return low
+
+
+def _denied(low: str) -> bool:
+    return any(s in low for s in _DENIED) or re.search(r"(?<![0-9])403(?![0-9])", low) is not None
+
+
 def remote_error(exc: BaseException, uri: str) -> LmdataError:
     """A library's failure on the object ``uri`` as one line naming it and the likely fix."""
     if isinstance(exc, LmdataError):
         return exc
     text = " ".join(str(exc).split())
-    low = text.lower()
+    low = _library_words(text, uri)
     if any(s in low for s in ("nosuchbucket", "bucket does not exist", "the specified bucket")):
         why = "the bucket does not exist (create it, or check the URI)"
-    elif any(s in low for s in _DENIED):
+    elif _denied(low):
         why = "access denied (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's permissions)"
     elif any(s in low for s in _TIMED_OUT) and not any(s in low for s in _CONNECTING):
         return no_answer(uri)
