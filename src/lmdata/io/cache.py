@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from lmdata.errors import LmdataError
+from lmdata.io.env import env_number
 
 CHUNK_BYTES = 1 << 20
 CACHE_DIR_ENV = "LMDATA_CACHE_DIR"
@@ -116,17 +116,8 @@ KEEP_FREE_ENV = "LMDATA_CACHE_KEEP_FREE"
 
 def keep_free() -> float:
     """The fraction of the disk copies leave free: ``LMDATA_CACHE_KEEP_FREE`` (0 <= f < 1), default a tenth."""
-    text = os.environ.get(KEEP_FREE_ENV, "").strip()
-    if not text:
-        return KEEP_FREE
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise LmdataError(f"{KEEP_FREE_ENV}={text!r}: give the fraction of the cache's disk that copies of "
-                          f"remote shards leave free, a number from 0 to below 1 (default {KEEP_FREE:g})")
-    return value
+    return env_number(KEEP_FREE_ENV, KEEP_FREE, lambda v: 0 <= v < 1, "give the fraction of the cache's disk "
+                      f"that copies of remote shards leave free, a number from 0 to below 1 (default {KEEP_FREE:g})")
 
 
 def fits_on_disk(directory: Path, nbytes: int) -> bool:

@@ -217,11 +217,11 @@ class Location:
         proxy, 1.0 s of a remote Lance first batch)."""
         if not self.remote:
             return self.local_path.read_bytes()
-        try:
-            with self.fs.open_input_file(self.fs_path) as fh:
+        with self.open_input() as fh:
+            try:
                 return fh.read_at(fh.size(), 0)
-        except OSError as exc:
-            raise self._failed(exc) from None
+            except OSError as exc:
+                raise self._failed(exc) from None
 
     def open_stream(self) -> Any:
         """A buffered binary stream of the stored bytes, read front to back (never decompressed here);
@@ -229,11 +229,7 @@ class Location:
         read at a part per round trip)."""
         if not self.remote:
             return open(self.path, "rb", buffering=STREAM_BUFFER)
-        try:
-            native = self.fs.open_input_file(self.fs_path)
-        except OSError as exc:
-            raise self._failed(exc) from None
-        return io.BufferedReader(ReadAhead(native, self.uri), STREAM_BUFFER)
+        return io.BufferedReader(ReadAhead(self.open_input(), self.uri), STREAM_BUFFER)
 
     def open_input(self) -> Any:
         """A random-access pyarrow file (``read_at`` is safe from many threads); remote: one HEAD.

@@ -34,8 +34,8 @@ class ReadAhead(io.RawIOBase):
         self._size, self._part = native.size(), max(1, int(part_bytes))
         self._next = 0  # offset of the next part to ask for
         self._pending: deque[Future] = deque()
-        self._pool = ThreadPoolExecutor(max(1, int(ahead)), thread_name_prefix="lmdata-read-ahead")
         self._ahead = max(1, int(ahead))
+        self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="lmdata-read-ahead")
         self._buf, self._at = b"", 0  # the part being read, and how much of it has been
 
     def readable(self) -> bool:
@@ -64,9 +64,7 @@ class ReadAhead(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed and hasattr(self, "_pool"):  # (not when __init__ failed)
-            for f in self._pending:
-                f.cancel()
-            self._pool.shutdown(wait=True, cancel_futures=True)  # no read left running on a closed file
+            self._pool.shutdown(wait=True, cancel_futures=True)  # parts not started dropped; none left running
             self._pending.clear()
             self._native.close()
         super().close()

@@ -22,11 +22,13 @@ a loader worker or a Ray task builds its own).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, Callable, TypeVar
 
 from lmdata.errors import LmdataError
+from lmdata.io.env import env_number
 from lmdata.io.bounded import Bounded
 from lmdata.io.process_local import ProcessLocal
 
@@ -78,17 +80,8 @@ def aws_settings() -> dict[str, str | None]:
 
 def s3_timeout() -> float:
     """Seconds a request to object storage may go unanswered, retries included (``LMDATA_S3_TIMEOUT``)."""
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise LmdataError(f"{TIMEOUT_ENV}={text!r}: give the seconds a request to object storage may wait "
-                          f"for an answer, a number > 0 (default {TIMEOUT_S:g})")
-    return value
+    return env_number(TIMEOUT_ENV, TIMEOUT_S, lambda v: 0 < v < math.inf, "give the seconds a request to object "
+                      f"storage may wait for an answer, a number > 0 (default {TIMEOUT_S:g})")
 
 
 def attempt_timeout() -> float:
