@@ -11,7 +11,7 @@ with one batch per read and once with four (``make_loader``'s default ``batches_
 
 - ``lmdata:lance``       the store's reader: rows of <= 1,024 tokens cut at documents, read
                          from ``tokens`` (``token_bytes`` in stores before), fragments of whole shards up to
-                         256 Mi tokens, one ``take`` per read, through Lance's io_uring reader
+                         ``FRAGMENT_TOKENS``, one ``take`` per read, through Lance's io_uring reader
 - ``lmdata:lance (file)`` the same reader on Lance's default local reader (``io="file"``)
 - ``naive-lance``        documents as rows (bench/loader.py's), one ``take`` of the covering docs
 - ``naive-lance (io_uring)`` the same through ``file+uring://``

@@ -129,6 +129,19 @@ def test_a_new_fragment_limit_regroups_a_finished_split(tmp_path, parts):
     check(fdir, fragments, stream)
 
 
+def test_a_smaller_fragment_limit_splits_an_earlier_larger_fragment(tmp_path, parts):
+    """A split written under a larger limit (an lmdata before fragments of 32 Mi tokens) resumes
+    into the smaller one: each fragment rebuilt from the rows inside the old one, which goes."""
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    bigger = get_format("lance").writer(fdir, U16, fragment_tokens=100_000)
+    assert len(bigger.finish(write(bigger, tokens, range(5)))) == 1
+    w = writer(fdir)
+    fragments = w.finish(list(w.completed().values()))
+    assert [f.name for f in fragments] == ["00000-00001", "00002", "00003-00004"]
+    check(fdir, fragments, stream)
+
+
 def test_cleanup_after_rewrites_keeps_the_rewritten_staging_files(tmp_path, parts):
     """The Ray engine cleans up after its writes: a shard redone in this run (a staging record)
     that an older fragment record still holds must keep its new files."""

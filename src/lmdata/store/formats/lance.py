@@ -5,7 +5,7 @@ On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file f
     data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
                            tokens list<uint16|uint32>, uncompressed), documents
                            cut into pieces of at most 1,024 tokens; each fragment holds a run
-                           of whole ingest shards, up to 256 Mi tokens (``lance_fragments``)
+                           of whole ingest shards, up to 32 Mi tokens (``lance_fragments``)
     _versions/, _transactions/   Lance's own commit log (written once per ingest, in ``finish``)
     rows-00000.npy         int64 [3, n_rows + 1], a shard's row index: each row's first token
                            within it (then n_tokens), each row's document (then n_docs) and

@@ -38,12 +38,16 @@ from lmdata.store.checksum import file_info, write_shard_parts
 from lmdata.store.formats.parquet import pieces
 from lmdata.store.protocol import FileInfo, ShardInfo
 
-# 256 Mi tokens per fragment, at most (a larger shard: alone); ~0.5 GB of Lance file.
-# A take pays ~14 us per batch of 32 for every fragment its windows touch
-# (x10 corpus: 57 fragments 1.06 ms, 15 0.53, 4 0.38, 1 0.33), so a 9 G-token split costs
-# ~+1.8 ms per batch in 64 Mi-token fragments and ~+0.45 ms in these. Ingest of 294 M tokens:
-# same time, peak RSS 369 -> 401 MB (bench/README.md, "Lance layout").
-FRAGMENT_TOKENS = 1 << 28
+# 32 Mi tokens per fragment, at most (a larger shard: alone); ~64 MB of Lance file, the object
+# size LitData (50 MB chunks) and Mosaic (64 MiB shards) write too. The loader reads decoded
+# copies of the ingest shards (one take each), not a take per batch, so a fragment's size no
+# longer sets its speed. Smaller fragments cost nothing measurable to write (all three formats,
+# 503 MB of text: 7.5-8.8 s against 7.6-8.4 at 256 Mi), redo less after a crash, and on a
+# server that reads the whole object for a ranged GET (moto) a fresh machine's first Lance batch
+# of a 188 M-token store came after 4.2-5.5 s instead of 19.6-28.2 (bench/README.md, "Peers
+# (remote)"). A take per batch (``LMDATA_LANCE_CACHE_BYTES=0``) pays ~14 us for each fragment its
+# windows touch: at most one per window.
+FRAGMENT_TOKENS = 1 << 25
 GROUP_DIR = "_fragments"
 # Lance file format, pinned (a newer pylance default must not change what we write). 2.0 rather
 # than 2.1: the reader never takes a few rows per batch (it reads decoded copies, ``lance_chunks``),
