@@ -162,13 +162,16 @@ def best(runs: list[dict]) -> dict:
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:
-    base = next(r for r in rows if r["case"] == "encode")
+    base = next((r for r in rows if r["case"] == "encode"), None)  # --cases without it: no ratios
+
+    def vs(r: dict, key: str) -> str:
+        return f"{r[key] / base[key]:.0%}" if base else "—"
+
     lines = ["| case | wall s | MB/s | tokens/s | MB/s vs encode | CPU s | CPU vs encode | peak RSS MB |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['seconds']:.1f} | {r['mb_s']:.2f} | {r['tokens_s']:,.0f} | "
-                     f"{r['mb_s'] / base['mb_s']:.0%} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.0%} | "
-                     f"{r['peak_rss_mb']:.0f} |")
+                     f"{vs(r, 'mb_s')} | {r['cpu_s']:.1f} | {vs(r, 'cpu_s')} | {r['peak_rss_mb']:.0f} |")
     return "\n".join(lines)
 
 
