@@ -97,29 +97,30 @@ def test_a_cache_that_cannot_be_written_decodes_into_memory_with_a_warning(sampl
     assert reader._in_memory > 0 and not (blocker / "cache").exists()
 
 
-@pytest.mark.parametrize("pool", ["system", "fallback"])
-def test_a_shard_is_decoded_the_same_through_either_reader_and_a_flipped_page_refused(sample_store, pool,
-                                                                                       monkeypatch):
-    """``_tokens_column``: pyarrow's ParquetReader on the system allocator, or ParquetFile where that
-    class is missing: the same column, page CRCs checked by both."""
-    import builtins
+def test_a_decoded_shard_owns_its_tokens_the_pool_is_released_and_a_flipped_page_refused(sample_store,
+                                                                                          monkeypatch):
+    """``decoded_tokens``: the column's values, in an array NumPy owns (so the pool's buffers can go),
+    the pool's unused memory handed back after every decode, failed or not; page CRCs checked."""
+    import pyarrow as pa
 
     from lmdata.store.formats import parquet
 
     path = sorted((sample_store / "train" / "parquet").glob("*.parquet"))[0]
     raw = path.read_bytes()
-    want = pq.ParquetFile(path).read(columns=["tokens"]).column(0)
-    if pool == "fallback":
-        real_import = builtins.__import__
+    want = pq.ParquetFile(path).read(columns=["tokens"]).column(0).combine_chunks().flatten().to_numpy()
+    real, released = pa.default_memory_pool(), []
 
-        def no_private_reader(name, *args, **kwargs):
-            if name == "pyarrow._parquet":
-                raise ImportError(name)
-            return real_import(name, *args, **kwargs)
+    class Pool:
+        def release_unused(self):
+            released.append(True)
+            real.release_unused()
 
-        monkeypatch.setattr(builtins, "__import__", no_private_reader)
-    assert parquet._tokens_column(raw).equals(want)
+    monkeypatch.setattr(pa, "default_memory_pool", lambda: Pool())
+    got = parquet.decoded_tokens(raw, np.dtype(np.uint16))
+    assert got.dtype == np.uint16 and got.flags.owndata and np.array_equal(got, want)
+    assert released == [True]
     data = bytearray(raw)
     data[len(data) // 3] ^= 0x01  # inside a data page
     with pytest.raises(OSError):
-        parquet._tokens_column(bytes(data))
+        parquet.decoded_tokens(bytes(data), np.dtype(np.uint16))
+    assert released == [True, True]
