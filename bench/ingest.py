@@ -115,11 +115,36 @@ def _hf_datasets(spec, tokenizer_dir: Path, work: Path, workers: int) -> dict:
 # ---------------------------------------------------------------------------- driver (parent process)
 
 
-def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path, corpus: Path) -> dict:
-    """Run ``case`` in a child process: wall time, peak RSS of its process tree, its counts."""
+KEEP_FREE_TEXTS = 4  # kept stores are deleted early when less than this many corpora of disk is free
+
+
+def make_room(kept: list[Path], corpus: Path) -> None:
+    """Delete the stores kept so far if the disk is short of room for the next case (said on stderr:
+    the cases after it then run beside freshly deleted files, see ``measure``)."""
+    if kept and shutil.disk_usage(kept[0].parent).free < KEEP_FREE_TEXTS * corpus.stat().st_size:
+        print(f"(deleting {len(kept)} kept stores for room: the next cases run beside deleted inodes)", file=sys.stderr)
+        drop(kept)
+
+
+def drop(kept: list[Path]) -> None:
+    for work in kept:
+        shutil.rmtree(work, ignore_errors=True)
+    kept.clear()
+
+
+def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path, corpus: Path, kept: list[Path]) -> dict:
+    """Run ``case`` in a child process: wall time, peak RSS of its process tree, its counts.
+
+    The store it wrote is kept (in ``kept``) until the caller drops it after all rounds: deleting
+    each store before the next case made that case slower on ext4 without a journal, which
+    skips inodes freed in the last 60-300 s when it allocates new ones, reading each one's inode
+    table block (``recently_deleted``: 5-8% of all three formats' CPU samples, 503 MB of text in
+    6.1-6.2 s after a deletion against 5.3 s without; perf, 2026-12-05)."""
     import psutil
 
+    make_room(kept, corpus)
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-", dir=args.tmp))
+    kept.append(work)
     cmd = [sys.executable, __file__, "--case", case, "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
            "--work", str(work), "--workers", str(args.workers)]
     t0 = time.perf_counter()
@@ -143,7 +168,6 @@ def measure(case: str, args: argparse.Namespace, tokenizer_dir: Path, corpus: Pa
         time.sleep(0.05)
     seconds = time.perf_counter() - t0
     out = proc.stdout.read()
-    shutil.rmtree(work, ignore_errors=True)
     if proc.returncode:
         raise SystemExit(f"case {case} failed (exit {proc.returncode})")
     result = json.loads(out.strip().splitlines()[-1])
@@ -222,12 +246,16 @@ def size_section(args: argparse.Namespace, tokenizer_dir: Path, tiles: int, voca
     corpus = tiled_corpus(Path(args.tmp or tempfile.gettempdir()), args.corpus, tiles)
     cases = args.cases.split(",")
     runs: dict[str, list[dict]] = {case: [] for case in cases}
-    for round_ in range(args.repeat):  # interleaved rounds: a burst of load hits every case alike
-        for case in cases:
-            r = measure(case, args, tokenizer_dir, corpus)
-            runs[case].append(r)
-            print(f"x{tiles} round {round_ + 1} {case}: {r['seconds']:.1f} s, {r['mb_s']:.2f} MB/s, "
-                  f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_rss_mb']:.0f} MB", file=sys.stderr)
+    kept: list[Path] = []  # every case's store, deleted after the rounds (``measure``)
+    try:
+        for round_ in range(args.repeat):  # interleaved rounds: a burst of load hits every case alike
+            for case in cases:
+                r = measure(case, args, tokenizer_dir, corpus, kept)
+                runs[case].append(r)
+                print(f"x{tiles} round {round_ + 1} {case}: {r['seconds']:.1f} s, {r['mb_s']:.2f} MB/s, "
+                      f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_rss_mb']:.0f} MB", file=sys.stderr)
+    finally:
+        drop(kept)
     rows = [best(runs[case]) for case in cases]
     tiled = f", tiled x{tiles}" if tiles > 1 else ""
     return (f"Corpus `{args.corpus.name}`{tiled} ({corpus.stat().st_size / 1e6:.1f} MB), our BPE with "

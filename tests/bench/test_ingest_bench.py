@@ -1,4 +1,4 @@
-"""bench/ingest.py's table: cases without the encode-only baseline print no ratios instead of failing."""
+"""bench/ingest.py: its table without the encode-only baseline, and the stores it keeps until the end."""
 
 from __future__ import annotations
 
@@ -26,3 +26,18 @@ def test_a_table_with_encode_has_its_ratios():
     rows = [{"case": "encode", **ROW}, {"case": "ingest:memmap", **ROW, "mb_s": 80.0, "cpu_s": 10.0}]
     text = ingest_bench.table(rows, argparse.Namespace())
     assert "| ingest:memmap | 5.0 | 80.00 | 25,000,000 | 80% | 10.0 | 125% | 320 |" in text
+
+
+def test_kept_stores_go_only_when_the_disk_is_short(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"x" * 1000)
+    kept = [tmp_path / "a", tmp_path / "b"]
+    for d in kept:
+        d.mkdir()
+    usage = ingest_bench.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(ingest_bench.shutil, "disk_usage", lambda p: usage._replace(free=10_000))
+    ingest_bench.make_room(kept, corpus)  # 10 corpora free: kept
+    assert len(kept) == 2 and (tmp_path / "a").is_dir()
+    monkeypatch.setattr(ingest_bench.shutil, "disk_usage", lambda p: usage._replace(free=3_000))
+    ingest_bench.make_room(kept, corpus)  # 3 corpora free: room made
+    assert kept == [] and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
