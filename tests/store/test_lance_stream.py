@@ -151,3 +151,22 @@ def test_the_follower_hashes_a_file_that_grows_and_is_renamed(tmp_path, monkeypa
     assert (info.path, info.bytes, info.sha256) == ("data/final.lance", len(whole), hashlib.sha256(whole).hexdigest())
     other = lance_stream._Follower(data)
     assert other.info(tmp_path, "data/final.lance") is None  # never saw the file grow: read it whole instead
+
+
+def test_every_follower_is_closed(tmp_path, parts, monkeypatch):
+    """Each fragment's follower closes the descriptor it reads the data file by: a fragment of one shard
+    (recorded as a staged one, hashed whole) had left it open, one per fragment, for the process's life
+    (whether it had opened one yet depends on how soon Lance created the file: counted by closes)."""
+    from lmdata.store.formats import lance_stream
+
+    made, closed = [], []
+    real_init, real_close = lance_stream._Follower.__init__, lance_stream._Follower.close
+    monkeypatch.setattr(lance_stream._Follower, "__init__", lambda self, d: (made.append(self), real_init(self, d))[1])
+    monkeypatch.setattr(lance_stream._Follower, "close", lambda self: (closed.append(self), real_close(self))[1])
+    tokens, stream = parts
+    fdir = tmp_path / "train" / "lance"
+    w = get_format("lance").writer(fdir, U16, fragment_tokens=1)  # every shard a fragment of its own
+    w.write_in_order()  # streamed, as the local engine writes
+    fragments = w.finish(write(w, tokens, range(5)))
+    assert len(made) == 5 and all(f in closed for f in made) and all(f.fd is None for f in made)
+    check(fdir, fragments, stream)

@@ -160,9 +160,21 @@ class FragmentStream:
 
     def close(self) -> ShardInfo:
         """End the fragment and make it durable and recorded (``record_fragment``)."""
-        meta = self.wait()
+        try:
+            meta = self.wait()
+        except BaseException:
+            self._follower.close()
+            raise
         data = self._follower.info(self.format_dir, f"data/{meta['files'][0]['path']}")
         return record_fragment(self.format_dir, self.members, meta, self.index_rows(), data)
+
+    def without_checksum(self) -> dict:
+        """End the fragment (``wait``) and stop following its file, whose record hashes it whole instead
+        (a fragment of one shard, recorded as a staged one): its descriptor had stayed open."""
+        try:
+            return self.wait()
+        finally:
+            self._follower.close()
 
     def abandon(self) -> None:
         """Stop the writing thread (an error elsewhere); the unfinished data file is ``cleanup_partial``'s."""
