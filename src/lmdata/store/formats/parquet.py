@@ -364,7 +364,9 @@ def decoded_tokens(raw: bytes, dtype: np.dtype) -> np.ndarray:
     try:
         pf = pq.ParquetFile(pa.BufferReader(raw), page_checksum_verification=True)
         column = pf.read(columns=["tokens"], use_threads=False).column(0)
-        tokens = np.array(flat_tokens(column, dtype), dtype=dtype)  # NumPy's own copy
+        tokens = flat_tokens(column, dtype)
+        if not tokens.flags.owndata or tokens.dtype != dtype:  # a view of Arrow's buffer: NumPy's own copy
+            tokens = np.array(tokens, dtype=dtype)
         del column, pf
     finally:
         pa.default_memory_pool().release_unused()
