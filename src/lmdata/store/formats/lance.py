@@ -167,8 +167,7 @@ class LanceWriter(base.RecordedShardWriter):
         if len(stream.members) > 1:
             self._streamed.append(stream.close())
         else:  # a lone shard's fragment index is its own row index
-            self._streamed.append(self._record_staged(stream.members[0], stream.without_checksum(), stream.index_rows(),
-                                                      None))
+            self._streamed.append(self._record_staged(stream.members[0], stream.end(), stream.index_rows(), None))
         self._stream = None
 
     def completed(self) -> dict[int, ShardInfo]:

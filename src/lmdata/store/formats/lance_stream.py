@@ -168,7 +168,7 @@ class FragmentStream:
         data = self._follower.info(self.format_dir, f"data/{meta['files'][0]['path']}")
         return record_fragment(self.format_dir, self.members, meta, self.index_rows(), data)
 
-    def without_checksum(self) -> dict:
+    def end(self) -> dict:
         """End the fragment (``wait``) and stop following its file, whose record hashes it whole instead
         (a fragment of one shard, recorded as a staged one): its descriptor had stayed open."""
         try:
