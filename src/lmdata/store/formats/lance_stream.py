@@ -148,33 +148,34 @@ class FragmentStream:
         return np.concatenate(self.rows + [np.array([[self.n_tokens], [self.n_docs], [0]], np.int64)], axis=1)
 
     def wait(self) -> dict:
-        """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it."""
-        with atomic.space_for(self.format_dir, self.n_bytes):
-            self._put(_END)
-            self._thread.join()
-            self._raise_failure()
-        if self._meta is None or len(self._meta["files"]) != 1:
-            raise LmdataError(f"{self.format_dir}: Lance wrote fragment {self.members[0].name} as "
-                              f"{len(self._meta['files']) if self._meta else 0} files, not one; rerun with --overwrite")
+        """End the fragment; its ``FragmentMetadata`` JSON once Lance has written it (failed: the follower's
+        descriptor closed too)."""
+        try:
+            with atomic.space_for(self.format_dir, self.n_bytes):
+                self._put(_END)
+                self._thread.join()
+                self._raise_failure()
+            if self._meta is None or len(self._meta["files"]) != 1:
+                raise LmdataError(f"{self.format_dir}: Lance wrote fragment {self.members[0].name} as "
+                                  f"{len(self._meta['files']) if self._meta else 0} files, not one; rerun with "
+                                  "--overwrite")
+        except BaseException:
+            self._follower.close()
+            raise
         return self._meta
 
     def close(self) -> ShardInfo:
         """End the fragment and make it durable and recorded (``record_fragment``)."""
-        try:
-            meta = self.wait()
-        except BaseException:
-            self._follower.close()
-            raise
+        meta = self.wait()
         data = self._follower.info(self.format_dir, f"data/{meta['files'][0]['path']}")
         return record_fragment(self.format_dir, self.members, meta, self.index_rows(), data)
 
     def end(self) -> dict:
         """End the fragment (``wait``) and stop following its file, whose record hashes it whole instead
         (a fragment of one shard, recorded as a staged one): its descriptor had stayed open."""
-        try:
-            return self.wait()
-        finally:
-            self._follower.close()
+        meta = self.wait()
+        self._follower.close()
+        return meta
 
     def abandon(self) -> None:
         """Stop the writing thread (an error elsewhere); the unfinished data file is ``cleanup_partial``'s."""

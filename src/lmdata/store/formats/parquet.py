@@ -295,7 +295,7 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
         if len(tokens) != shard.n_tokens:
             raise LmdataError(f"{path}: shard {shard.name} holds {len(tokens)} tokens, the manifest says "
                               f"{shard.n_tokens}; run `lmdata verify`")
-        return np.ascontiguousarray(tokens, dtype=self.dtype)
+        return tokens  # ``decoded_tokens``': this dtype, contiguous, NumPy's own
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         return self._raw_windows(starts, length)
