@@ -29,15 +29,13 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from peers import LABELS, LMDATA, PEERS, ensure_peer, run_cell
+from peers import LABELS, LMDATA, PEERS, ensure_peer, heading, run_cell
 from remote import start_moto, start_proxy, start_s3rver
-from scale import cache_env, ensure_store, n_shards, n_tokens
+from scale import cache_env, ensure_store
 
 
 NOTES = (
@@ -93,8 +91,9 @@ def table(rows: list[dict], delays: list[float]) -> str:
             if r is None or "error" in r:
                 parts.append("failed | | " if r else " | | ")
                 continue
-            ratio = r["tokens_per_s"] / best[(d, workers)] if best.get((d, workers)) else float("nan")
-            parts.append(f"{r['tokens_per_s'] / 1e6:.2f} | {ratio:.2f}x | {r['first_batch_s']:.1f} s")
+            peer = best.get((d, workers))  # none: no peer in --tools, as peers.table prints it
+            ratio = f"{r['tokens_per_s'] / peer:.2f}x" if peer else "—"
+            parts.append(f"{r['tokens_per_s'] / 1e6:.2f} | {ratio} | {r['first_batch_s']:.1f} s")
         lines.append(f"| {LABELS[tool]} | {workers} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
@@ -122,19 +121,19 @@ def main() -> None:
     store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), args.tiles, args.shard_tokens)
     peers = [t for t in PEERS if t in args.tools]
     local = {t: store for t in LMDATA} | {t: ensure_peer(t, store, args.work, cache_env(args.work))[0] for t in peers}
-    moto_url, moto = start_moto() if args.server == "moto" else start_s3rver(args.work)
-    procs, rows = [moto], []
+    server_url, server = start_moto() if args.server == "moto" else start_s3rver(args.work)
+    procs, rows = [server], []
     try:
         import boto3
 
-        client = boto3.client("s3", endpoint_url=moto_url, aws_access_key_id=KEY, aws_secret_access_key=KEY,
+        client = boto3.client("s3", endpoint_url=server_url, aws_access_key_id=KEY, aws_secret_access_key=KEY,
                               region_name="us-east-1")
         upload(client, store, "bench", "store")
         for t in peers:
             upload(client, local[t], "bench", t)
         remote = {t: "s3://bench/store" for t in LMDATA} | {t: f"s3://bench/{t}" for t in peers}
         for delay in args.delays:
-            url, proxy = start_proxy(moto_url.split("://")[1], delay)
+            url, proxy = start_proxy(server_url.split("://")[1], delay)
             procs.append(proxy)
             for tool in args.tools:
                 for workers in args.workers:
@@ -152,19 +151,17 @@ def main() -> None:
     finally:
         for proc in procs:
             proc.kill()
-        if hasattr(moto, "objects"):
-            shutil.rmtree(moto.objects, ignore_errors=True)
+        if hasattr(server, "objects"):  # s3rver's files
+            shutil.rmtree(server.objects, ignore_errors=True)
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)
     suffix = ("" if args.shard_tokens == 1 << 20 else f"-x{args.tiles}-s{args.shard_tokens}") + (
         "-s3rver" if args.server == "s3rver" else "")
     section = "Peers (remote)" + (": s3rver" if args.server == "s3rver" else "")
     (out / f"peers-remote{suffix}.json").write_text(json.dumps(rows, indent=1))
-    body = (f"## {section}\n\n`.venv-peers/bin/python bench/peers_remote.py {' '.join(sys.argv[1:])}` "
-            f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
-            f"{n_tokens(store) / 1e6:.1f} M tokens, {n_shards(store)} shards, {args.corpus.name} tiled x{args.tiles}; "
-            f"{args.server} on loopback behind the delay proxy; shuffled B=32 x 1024, {args.warmup} warm-up + "
-            f"{args.batches} timed batches; every cell a fresh process with empty caches):\n\n"
+    body = (heading(section, "peers_remote.py", load, store, args.corpus, args.tiles,
+                    f"; {args.server} on loopback behind the delay proxy, {args.warmup} warm-up + {args.batches} "
+                    "timed batches; every cell a fresh process with empty caches") + "\n\n"
             + table(rows, args.delays) + "\n\n" + "\n".join(f"- {LABELS[r['tool']]} w{r['workers']} "
                                                            f"+{r['delay_ms']:g} ms failed: `{r['error']}`"
                                                            for r in rows if "error" in r) + "\n" + NOTES + "\n")
