@@ -24,6 +24,20 @@ def add_ingest_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
 
 
+def compile_lmdata() -> None:
+    """Write lmdata's bytecode before any cell runs, as pip does for a package it installs.
+
+    A first batch counts from a fresh process's start. The peers run from the bytecode pip
+    wrote; lmdata, installed editable, has bytecode only once a run wrote it, and a shell with
+    ``PYTHONDONTWRITEBYTECODE`` set (this VM's) never does: every cell then compiled lmdata's
+    modules from source, +0.06-0.08 s of its first batch (Lance, 2 workers, 182 shards)."""
+    import compileall
+
+    import lmdata
+
+    compileall.compile_dir(Path(lmdata.__file__).parent, quiet=1)
+
+
 def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CORPUS) -> Path:
     """A BPE tokenizer trained once on ``corpus`` and cached at ``path``."""
     path = Path(path)

@@ -49,7 +49,8 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Iterator  # noqa: E402
 
-from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section, tree_pss_mb  # noqa: E402
+from common import (CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section,  # noqa: E402
+                    tree_pss_mb)
 from scale import (TOKENS_PER_TILE, cache_env, decode_copies, read_from, ensure_store, n_shards,  # noqa: E402
                    n_tokens, warm_page_cache)
 
@@ -350,6 +351,7 @@ def main() -> None:
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (local)' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()
+    compile_lmdata()  # the cells' first batches run from bytecode, as the peers' do
     load = os.getloadavg()[0]
     store, ingest_s, tiles = the_store(ap, args)
     env = cache_env(args.work)

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
+from common import CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section
 from peers import LABELS, LMDATA, PEERS, ensure_peer, heading, run_cell
 from remote import start_moto, start_proxy, start_s3rver
 from scale import cache_env, ensure_store
@@ -116,6 +116,7 @@ def main() -> None:
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (remote)' section "
                                                 "('## Peers (remote): s3rver' with --server s3rver)")
     args = ap.parse_args()
+    compile_lmdata()  # the cells' first batches run from bytecode, as the peers' do
     args.work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
     store, _ = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), args.tiles, args.shard_tokens)
