@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/shard_count.py                 # english-prose.txt x20: ~118 M tokens
     .venv/bin/python bench/shard_count.py --readme bench/README.md
+    .venv/bin/python bench/shard_count.py --side-by-side --readme bench/README.md
 
 Per store (``--corpus`` tiled ``--tiles`` times, shards of 20 M, 1 Mi, 100,000 and 10,000 tokens; the
 stores of ``bench/scale.py``, cached under ``--work``), in a fresh process each, once every
@@ -11,6 +12,14 @@ the same windows from the same files (``io._preads.preads`` over one descriptor 
 lmdata code), each the median batch of ``--batches``. The raw column is what the kernel charges a
 reader by ``pread`` for the number of files; lmdata copies windows out of mappings
 (``io/_mapped.c``), which pay none of it (``LMDATA_MAP_SHARDS=0``: lmdata by ``pread`` too).
+
+``--side-by-side``: the same four stores read in one process per format and worker count, side by
+side (``interleaved.py``: every block checked and every shard mapped first, then ``--rounds``
+rounds of ``--round-batches`` shuffled batches through each store, the first store of a round
+rotating), through the reader alone (0 workers) and ``make_loader`` (0 and 2 workers), default
+verification: each store's best round against the 6-shard store's, and the median of the
+rounds' pairs. Fresh-process cells of ~1,000 batches (``scale.py --shards``) move by 10-20%
+between runs of this VM; stores side by side in one process move together.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from scale import ensure_store, n_shards, n_tokens, warm_page_cache
+from interleaved import ratios, side_by_side
+from scale import FORMATS, cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
 
@@ -73,11 +83,18 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
     ap.add_argument("--tiles", type=int, default=20)
     ap.add_argument("--batches", type=int, default=2000)
-    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Shard count' section")
+    ap.add_argument("--side-by-side", action="store_true", help="the loader table: stores side by side, per format")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="with --side-by-side")
+    ap.add_argument("--rounds", type=int, default=7, help="with --side-by-side")
+    ap.add_argument("--round-batches", type=int, default=1000, help="with --side-by-side: batches a round, per store")
+    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Shard count' section "
+                                                "('## Shard count: side by side' with --side-by-side)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
     load = os.getloadavg()[0]
+    if args.side_by_side:
+        return side_by_side_table(args, tokenizer, load)
     rows = []
     for shard_tokens in SHARD_TOKENS:
         store, _ = ensure_store(args.work, args.corpus, tokenizer, args.tiles, shard_tokens)
@@ -100,6 +117,44 @@ def main() -> None:
     print(body)
     if args.readme:
         replace_section(args.readme, body, "Shard count")
+
+
+def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -> None:
+    stores = [ensure_store(args.work, args.corpus, tokenizer, args.tiles, t)[0] for t in SHARD_TOKENS]
+    env = cache_env(args.work)
+    lines = ["| format | level | workers | " + " | ".join(f"{n_shards(st):,} shards" for st in stores)
+             + " |", "|---|---|---:|" + "---:|" * len(stores)]
+    rows = []
+    for fmt in args.formats.split(","):
+        for st in stores:
+            decode_copies(st, args.work, fmt, keep=True)
+        warm_page_cache(*read_from(args.work, fmt, *stores))
+        for workers in (0, 2):
+            levels = ("reader", "loader") if workers == 0 else ("loader",)
+            rates = side_by_side([{"store": str(st), "verify": "first-use"} for st in stores], fmt, workers=workers,
+                                 batches=args.round_batches, rounds=args.rounds, levels=levels, env=env)
+            for level in levels:
+                rows.append({"format": fmt, "level": level, "workers": workers, "rates": rates[level]})
+                lines.append(side_by_side_line(rows[-1]))
+                print(lines[-1], flush=True)
+    body = (f"## Shard count: side by side\n\n`python bench/shard_count.py {' '.join(sys.argv[1:])}` "
+            f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
+            f"{args.corpus.name} tiled x{args.tiles}, {n_tokens(stores[0]) / 1e6:.0f} M tokens; {args.rounds} rounds "
+            f"of {args.round_batches} shuffled batches of 32 x 1,025 tokens per store; M tok/s of the best round, "
+            "then (against 6 shards: best rounds; median pair)):\n\n" + "\n".join(lines) + "\n")
+    print(body)
+    if args.readme:
+        replace_section(args.readme, body, "Shard count: side by side")
+
+
+def side_by_side_line(row: dict) -> str:
+    """A format's row: each store's best round, and against the first store (its best rounds; the median pair)."""
+    rates = row["rates"]
+    cells = [f"{max(rates[0]) / 1e6:.0f}"]
+    for k in range(1, len(rates)):
+        best, median = ratios(rates, k)
+        cells.append(f"{max(rates[k]) / 1e6:.0f} ({best:.2f}x; {median:.2f}x)")
+    return f"| {row['format']} | {row['level']} | {row['workers']} | " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":

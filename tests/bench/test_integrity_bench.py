@@ -1,9 +1,8 @@
-"""bench/integrity.py: its ratios, its table, and its cell run on a real store."""
+"""bench/integrity.py and bench/interleaved.py: ratios, the table, and side-by-side reads of a real store."""
 
 from __future__ import annotations
 
-import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -14,17 +13,18 @@ if str(ROOT / "bench") not in sys.path:  # as when a bench runs: its folder is o
     sys.path.insert(0, str(ROOT / "bench"))
 
 import integrity  # noqa: E402
+import interleaved  # noqa: E402
 
 
 def test_cost_is_default_time_over_size_time():
-    rates = {"first-use": [80.0, 100.0, 90.0], "size": [110.0, 105.0, 120.0]}
+    rates = [[80.0, 100.0, 90.0], [110.0, 105.0, 120.0]]  # integrity.MODES: default, then size
     best, median = integrity.cost(rates)
     assert best == pytest.approx(120 / 100)
     assert median == pytest.approx(sorted([110 / 80, 105 / 100, 120 / 90])[1])
 
 
 def test_table_has_a_line_per_level():
-    rates = {"first-use": [1e8], "size": [1.2e8]}
+    rates = [[1e8], [1.2e8]]
     row = {"tokens": 5.9e6, "shards": 6, "format": "memmap", "first_batches": 50,
            "reader": rates, "loader": rates, "first": rates}
     lines = integrity.table([row])
@@ -32,13 +32,24 @@ def test_table_has_a_line_per_level():
                          for level in ("reader", "loader", "first 50 batches")]
 
 
-@pytest.mark.parametrize("fmt", ["memmap", "parquet", "lance"])
-def test_the_cell_reads_both_modes(sample_store, fmt, tmp_path):
-    env = {**__import__("os").environ, "LMDATA_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", integrity._CELL, str(sample_store), fmt, "3", "1", "2"],
-                          capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("fmt,workers", [("memmap", 0), ("parquet", 0), ("lance", 0), ("memmap", 2)])
+def test_side_by_side_reads_every_variant(sample_store, fmt, workers, tmp_path):
+    env = {**os.environ, "LMDATA_CACHE_DIR": str(tmp_path / "cache")}
+    variants = [{"store": str(sample_store), "verify": m} for m in integrity.MODES]
+    out = interleaved.side_by_side(variants, fmt, workers=workers, batches=3, rounds=2, first_batches=2, env=env)
     assert set(out) == {"first", "reader", "loader"}
-    assert len(out["first"]["size"]) == len(out["first"]["first-use"]) == 3
-    assert all(r > 0 for level in out.values() for rates in level.values() for r in rates)
+    assert [len(r) for r in out["first"]] == [5, 5] and [len(r) for r in out["loader"]] == [2, 2]
+    assert all(r > 0 for level in out.values() for rates in level for r in rates)
+
+
+def test_a_failed_cell_names_its_stores(tmp_path):
+    with pytest.raises(RuntimeError, match="nowhere"):
+        interleaved.side_by_side([{"store": str(tmp_path / "nowhere"), "verify": "size"}], "memmap", batches=1,
+                                 rounds=1)
+
+
+def test_the_shard_count_line_compares_every_store_with_the_first():
+    import shard_count
+
+    row = {"format": "memmap", "level": "loader", "workers": 2, "rates": [[100e6, 110e6], [90e6, 99e6], [80e6, 120e6]]}
+    assert shard_count.side_by_side_line(row) == "| memmap | loader | 2 | 110 | 99 (0.90x; 0.90x) | 120 (1.09x; 1.09x) |"
