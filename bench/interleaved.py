@@ -103,3 +103,12 @@ def ratios(rates: list[list[float]], k: int, base: int = 0) -> tuple[float, floa
     pairs = sorted(a / b for a, b in zip(rates[k], rates[base]))
     return best, pairs[len(pairs) // 2]
 
+
+def vs_first_line(first_cells: list[str], rates: list[list[float]]) -> str:
+    """A table row: ``first_cells``, then each variant's best round in M tok/s, every variant after the
+    first with its ratio to the first (of the best rounds; the median pair)."""
+    cells = [*first_cells, f"{max(rates[0]) / 1e6:.0f}"]
+    for k in range(1, len(rates)):
+        best, median = ratios(rates, k)
+        cells.append(f"{max(rates[k]) / 1e6:.0f} ({best:.2f}x; {median:.2f}x)")
+    return "| " + " | ".join(cells) + " |"

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from common import CORPUS, compile_lmdata, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tiled_corpus
+from interleaved import side_by_side, vs_first_line
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
 
 FORMATS = ("memmap", "parquet", "lance")
@@ -288,6 +289,27 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
     return "\n".join(lines), rows
 
 
+def side_by_side_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
+    """Each format's stores of ``--sizes`` in one process, every shard touched first (``interleaved.py``):
+    what a run reads at once its first pass is done; 0 workers (a forked worker maps every page anew)."""
+    stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
+              for size in args.sizes]
+    env, rows = cache_env(args.work), []
+    lines = ["| format | level | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} shards"
+                                            for st in stores) + " |", "|---|---|" + "---:|" * len(stores)]
+    for fmt in args.formats:
+        for st in stores:
+            decode_copies(st, args.work, fmt, keep=True)
+        warm_page_cache(*read_from(args.work, fmt, *stores))
+        rates = side_by_side([{"store": str(st), "verify": "first-use"} for st in stores], fmt,
+                             batches=args.batches, rounds=args.rounds, env=env)
+        for level in ("reader", "loader"):
+            rows.append({"format": fmt, "level": level, "rates": rates[level]})
+            lines.append(vs_first_line([fmt, level], rates[level]))
+            print(lines[-1], flush=True)
+    return "\n".join(lines), rows
+
+
 def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
     small, _ = ensure_store(args.work, args.corpus, tokenizer, 1, 1 << 20)
     few, _ = ensure_store(args.work, args.corpus, tokenizer, 20, 20_000_000)  # the same tokens as big and many
@@ -378,6 +400,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=1, help="run each cell N times, keep its best (a shared box)")
     ap.add_argument("--shards", action="store_true", help="the 6 / 114 / 1,160 / 11,761-shard table instead of the scale curve")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="the --sizes stores read side by side in one process, 0 workers (interleaved.py)")
+    ap.add_argument("--rounds", type=int, default=7, help="with --side-by-side")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale' or '## Store size' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()
@@ -389,7 +414,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     argv = " ".join(sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.shards:
+    if args.side_by_side:
+        table, rows = side_by_side_table(args, tokenizer)
+        title, name = "Scale: side by side", "scale-side-by-side"
+    elif args.shards:
         table, rows = shards_table(args, tokenizer)
         title, name = "Store size", "shards"
     else:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from interleaved import ratios, side_by_side
+from interleaved import side_by_side, vs_first_line
 from scale import FORMATS, cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
@@ -149,12 +149,7 @@ def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -
 
 def side_by_side_line(row: dict) -> str:
     """A format's row: each store's best round, and against the first store (its best rounds; the median pair)."""
-    rates = row["rates"]
-    cells = [f"{max(rates[0]) / 1e6:.0f}"]
-    for k in range(1, len(rates)):
-        best, median = ratios(rates, k)
-        cells.append(f"{max(rates[k]) / 1e6:.0f} ({best:.2f}x; {median:.2f}x)")
-    return f"| {row['format']} | {row['level']} | {row['workers']} | " + " | ".join(cells) + " |"
+    return vs_first_line([row["format"], row["level"], str(row["workers"])], row["rates"])
 
 
 if __name__ == "__main__":
