@@ -21,14 +21,15 @@ have been checked, <= 1.3x on the first 50 batches of a store 20x larger.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from interleaved import ratios, side_by_side
-from scale import FORMATS, cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
+from interleaved import ratios
+from scale import FORMATS, ensure_store, n_shards, n_tokens, read_side_by_side
 
 MODES = ("first-use", "size")  # variant 0 is the default
 
@@ -42,7 +43,7 @@ def table(rows: list[dict]) -> list[str]:
     lines = ["| store | format | level | size, M tok/s | default, M tok/s | default / size, best rounds | "
              "default / size, median pair |", "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
-        for level in ("reader", "loader", "first"):
+        for level in [lv for lv in ("reader", "loader", "first") if lv in r]:
             rates = r[level]
             best, median = cost(rates)
             name = f"first {r['first_batches']} batches" if level == "first" else level
@@ -67,15 +68,12 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
     load = os.getloadavg()[0]
-    env = cache_env(args.work)
     rows = []
     for tiles in [int(t) for t in args.tiles.split(",")]:
         store, _ = ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)
         for fmt in args.formats.split(","):
-            decode_copies(store, args.work, fmt, keep=True)
-            warm_page_cache(*read_from(args.work, fmt, store))
-            rates = side_by_side([{"store": str(store), "verify": m} for m in MODES], fmt, batches=args.batches,
-                                 rounds=args.rounds, first_batches=args.first_batches, env=env)
+            rates = read_side_by_side(args.work, [store], fmt, MODES, batches=args.batches, rounds=args.rounds,
+                                      first_batches=args.first_batches)
             rows.append({"tokens": n_tokens(store), "shards": n_shards(store), "format": fmt,
                          "first_batches": args.first_batches, **rates})
             print(*table(rows[-1:])[2:], sep="\n", flush=True)
@@ -84,6 +82,7 @@ def main() -> None:
             f"{args.rounds} rounds of {args.batches} batches of 32 x 1,025 tokens per mode):\n\n"
             + "\n".join(table(rows)) + "\n")
     print(body)
+    (Path(__file__).resolve().parent / "results" / "integrity.json").write_text(json.dumps(rows, indent=1))
     if args.readme:
         replace_section(args.readme, body, "Integrity")
 

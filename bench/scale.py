@@ -3,6 +3,7 @@
     .venv/bin/python bench/scale.py                                   # 10 M, 100 M, 1 G tokens
     .venv/bin/python bench/scale.py --sizes 10M,100M --readme bench/README.md
     .venv/bin/python bench/scale.py --shards                          # 6 vs 114 vs 1,160 vs 11,761 shards
+    .venv/bin/python bench/scale.py --side-by-side                    # the --sizes stores in one process
 
 Stores are ``--corpus`` (../shared/corpus/english-prose.txt, ~5.7 M tokens at vocab 8,192)
 tiled N times and ingested into memmap, Parquet and Lance in one pass, cached under
@@ -23,7 +24,9 @@ as every later run does. ``--shards`` compares, on the same corpus,
 a 6-shard store (x1, 5.9 M tokens) and a 6-shard store of the same 118 M tokens (x20,
 ``--shard-tokens 20000000``) with 114- and 1,160-shard stores (x20, default and
 ``--shard-tokens 100000``), and the default verification with ``verify="size"``: steady on
-the small store, and the first 50 batches of the large one.
+the small store, and the first 50 batches of the large one. ``--side-by-side`` reads the
+``--sizes`` stores in one process per format and worker count, rounds of ``--round-batches``
+batches through each, every shard touched first (``interleaved.py``).
 """
 
 from __future__ import annotations
@@ -289,25 +292,37 @@ def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[di
     return "\n".join(lines), rows
 
 
+def read_side_by_side(work: Path, stores: list[Path], fmt: str, modes: tuple[str, ...] = ("first-use",),
+                      **kw: Any) -> dict[str, Any]:
+    """``interleaved.side_by_side`` over ``stores`` in ``fmt``, each in each verification mode of ``modes``
+    (store by store), after their decoded copies are made and what their windows read is warmed."""
+    for st in stores:
+        decode_copies(st, work, fmt, keep=True)
+    warm_page_cache(*read_from(work, fmt, *stores))
+    return side_by_side([{"store": str(st), "verify": m} for st in stores for m in modes], fmt,
+                        env=cache_env(work), **kw)
+
+
 def side_by_side_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
     """Each format's stores of ``--sizes`` in one process, every shard touched first (``interleaved.py``):
-    what a run reads at once its first pass is done; 0 workers (a forked worker maps every page anew)."""
+    what a run reads once its first pass is done."""
     stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
               for size in args.sizes]
-    env, rows = cache_env(args.work), []
-    lines = ["| format | level | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} shards"
-                                            for st in stores) + " |", "|---|---|" + "---:|" * len(stores)]
+    rows = []
+    lines = ["| format | level | workers | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} "
+                                                        "shards" for st in stores) + " |",
+             "|---|---|---:|" + "---:|" * len(stores)]
     for fmt in args.formats:
-        for st in stores:
-            decode_copies(st, args.work, fmt, keep=True)
-        warm_page_cache(*read_from(args.work, fmt, *stores))
-        rates = side_by_side([{"store": str(st), "verify": "first-use"} for st in stores], fmt,
-                             batches=args.batches, rounds=args.rounds, env=env)
-        for level in ("reader", "loader"):
-            rows.append({"format": fmt, "level": level, "rates": rates[level]})
-            lines.append(vs_first_line([fmt, level], rates[level]))
-            print(lines[-1], flush=True)
-    return "\n".join(lines), rows
+        for workers in args.workers:
+            levels = ("reader", "loader") if workers == 0 else ("loader",)
+            rates = read_side_by_side(args.work, stores, fmt, workers=workers, batches=args.round_batches,
+                                      rounds=args.rounds, levels=levels)
+            for level in levels:
+                rows.append({"format": fmt, "level": level, "workers": workers, "rates": rates[level]})
+                lines.append(vs_first_line([fmt, level, str(workers)], rates[level]))
+                print(lines[-1], flush=True)
+    return ("M tok/s of each store's best round, then (against the smallest store: best rounds; median pair):\n\n"
+            + "\n".join(lines)), rows
 
 
 def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
@@ -399,11 +414,16 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=1, help="run each cell N times, keep its best (a shared box)")
-    ap.add_argument("--shards", action="store_true", help="the 6 / 114 / 1,160 / 11,761-shard table instead of the scale curve")
-    ap.add_argument("--side-by-side", action="store_true",
-                    help="the --sizes stores read side by side in one process, 0 workers (interleaved.py)")
+    table = ap.add_mutually_exclusive_group()
+    table.add_argument("--shards", action="store_true",
+                       help="the 6 / 114 / 1,160 / 11,761-shard table instead of the scale curve")
+    table.add_argument("--side-by-side", action="store_true",
+                       help="the --sizes stores read side by side in one process (interleaved.py): --formats, "
+                            "--workers, --rounds, --round-batches (--warmup, --batches, --repeat do not apply)")
     ap.add_argument("--rounds", type=int, default=7, help="with --side-by-side")
-    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale' or '## Store size' section")
+    ap.add_argument("--round-batches", type=int, default=1000, help="with --side-by-side: batches a round, per store")
+    ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale', '## Store size' or "
+                                                "'## Scale: side by side' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args()
     compile_lmdata()  # the cells' first batches run from bytecode, as the peers' do

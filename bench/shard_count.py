@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from interleaved import side_by_side, vs_first_line
-from scale import FORMATS, cache_env, decode_copies, ensure_store, n_shards, n_tokens, read_from, warm_page_cache
+from interleaved import vs_first_line
+from scale import FORMATS, ensure_store, n_shards, n_tokens, read_side_by_side, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
 
@@ -121,22 +121,19 @@ def main() -> None:
 
 def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -> None:
     stores = [ensure_store(args.work, args.corpus, tokenizer, args.tiles, t)[0] for t in SHARD_TOKENS]
-    env = cache_env(args.work)
     lines = ["| format | level | workers | " + " | ".join(f"{n_shards(st):,} shards" for st in stores)
              + " |", "|---|---|---:|" + "---:|" * len(stores)]
     rows = []
     for fmt in args.formats.split(","):
-        for st in stores:
-            decode_copies(st, args.work, fmt, keep=True)
-        warm_page_cache(*read_from(args.work, fmt, *stores))
         for workers in (0, 2):
             levels = ("reader", "loader") if workers == 0 else ("loader",)
-            rates = side_by_side([{"store": str(st), "verify": "first-use"} for st in stores], fmt, workers=workers,
-                                 batches=args.round_batches, rounds=args.rounds, levels=levels, env=env)
+            rates = read_side_by_side(args.work, stores, fmt, workers=workers, batches=args.round_batches,
+                                      rounds=args.rounds, levels=levels)
             for level in levels:
                 rows.append({"format": fmt, "level": level, "workers": workers, "rates": rates[level]})
                 lines.append(side_by_side_line(rows[-1]))
                 print(lines[-1], flush=True)
+    (Path(__file__).resolve().parent / "results" / "shard-count-side-by-side.json").write_text(json.dumps(rows, indent=1))
     body = (f"## Shard count: side by side\n\n`python bench/shard_count.py {' '.join(sys.argv[1:])}` "
             f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
             f"{args.corpus.name} tiled x{args.tiles}, {n_tokens(stores[0]) / 1e6:.0f} M tokens; {args.rounds} rounds "

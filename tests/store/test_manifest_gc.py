@@ -73,3 +73,13 @@ def test_the_collector_is_back_after_a_bad_manifest(tmp_path):
     with pytest.raises(LmdataError, match="not valid JSON"):
         read_manifest(tmp_path)
     assert gc.isenabled()
+
+
+def test_threads_parsing_at_once_share_one_pause():
+    from lmdata.store.manifest import no_gc_pass
+
+    with no_gc_pass():
+        with no_gc_pass():  # another caller, finishing first
+            pass
+        assert not gc.isenabled()  # still parsing: the pause holds
+    assert gc.isenabled()

@@ -23,6 +23,7 @@ import gc
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK
@@ -368,6 +369,10 @@ def write_manifest(store: Any, manifest: Manifest) -> None:
     (location(store) / MANIFEST_NAME).write_bytes(data)
 
 
+_gc_paused = {"depth": 0, "enabled": False}  # no_gc_pass's callers now, and whether GC was on before the first
+_gc_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def no_gc_pass() -> Iterator[None]:
     """No cyclic-GC pass while a manifest is parsed (it makes thousands of objects, none in a cycle).
@@ -375,15 +380,21 @@ def no_gc_pass() -> Iterator[None]:
     A process that has just imported torch owes a full pass over torch's objects, and the
     manifest's allocations were what set it off: 63-76 ms of a 182-shard store's ~0.11 s
     ``open_store``, 0.025 s without (a fresh process, Lance, 2 workers; bench/README "Peers
-    (local)"). The pass is not skipped, only left to a later moment of the run. GC is left as
-    it was found (a caller that disabled it keeps it disabled)."""
-    enabled = gc.isenabled()
-    gc.disable()
+    (local)"). The pass is not skipped, only left to a later moment of the run. Threads that
+    parse at once share one pause: the last to finish puts GC back as the first found it (a
+    caller that had disabled it keeps it disabled)."""
+    with _gc_lock:
+        if _gc_paused["depth"] == 0:
+            _gc_paused["enabled"] = gc.isenabled()
+            gc.disable()
+        _gc_paused["depth"] += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_paused["depth"] -= 1
+            if _gc_paused["depth"] == 0 and _gc_paused["enabled"]:
+                gc.enable()
 
 
 def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
