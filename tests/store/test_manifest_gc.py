@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 
@@ -82,4 +83,20 @@ def test_threads_parsing_at_once_share_one_pause():
         with no_gc_pass():  # another caller, finishing first
             pass
         assert not gc.isenabled()  # still parsing: the pause holds
+    assert gc.isenabled()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_pause_has_gc_back_and_can_parse(make_store):
+    from lmdata.store.manifest import no_gc_pass
+
+    store = make_store(["memmap"]).path
+    with no_gc_pass():
+        pid = os.fork()
+        if pid == 0:  # the child: GC on again, and a parse neither deadlocks nor leaves it off
+            ok = gc.isenabled()
+            read_manifest(store)
+            os._exit(0 if ok and gc.isenabled() else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
     assert gc.isenabled()

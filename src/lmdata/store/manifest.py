@@ -373,6 +373,19 @@ _gc_paused = {"depth": 0, "enabled": False}  # no_gc_pass's callers now, and whe
 _gc_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A child forked mid-parse (another thread's) gets a free lock, no pause, and GC as it was before it."""
+    global _gc_lock
+    _gc_lock = threading.Lock()
+    if _gc_paused["depth"] and _gc_paused["enabled"]:
+        gc.enable()
+    _gc_paused["depth"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @contextlib.contextmanager
 def no_gc_pass() -> Iterator[None]:
     """No cyclic-GC pass while a manifest is parsed (it makes thousands of objects, none in a cycle).
