@@ -77,7 +77,7 @@ def test_the_collector_is_back_after_a_bad_manifest(tmp_path):
 
 
 def test_threads_parsing_at_once_share_one_pause():
-    from lmdata.store.manifest import no_gc_pass
+    from lmdata._gc_pause import no_gc_pass
 
     with no_gc_pass():
         with no_gc_pass():  # another caller, finishing first
@@ -88,7 +88,7 @@ def test_threads_parsing_at_once_share_one_pause():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_during_a_pause_has_gc_back_and_can_parse(make_store):
-    from lmdata.store.manifest import no_gc_pass
+    from lmdata._gc_pause import no_gc_pass
 
     store = make_store(["memmap"]).path
     with no_gc_pass():

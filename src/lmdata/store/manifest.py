@@ -18,17 +18,15 @@ Example (abridged)::
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from lmdata._gc_pause import no_gc_pass
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 
@@ -367,47 +365,6 @@ def write_manifest(store: Any, manifest: Manifest) -> None:
 
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=False).encode() + b"\n"
     (location(store) / MANIFEST_NAME).write_bytes(data)
-
-
-_gc_paused = {"depth": 0, "enabled": False}  # no_gc_pass's callers now, and whether GC was on before the first
-_gc_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A child forked mid-parse (another thread's) gets a free lock, no pause, and GC as it was before it."""
-    global _gc_lock
-    _gc_lock = threading.Lock()
-    if _gc_paused["depth"] and _gc_paused["enabled"]:
-        gc.enable()
-    _gc_paused["depth"] = 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@contextlib.contextmanager
-def no_gc_pass() -> Iterator[None]:
-    """No cyclic-GC pass while a manifest is parsed (it makes thousands of objects, none in a cycle).
-
-    A process that has just imported torch owes a full pass over torch's objects, and the
-    manifest's allocations were what set it off: 63-76 ms of a 182-shard store's ~0.11 s
-    ``open_store``, 0.025 s without (a fresh process, Lance, 2 workers; bench/README "Peers
-    (local)"). The pass is not skipped, only left to a later moment of the run. Threads that
-    parse at once share one pause: the last to finish puts GC back as the first found it (a
-    caller that had disabled it keeps it disabled)."""
-    with _gc_lock:
-        if _gc_paused["depth"] == 0:
-            _gc_paused["enabled"] = gc.isenabled()
-            gc.disable()
-        _gc_paused["depth"] += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_paused["depth"] -= 1
-            if _gc_paused["depth"] == 0 and _gc_paused["enabled"]:
-                gc.enable()
 
 
 def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
