@@ -308,21 +308,29 @@ def side_by_side_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, 
     what a run reads once its first pass is done."""
     stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
               for size in args.sizes]
-    rows = []
-    lines = ["| format | level | workers | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} "
-                                                        "shards" for st in stores) + " |",
-             "|---|---|---:|" + "---:|" * len(stores)]
-    for fmt in args.formats:
-        for workers in args.workers:
-            levels = ("reader", "loader") if workers == 0 else ("loader",)
-            rates = read_side_by_side(args.work, stores, fmt, workers=workers, batches=args.round_batches,
-                                      rounds=args.rounds, levels=levels)
-            for level in levels:
-                rows.append({"format": fmt, "level": level, "workers": workers, "rates": rates[level]})
-                lines.append(vs_first_line([fmt, level, str(workers)], rates[level]))
-                print(lines[-1], flush=True)
+    lines, rows = side_by_side_lines(args.work, stores, args.formats, args.workers, batches=args.round_batches,
+                                     rounds=args.rounds)
+    head = ["| format | level | workers | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} "
+                                                       "shards" for st in stores) + " |",
+            "|---|---|---:|" + "---:|" * len(stores)]
     return ("M tok/s of each store's best round, then (against the smallest store: best rounds; median pair):\n\n"
-            + "\n".join(lines)), rows
+            + "\n".join(head + lines)), rows
+
+
+def side_by_side_lines(work: Path, stores: list[Path], formats: list[str], workers: list[int],
+                       **kw: Any) -> tuple[list[str], list[dict]]:
+    """Per format and worker count, ``read_side_by_side`` of ``stores`` (the reader alone at 0 workers, and
+    the loader): a table line against the first store (printed as it comes) and a row of rates each."""
+    lines, rows = [], []
+    for fmt in formats:
+        for count in workers:
+            levels = ("reader", "loader") if count == 0 else ("loader",)
+            rates = read_side_by_side(work, stores, fmt, workers=count, levels=levels, **kw)
+            for level in levels:
+                rows.append({"format": fmt, "level": level, "workers": count, "rates": rates[level]})
+                lines.append(vs_first_line([fmt, level, str(count)], rates[level]))
+                print(lines[-1], flush=True)
+    return lines, rows
 
 
 def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:

@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
-from interleaved import vs_first_line
-from scale import FORMATS, ensure_store, n_shards, n_tokens, read_side_by_side, warm_page_cache
+from scale import FORMATS, ensure_store, n_shards, n_tokens, side_by_side_lines, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
 
@@ -121,18 +120,10 @@ def main() -> None:
 
 def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -> None:
     stores = [ensure_store(args.work, args.corpus, tokenizer, args.tiles, t)[0] for t in SHARD_TOKENS]
+    table, rows = side_by_side_lines(args.work, stores, args.formats.split(","), [0, 2], batches=args.round_batches,
+                                     rounds=args.rounds)
     lines = ["| format | level | workers | " + " | ".join(f"{n_shards(st):,} shards" for st in stores)
-             + " |", "|---|---|---:|" + "---:|" * len(stores)]
-    rows = []
-    for fmt in args.formats.split(","):
-        for workers in (0, 2):
-            levels = ("reader", "loader") if workers == 0 else ("loader",)
-            rates = read_side_by_side(args.work, stores, fmt, workers=workers, batches=args.round_batches,
-                                      rounds=args.rounds, levels=levels)
-            for level in levels:
-                rows.append({"format": fmt, "level": level, "workers": workers, "rates": rates[level]})
-                lines.append(side_by_side_line(rows[-1]))
-                print(lines[-1], flush=True)
+             + " |", "|---|---|---:|" + "---:|" * len(stores), *table]
     (Path(__file__).resolve().parent / "results" / "shard-count-side-by-side.json").write_text(json.dumps(rows, indent=1))
     body = (f"## Shard count: side by side\n\n`python bench/shard_count.py {' '.join(sys.argv[1:])}` "
             f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
@@ -142,11 +133,6 @@ def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -
     print(body)
     if args.readme:
         replace_section(args.readme, body, "Shard count: side by side")
-
-
-def side_by_side_line(row: dict) -> str:
-    """A format's row: each store's best round, and against the first store (its best rounds; the median pair)."""
-    return vs_first_line([row["format"], row["level"], str(row["workers"])], row["rates"])
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ def test_integrity_table_without_first_batches():
     assert len(integrity.table([row])) == 4
 
 
-def test_the_shard_count_line_compares_every_store_with_the_first():
-    import shard_count
-
-    row = {"format": "memmap", "level": "loader", "workers": 2, "rates": [[100e6, 110e6], [90e6, 99e6], [80e6, 120e6]]}
-    assert shard_count.side_by_side_line(row) == "| memmap | loader | 2 | 110 | 99 (0.90x; 0.90x) | 120 (1.09x; 0.95x) |"
+def test_the_side_by_side_line_compares_every_store_with_the_first():
+    rates = [[100e6, 110e6], [90e6, 99e6], [80e6, 120e6]]
+    assert interleaved.vs_first_line(["memmap", "loader", "2"], rates) == \
+        "| memmap | loader | 2 | 110 | 99 (0.90x; 0.90x) | 120 (1.09x; 0.95x) |"
