@@ -232,6 +232,34 @@ def test_kill_9_during_a_remote_ingest_then_resume_gives_identical_objects(s3, t
     assert verify_store(uri).ok
 
 
+def test_resume_on_a_finished_store_ingests_and_uploads_nothing(remote_sample, tokenizer_dir, monkeypatch):
+    from lmdata.ingest import publish
+    from lmdata.io.location import Location
+
+    uri, _ = remote_sample
+    before = _objects(uri)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing should be uploaded or tokenized")
+
+    monkeypatch.setattr(Location, "upload", refuse)
+    monkeypatch.setattr(Location, "write_bytes", refuse)
+    spec = {"train": SourceSpec((str(SAMPLE),))}
+    kwargs = dict(formats=FORMATS, shard_tokens=SAMPLE_SHARD_TOKENS, workers=1,
+                  holdout=("train", "validation", HOLDOUT), progress=False)
+    lines: list[str] = []
+    assert ingest(spec, tokenizer_dir, uri, resume=True, log=lines.append, **kwargs) is None
+    assert lines == [f"{uri} already holds this finished store; nothing to ingest or upload"]
+    assert not publish.staging_dir(location(uri)).exists()
+    assert _objects(uri) == before
+    with pytest.raises(LmdataError, match=r"was started with different settings \(shard_tokens: 30000 vs 4000"):
+        ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "shard_tokens": 4000})
+    with pytest.raises(LmdataError, match=r"different settings \(formats"):
+        ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "formats": ["memmap"]})
+    assert _objects(uri) == before
+    assert verify_store(uri).ok
+
+
 _APPEND = """
 import sys, lance, pyarrow as pa
 from lmdata.io.location import location

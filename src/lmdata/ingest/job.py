@@ -78,6 +78,19 @@ def _vocab_size(tok: Any) -> tuple[int, int]:
     return size, max(size, max(tok.vocab) + 1 if tok.vocab else 0)
 
 
+def _dtype(tok: Any) -> str:
+    return "uint16" if _vocab_size(tok)[1] <= 1 << 16 else "uint32"
+
+
+def requested_plan(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, formats: Iterable[str] | None,
+                   shard_tokens: int, holdout: tuple[str, str, int] | None) -> dict[str, Any]:
+    """The plan an ingest of these arguments would write, every input hashed here: what a finished
+    store's own plan is compared to before ``--resume`` leaves it as it is (``publish.ingest_remote``)."""
+    tok = _load_tokenizer(Path(tokenizer_dir))
+    formats = list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
+    return output.make_plan(plan_splits(splits, holdout), tok.hash, _dtype(tok), shard_tokens, formats)
+
+
 def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:
     from lmdata.store.registry import get_format
 
@@ -108,7 +121,11 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     if out_loc.remote:  # object storage: build in a local staging directory, upload, manifest last
         from lmdata.ingest.publish import ingest_remote
 
-        return ingest_remote(ingest, out_loc.uri, resume=resume, overwrite=overwrite, log=log, splits=splits,
+        def plan_of() -> dict[str, Any]:
+            return requested_plan(splits, tokenizer_dir, formats, shard_tokens, holdout)
+
+        return ingest_remote(ingest, out_loc.uri, resume=resume, overwrite=overwrite, log=log, plan_of=plan_of,
+                             splits=splits,
                              tokenizer_dir=tokenizer_dir, formats=formats, shard_tokens=shard_tokens,
                              workers=workers, holdout=holdout, progress=progress, engine=engine,
                              ray_address=ray_address)
@@ -139,8 +156,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         tok = _load_tokenizer(tokenizer_dir)
         if tok.eot_id is None:
             raise LmdataError(f"tokenizer {tokenizer_dir} has no <|endoftext|> special token; retrain it with one")
-        (vocab_size, id_limit), eot = _vocab_size(tok), int(tok.eot_id)
-        dtype = "uint16" if id_limit <= 1 << 16 else "uint32"
+        vocab_size, eot, dtype = _vocab_size(tok)[0], int(tok.eot_id), _dtype(tok)
         workers = workers or os.cpu_count() or 1
         tok_files = output.read_tokenizer_files(tokenizer_dir)
         # connect before the store is touched: a bad --ray-address leaves nothing behind

@@ -378,19 +378,24 @@ def check_plan(out: Path, plan: dict[str, Any]) -> None:
             old = json.loads(path.read_text())
         except ValueError:
             raise LmdataError(f"{path}: unreadable ingest plan; start over with --overwrite") from None
-        if _pending(old):
-            raise LmdataError(
-                f"{out} was interrupted before its inputs were hashed ({PLAN_NAME} has no sha256 for them), so "
-                "nothing tells that its shards came from these inputs; start over with --overwrite"
-            )
-        if old != plan:
-            key = _first_difference(old, plan)
-            raise LmdataError(
-                f"{out} was started with different settings ({key} differs); rerun with the original "
-                "inputs and options, or start over with --overwrite"
-            )
+        same_plan(old, plan, str(out))
         return
     write_plan(out, plan)
+
+
+def same_plan(old: Any, plan: dict[str, Any], where: str) -> None:
+    """Refuse to go on with the store at ``where`` unless it was started with exactly ``plan``."""
+    if pending(old):
+        raise LmdataError(
+            f"{where} was interrupted before its inputs were hashed ({PLAN_NAME} has no sha256 for them), so "
+            "nothing tells that its shards came from these inputs; start over with --overwrite"
+        )
+    if old != plan:
+        key = _first_difference(old, plan)
+        raise LmdataError(
+            f"{where} was started with different settings ({key} differs); rerun with the original "
+            "inputs and options, or start over with --overwrite"
+        )
 
 
 def write_plan(out: Path, plan: dict[str, Any]) -> None:
@@ -398,7 +403,7 @@ def write_plan(out: Path, plan: dict[str, Any]) -> None:
     atomic.write_bytes(Path(out) / PLAN_NAME, json.dumps(plan, indent=1).encode() + b"\n")
 
 
-def _pending(plan: Any) -> bool:
+def pending(plan: Any) -> bool:
     """Whether a plan read back was written before its inputs were hashed (a sha256 is null)."""
     try:
         return any(src.get("sha256", "") is None for split in plan["splits"].values() for src in split["sources"])

@@ -24,7 +24,9 @@ at any point leaves either no manifest (``open_store`` refuses: "not a store") o
 store. ``--resume`` continues the staging directory (same machine) and uploads what is
 missing: an object already there with the size the staging file has is not sent again,
 so a resumed run ends with the same objects as an uninterrupted one. After a successful
-upload the staging directory is removed.
+upload the staging directory is removed, so ``--resume`` on a finished store finds none: it checks
+the store's plan against its own arguments (inputs hashed again) and, when they agree, ingests and
+uploads nothing (a store of other settings is refused, as a local one is).
 
 With ``--engine ray`` the tasks write the shards and their records into the store themselves
 (``lmdata.ingest.ray_store``, after the plan is uploaded); the staging directory then holds only
@@ -128,8 +130,12 @@ def check_bucket(loc: Location, flag: str) -> None:
 
 
 def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite: bool,
-                  log: Callable[[str], None] | None, **kwargs: Any) -> Any:
-    """Run the ingest ``run`` into ``out``'s staging directory, then ``publish`` it to ``out``."""
+                  log: Callable[[str], None] | None, plan_of: Callable[[], dict[str, Any]], **kwargs: Any) -> Any:
+    """Run the ingest ``run`` into ``out``'s staging directory, then ``publish`` it to ``out``.
+
+    ``plan_of()``: the plan these arguments would write (``job.requested_plan``). ``--resume`` on a
+    finished store with no staging left (the upload completed) checks the store's plan against it
+    and leaves the store as it is: nothing tokenized, nothing uploaded."""
     loc = location(out, flag="--out")
     existing = loc.list(recursive=True)
     if existing and not (resume or overwrite):
@@ -148,11 +154,15 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
                 "ingest-plan.json of lmdata's); refusing to write or delete there -- choose another prefix"
             )
         refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
+    staging = staging_dir(loc)
+    if existing and resume and not staging.exists() and _finished(loc, plan_of):
+        if log:
+            log(f"{loc.uri} already holds this finished store; nothing to ingest or upload")
+        return None
     check_bucket(loc, "--out")  # after the refusals: a refused run writes nothing there
     if existing and overwrite:
         for x in existing:  # only the objects our layout names (checked above); never the whole prefix
             x.loc.delete()
-    staging = staging_dir(loc)
     if not resume and staging.exists():
         shutil.rmtree(staging)  # ours: a previous attempt's staging for this URI
     staging.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +181,18 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
     publish(staging, loc, log)
     shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _finished(loc: Location, plan_of: Callable[[], dict[str, Any]]) -> bool:
+    """Whether ``loc`` holds a finished store of exactly the plan ``plan_of()``; a finished store of
+    other settings is refused as a local one is (``output.same_plan``). Without a final plan of its own
+    (none uploaded, or one whose inputs were never hashed) a store is not known finished: the caller
+    ingests again and uploads what differs."""
+    plan = _remote_json(loc / PLAN_NAME)
+    if remote_manifest(loc) is None or not isinstance(plan, dict) or output.pending(plan):
+        return False
+    output.same_plan(plan, plan_of(), loc.uri)
+    return True
 
 
 def _tasks_write(kwargs: dict[str, Any]) -> bool:
