@@ -16,15 +16,19 @@ from collections.abc import Iterator
 
 _gc_paused = {"depth": 0, "enabled": False}  # no_gc_pass's callers now, and whether GC was on before the first
 _gc_lock = threading.Lock()
+_held = threading.local()  # .n: the pauses this thread is inside
 
 
 def _after_fork_in_child() -> None:
-    """A child forked mid-parse (another thread's) gets a free lock, no pause, and GC as it was before it."""
+    """The child has a free lock and only the forking thread: the pauses of other threads (a parse
+    mid-way) are gone, so GC is back as it was before them; the forking thread's own pauses stay
+    open, and GC comes back when it leaves them, as in the parent."""
     global _gc_lock
     _gc_lock = threading.Lock()
-    if _gc_paused["depth"] and _gc_paused["enabled"]:
+    own = getattr(_held, "n", 0)
+    if _gc_paused["depth"] and not own and _gc_paused["enabled"]:
         gc.enable()
-    _gc_paused["depth"] = 0
+    _gc_paused["depth"] = own
 
 
 if hasattr(os, "register_at_fork"):
@@ -40,9 +44,11 @@ def no_gc_pass() -> Iterator[None]:
             _gc_paused["enabled"] = gc.isenabled()
             gc.disable()
         _gc_paused["depth"] += 1
+    _held.n = getattr(_held, "n", 0) + 1
     try:
         yield
     finally:
+        _held.n -= 1
         with _gc_lock:
             _gc_paused["depth"] -= 1
             if _gc_paused["depth"] == 0 and _gc_paused["enabled"]:

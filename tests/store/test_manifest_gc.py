@@ -86,17 +86,57 @@ def test_threads_parsing_at_once_share_one_pause():
     assert gc.isenabled()
 
 
+def _exit_code(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_child_forked_during_a_pause_has_gc_back_and_can_parse(make_store):
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() of a process with threads
+def test_a_child_forked_during_another_threads_pause_has_gc_back_and_can_parse(make_store):
+    import threading
+
+    from lmdata._gc_pause import no_gc_pass
+
+    store = make_store(["memmap"]).path
+    inside, leave = threading.Event(), threading.Event()
+
+    def parse_slowly():
+        with no_gc_pass():
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=parse_slowly)
+    thread.start()
+    inside.wait(30)
+    assert not gc.isenabled()
+    pid = os.fork()
+    if pid == 0:  # the child: that thread's pause is gone with it; a parse neither deadlocks nor leaves GC off
+        ok = gc.isenabled()
+        read_manifest(store)
+        os._exit(0 if ok and gc.isenabled() else 1)
+    code = _exit_code(pid)
+    leave.set()
+    thread.join()
+    assert code == 0
+    assert gc.isenabled()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_inside_its_own_pause_gets_gc_back_when_it_leaves_it(make_store):
     from lmdata._gc_pause import no_gc_pass
 
     store = make_store(["memmap"]).path
     with no_gc_pass():
         pid = os.fork()
-        if pid == 0:  # the child: GC on again, and a parse neither deadlocks nor leaves it off
-            ok = gc.isenabled()
-            read_manifest(store)
-            os._exit(0 if ok and gc.isenabled() else 1)
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+        if pid == 0:
+            steps = [gc.isenabled()]  # still inside: off, as in the parent
+    if pid == 0:
+        steps.append(gc.isenabled())  # left it: back on
+        with no_gc_pass():  # later pauses still pause
+            steps.append(gc.isenabled())
+        read_manifest(store)
+        steps.append(gc.isenabled())
+        os._exit(0 if steps == [False, True, False, True] else 1)
+    assert _exit_code(pid) == 0
     assert gc.isenabled()
