@@ -9,11 +9,13 @@ printing one whole line (no ``\\r``) at most every ``LMDATA_PROGRESS_SECONDS`` s
 
 from __future__ import annotations
 
-import os
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from lmdata.io.env import env_number
 
 INTERVAL_ENV = "LMDATA_PROGRESS_SECONDS"
 
@@ -54,7 +56,8 @@ class PlainProgress:
         self.iterable, self.desc, self.total, self.n = iterable, desc, total, initial
         self.unit, self.unit_scale, self.disable = unit, unit_scale, disable
         self.postfix = ""
-        self.interval = float(os.environ.get(INTERVAL_ENV, "5"))
+        self.interval = env_number(INTERVAL_ENV, 5.0, lambda v: 0 <= v < math.inf,
+                                   "give the seconds between progress lines, a number >= 0")
         self._start = self._last = time.monotonic()
         self._start_n = initial
 

@@ -14,6 +14,7 @@ used chunks. A chunk read back is checked again by whoever reads it (``ranges``)
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import threading
@@ -49,7 +50,8 @@ class ByteCache:
     @classmethod
     def from_env(cls) -> "ByteCache | None":
         """``LMDATA_REMOTE_CACHE_BYTES`` > 0 turns the cache on (under ``cache_root()/ranges``)."""
-        limit = int(os.environ.get(CACHE_BYTES_ENV) or 0)
+        limit = int(env_number(CACHE_BYTES_ENV, 0, lambda v: 0 <= v < math.inf and v == int(v),
+                               "give the cache's budget in bytes, a whole number >= 0 (0: no cache)"))
         return cls(cache_root() / "ranges", limit) if limit > 0 else None
 
     def _path(self, uri: str, chunk: int) -> Path:

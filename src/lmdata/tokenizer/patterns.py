@@ -26,13 +26,14 @@ and the text between them (no regex of ours can start ``["`` and match every cha
 from __future__ import annotations
 
 import json
-import os
+import math
 import re
 from functools import cached_property
 
 import regex
 
 from lmdata.errors import LmdataError
+from lmdata.io.env import env_number
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -236,10 +237,8 @@ PROBE = ("".join(map(chr, range(128))) + " it's I'LL x\u00a0y \u00c9t\u00e9 na\u
 def regex_timeout(chars: int) -> float:
     """Seconds a custom regex may take on a text of ``chars`` characters: a base (``LMDATA_REGEX_TIMEOUT``,
     default 5) plus 20 us a character, so a backtracking blow-up ends (and Ctrl-C is seen) within it."""
-    try:
-        base = float(os.environ.get(TIMEOUT_ENV, "5"))
-    except ValueError:
-        raise LmdataError(f"{TIMEOUT_ENV} must be a number of seconds") from None
+    base = env_number(TIMEOUT_ENV, 5.0, lambda v: 0 < v < math.inf, "give the seconds a custom regex may "
+                      "take on a text before its per-character allowance, a number > 0")
     return base + 2e-5 * chars
 
 
