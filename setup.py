@@ -18,8 +18,9 @@ setup(ext_modules=[Extension(
 ), Extension(
     "lmdata.io._preads",
     ["src/lmdata/io/_preads.c"],
-    depends=["src/lmdata/io/_open_shards.c", "src/lmdata/io/_read_batch.c", "src/lmdata/io/_mapped.c"],
-    libraries=["z"],  # zlib's crc32 (the block checksums' polynomial)
+    depends=["src/lmdata/io/_open_shards.c", "src/lmdata/io/_read_batch.c", "src/lmdata/io/_mapped.c",
+             "src/lmdata/io/_check_ahead.c"],
+    libraries=["z", "pthread"],  # zlib's crc32 (the block checksums' polynomial); the check-ahead thread
     extra_compile_args=["-O2", "-Wall", "-Wextra"],
     optional=True,
 )])

@@ -14,8 +14,8 @@ python="${PYTHON:-python3}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 py="$venv/bin/python"
 
-# setup.py and the C sources are hashed too: editing them rebuilds the tokenizer accelerator
-stamp="$venv/.lmdata-installed-$(cat pyproject.toml setup.py src/lmdata/tokenizer/_fastbpe*.c | sha256sum | cut -c1-16)-${extras//,/_}"
+# setup.py and the C sources are hashed too: editing them rebuilds the C extensions
+stamp="$venv/.lmdata-installed-$(cat pyproject.toml setup.py src/lmdata/tokenizer/_fastbpe*.c src/lmdata/io/_*.c | sha256sum | cut -c1-16)-${extras//,/_}"
 if [ -f "$stamp" ]; then exit 0; fi
 
 "$py" -m pip install -q --upgrade pip >/dev/null

@@ -38,6 +38,7 @@ import torch
 
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
+from lmdata.data.ahead import LookAhead, check_ahead_on
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
                                  exit_with_owner, gc_frozen_for_fork, in_next, worker_deaths, worker_held)
@@ -154,6 +155,10 @@ class CompactBatches:
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])
+
+    def check_ahead(self, indices: list[int]) -> int:
+        """The blocks of a later ``__getitems__(indices)`` handed to the check-ahead thread (``lmdata.data.ahead``)."""
+        return self.dataset.check_ahead(indices, offsets=self.random)
 
 
 def keep_batch(data: Any) -> Any:
@@ -459,6 +464,9 @@ def make_loader(
     if pin_memory and not _can_pin():
         warnings.warn("pin_memory=True but no accelerator is available; batches are not pinned", stacklevel=2)
         pin_memory = False
-    dl = torch.utils.data.DataLoader(source, batch_sampler=sampler, num_workers=num_workers,
+    reads: Any = sampler
+    if num_workers == 0 and hasattr(dataset, "check_ahead") and check_ahead_on():  # the next read's blocks checked
+        reads = LookAhead(sampler, source.check_ahead)                           # on a helper thread meanwhile
+    dl = torch.utils.data.DataLoader(source, batch_sampler=reads, num_workers=num_workers,
                                      collate_fn=keep_batch, **workers)
     return TokenLoader(dataset, sampler, dl, in_flight, pin_memory)

@@ -18,7 +18,8 @@
  *
  * open_shards(...) opens many shards at once for their first touch (_open_shards.c); read_batch(...)
  * reads a batch of windows from their starts, the pieces found in C (_read_batch.c); map_files and
- * read_mapped do it out of read-only mappings (_mapped.c).
+ * read_mapped do it out of read-only mappings (_mapped.c); check_ahead checks a later batch's blocks on a
+ * thread of its own (_check_ahead.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -260,6 +261,7 @@ static PyObject *span_crcs(PyObject *self, PyObject *args) {
 #include "_open_shards.c"
 #include "_read_batch.c"
 #include "_mapped.c"
+#include "_check_ahead.c"
 
 static PyMethodDef methods[] = {
     {"use_crc32", use_crc32, METH_VARARGS,
@@ -275,6 +277,13 @@ static PyMethodDef methods[] = {
     {"unmap", unmap, METH_VARARGS, "unmap(bases, sizes) -> None; the mappings map_files made"},
     {"read_mapped", read_mapped, METH_VARARGS,
      "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},
+    {"check_mapped", check_mapped, METH_VARARGS,
+     "check_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, check) -> "
+     "windows gone through; their blocks checked (or pages touched) ahead of their read"},
+    {"check_ahead", check_ahead, METH_VARARGS,
+     "check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs) -> unchecked "
+     "blocks the jobs finished since met (-1: none finished); check_mapped's job handed to the check-ahead thread"},
+    {"check_ahead_wait", check_ahead_wait, METH_NOARGS, "check_ahead_wait() -> as check_ahead's count, once no check-ahead job waits or runs"},
     {"span_crcs", span_crcs, METH_VARARGS,
      "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,

@@ -3,6 +3,7 @@
     maps = Mappings(n_shards)
     maps.map(shards, paths, fds, sizes)      # each file mapped (and, if opened here, closed again)
     read_mapped(..., maps.bases, ...)        # io._preads: the batch memcpy'd out, blocks checked
+    check_ahead(..., maps.bases, ...)        # a later batch's blocks checked on a thread of its own
 
 Why a mapping and not ``pread``: at steady state a ``pread`` of a 2 KiB window costs ~1.6 us,
 most of it the syscall and the file's kernel structures, which are cold when a batch's 32
@@ -18,8 +19,9 @@ bounded (``vm.max_map_count``): past ``MAX_MAPPINGS`` shards, the rest are read 
 
 A forked loader worker inherits its parent's mappings (read-only and shared: the same bytes)
 and maps only what the parent had not; a pickled one (spawn, forkserver) starts with none.
-Mappings are undone when their ``Mappings`` is collected; one retired (its file was replaced)
-stays until then, so no thread ever copies out of an unmapped range.
+Mappings are undone when their ``Mappings`` is collected, once the check-ahead thread has no job
+left (``check_ahead``: a job may name them); one retired (its file was replaced) stays until then,
+so no thread ever copies out of an unmapped range.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ import numpy as np
 from lmdata.errors import LmdataError
 
 try:
-    from lmdata.io._preads import map_files, read_mapped, unmap
+    from lmdata.io._preads import check_ahead, check_ahead_wait, map_files, read_mapped, unmap
 except ImportError:  # pragma: no cover - installed without a C compiler, or an extension built before it
-    map_files = read_mapped = unmap = None
+    check_ahead = check_ahead_wait = map_files = read_mapped = unmap = None
 
 
 def _max_mappings() -> int:
@@ -83,6 +85,7 @@ def _unmap_all(bases: np.ndarray, sizes: np.ndarray, retired: list) -> None:
     mapped = bases != 0
     if unmap is None or not (mapped.any() or retired):
         return
+    check_ahead_wait()  # a job handed to the check-ahead thread may still read these mappings
     with _lock:
         gone = np.array(retired, dtype=np.int64).reshape(-1, 2)  # (base, size) rows
         unmap(np.concatenate([bases[mapped], gone[:, 0]]), np.concatenate([sizes[mapped], gone[:, 1]]))

@@ -109,6 +109,15 @@ class TokenDataset:
         idx = self._indices(indices)
         return self.read(idx * self.seq_len, labels=idx, dtype=dtype)
 
+    def check_ahead(self, indices: Sequence[int], offsets: bool = False) -> int:
+        """Start getting a later ``batch(indices)`` (``read(indices)`` with ``offsets``) ready on another
+        thread: its blocks checked (``ShardReader.check_ahead``, whose count it returns)."""
+        check = getattr(self.reader, "check_ahead", None)  # (a reader of another package's need not have it)
+        if check is None:
+            return 0
+        starts = np.asarray(indices, dtype=np.int64) if offsets else self._indices(indices) * self.seq_len
+        return check(starts, self.seq_len + 1)
+
     def read(self, starts: np.ndarray, labels: np.ndarray | None = None,
              dtype: Any = np.int64) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Windows of ``L + 1`` ids at arbitrary token offsets (random-offset sampling).

@@ -263,6 +263,12 @@ class ShardReader:
             raise at_offsets(LmdataError(f"{exc}; the store is damaged (run `lmdata verify`; re-ingest with "
                                          "--overwrite)"), starts, length) from exc
 
+    def check_ahead(self, starts: np.ndarray, length: int) -> int:
+        """Start getting the windows a later ``windows`` call reads ready on another thread (blocks checked,
+        pages mapped); returns the blocks checked since the last call (0: nothing to do, -1: not known
+        yet). Readers of raw token files do (``MappedWindows``); others need not."""
+        return 0
+
     def document(self, doc_id: int) -> np.ndarray:
         """One document's tokens (its end-of-text included)."""
         if not 0 <= doc_id < self._doc_bounds[-1]:

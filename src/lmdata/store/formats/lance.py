@@ -1,6 +1,6 @@
 """The Lance format: one Lance dataset per split, in few large fragments.
 
-On disk, per split (``<store>/<split>/lance/``, a Lance dataset pinned to file format 2.1)::
+On disk, per split (``<store>/<split>/lance/``, a Lance dataset in file format 2.0)::
 
     data/<uuid>.lance      fragments: rows (doc_id int64, token_offset int64,
                            tokens list<uint16|uint32>, uncompressed), documents
@@ -22,31 +22,27 @@ fragment as it comes (``lance_stream``); the Ray engine's tasks write staging fr
 ``finish`` groups and commits (``LanceOperation.Overwrite``, in stream order: dataset row ``r``
 is the stream's ``r``-th); ``cleanup_partial`` deletes data files no record references.
 
-Stores an earlier lmdata wrote also hold ``token_bytes`` (the tokens again, as bytes; their takes
-read it, ``lmdata verify`` checks it agrees): no longer written, as windows come from decoded
-copies made by one take a shard (below), and it cost 2 bytes a token and 2/3 of Lance's writing.
+Stores an earlier lmdata wrote also hold ``token_bytes`` (the tokens again; takes read it, ``lmdata
+verify`` checks it): no longer written (2 bytes a token, 2/3 of Lance's writing; windows come from copies).
 
 Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its
 parent (Lance is not fork-safe: ``lance_fork``); its committed row count is checked. Local windows
 come from raw copies of the ingest shards, each decoded once per machine with one take
 (``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a take per batch). On Linux it opens through
-Lance's io_uring reader (``file+uring://``, ``open_uring``): a take costs about a third less wall
-time and half the CPU there (bench/README.md, "Lance layout"); ``io="file"`` or
-``LMDATA_LANCE_IO=file`` reads plain files, and a machine without io_uring falls back to them with a
-warning. A batch of windows reads the rows covering them with **one take** (rows located with the
+Lance's io_uring reader (``file+uring://``, ``open_uring``; a take: -1/3 wall time, -1/2 CPU,
+bench/README.md "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file`` reads plain files, and
+a machine without io_uring falls back to them with a warning. A batch of windows reads the rows covering them with **one take** (rows located with the
 ``rows-*.npy`` index of each fragment the batch touches, loaded on first touch: kept out of the
-manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance 2.1 files carry no checksums
-of their own, so the row index carries a CRC-32 per row (``blocks.row_checksums``), recorded at
-ingest and checked on every row a take returns (local and remote alike): a flipped bit is refused
-naming the shard and row, and no process ever hashes a whole data file. On the first touch of a
+manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance files carry no checksums
+of their own, so the row index holds a CRC-32 per row (``blocks.row_checksums``), checked on every
+row a take returns: a flipped bit is refused naming the shard and row. On the first touch of a
 fragment its row index is checked against its sha256 in the manifest (so the CRCs are trusted) and
 the data file only by size. A store without row CRCs falls back to a whole-file sha256 on first
 touch (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
 ``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for
-``lmdata sql``) is a fresh dataset scanner per scan.
-Remote: the same copies, each made by one remote take of the shard's rows (with the budget 0,
-a remote take per batch).
+``lmdata sql``) is a fresh dataset scanner per scan. Remote: the same copies, each made by one
+remote take of the shard's rows (budget 0: a remote take per batch).
 """
 
 from __future__ import annotations
@@ -412,6 +408,9 @@ class LanceReader(base.ShardReader):
             )
         self._check_rows(rows, values, offsets, every)
         return values, offsets
+
+    def check_ahead(self, starts: np.ndarray, length: int) -> int:  # the decoded copies (made by a read)
+        return self._chunks.check_ahead(starts, length) if self._chunks not in (False, None) else 0
 
     def _windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """From the machine's decoded copies (``lance_chunks``); else one take of every row the windows

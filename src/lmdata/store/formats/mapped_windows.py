@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmdata.io.mappings import Mappings, read_mapped
+from lmdata.io.mappings import Mappings, check_ahead, read_mapped
 from lmdata.io.process_local import per_process
 
 
@@ -44,6 +44,19 @@ class MappedWindows:
             if got != -2 or attempt or not self._map_batch(starts, length, check):
                 break
         return out if got == -1 else None
+
+    def check_ahead(self, starts: np.ndarray, length: int) -> int:
+        """Hand the unchecked blocks under windows a later read will copy to the check-ahead thread
+        (``io._preads.check_ahead``, which checks and marks them while this thread works); returns how
+        many unchecked blocks the jobs finished since the last call met (-1: none finished). Only the
+        windows whose shards are mapped here with their CRCs loaded (from a process's second read on):
+        nothing is opened, mapped or raised, and what the thread leaves undone, or finds bad, the read
+        itself checks and names."""
+        if check_ahead is None or self.verify == "size" or not len(starts) or getattr(self, "_in_memory", 0):
+            return 0
+        return check_ahead(np.ascontiguousarray(starts, dtype=np.int64), length, self.dtype.itemsize, self._bounds64,
+                           self._mappings.bases, self._mode, self._file_bytes(), self._block_base,
+                           self._done.view(np.uint8), self._crcs)
 
     def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
         """Map the batch's shards that are not yet, each through this thread's descriptor if it holds

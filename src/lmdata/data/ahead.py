@@ -1,0 +1,71 @@
+"""The next read's blocks checked on a thread of their own: the 0-worker loader's look-ahead.
+
+A loader with no workers reads, widens and hands out every batch on the training thread, and a
+window's first read in a process also checks the CRCs of its 4 KiB blocks (and maps their
+pages): on a store larger than the CPU's caches, most of what a first epoch costs over a later
+one. ``LookAhead`` is then the loader's batch sampler: when the DataLoader takes a read's
+indices (from a pass's second read on), the next read's go to the dataset's ``check_ahead``, which hands their unchecked blocks
+to the process's check-ahead thread (``io._preads.check_ahead``: C, never taking the GIL), and
+it checks and marks them on another core while the training thread reads, widens and trains on
+the current read. The read stays the authority: what the thread has not reached, or found bad,
+the read checks and names itself, so the batches and the errors are those of a loader without
+it. Once the jobs find nothing left to check (every block of the store checked: a later epoch),
+reads are handed over ever more rarely. ``LMDATA_CHECK_AHEAD=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+
+from lmdata.errors import LmdataError
+
+ENV = "LMDATA_CHECK_AHEAD"
+MAX_SKIP = 64  # reads not handed over after jobs that found nothing to check, at most (doubling up to it)
+
+
+def check_ahead_on() -> bool:
+    """``LMDATA_CHECK_AHEAD``: 1 (the default) or 0."""
+    value = os.environ.get(ENV, "1").strip()
+    if value not in ("0", "1", ""):
+        raise LmdataError(f"{ENV}={value!r}: give 1 (check the next read's blocks on a thread of their own, the "
+                          "default) or 0 (the training thread checks them as it reads)")
+    return value != "0"
+
+
+class LookAhead:
+    """A batch sampler handing out ``sampler``'s reads, each time giving ``check`` the next read (see the
+    module docstring); ``check`` returns the blocks the jobs finished since its last call checked (-1:
+    none finished yet)."""
+
+    def __init__(self, sampler: Iterable[list[int]], check: Callable[[list[int]], int]) -> None:
+        self.sampler, self.check = sampler, check
+        self.skip = 0  # reads still not to hand over: the last jobs found nothing to check
+        self.idle = 0  # how many handed-over reads in a row found nothing
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        reads = iter(self.sampler)
+        first = next(reads, None)
+        if first is None:
+            return
+        yield first  # a pass's first read (one batch) waits for nothing computed ahead; and before a
+        upcoming = next(reads, None)  # process's second read no shard is mapped, so no block could be checked ahead
+        while upcoming is not None:
+            current, upcoming = upcoming, next(reads, None)
+            if upcoming is not None:
+                self._hand_over(upcoming)
+            yield current
+
+    def _hand_over(self, indices: list[int]) -> None:
+        if self.skip:
+            self.skip -= 1
+            return
+        found = self.check(indices) or 0
+        if found > 0:
+            self.idle = 0
+        elif found == 0:
+            self.idle += 1
+            self.skip = min(MAX_SKIP, 1 << min(self.idle, 6)) - 1

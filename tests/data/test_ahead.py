@@ -1,0 +1,84 @@
+"""The 0-worker loader's look-ahead: the next read handed to the check-ahead thread, batches unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from formats import FORMATS  # noqa: E402
+from toyformat import build_store  # noqa: E402
+
+from lmdata.data import make_loader  # noqa: E402
+from lmdata.data.ahead import LookAhead  # noqa: E402
+from lmdata.data.loader import EpochSampler  # noqa: E402
+from lmdata.errors import LmdataError  # noqa: E402
+from lmdata.store import open_store  # noqa: E402
+
+
+def _look_ahead(found):
+    reads = [[k] for k in range(20)]
+    handed: list[list[int]] = []
+
+    def check(indices):
+        handed.append(indices)
+        return found
+
+    return list(LookAhead(reads, check)), reads, handed
+
+
+def test_each_read_is_handed_over_one_read_early_while_jobs_find_work():
+    out, reads, handed = _look_ahead(found=5)
+    assert out == reads
+    assert handed == reads[2:]  # read k + 1 handed over when read k is taken, from the second read on
+
+
+def test_jobs_that_find_nothing_are_handed_over_ever_more_rarely():
+    out, reads, handed = _look_ahead(found=0)
+    assert out == reads
+    assert [k for [k] in handed] == [2, 4, 8, 16]  # gaps doubling: a later epoch of a checked store
+    _, _, handed = _look_ahead(found=-1)  # no job finished yet: not known to be idle
+    assert handed == reads[2:]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """(path, token stream) of a store of every built-in format, in 2,000-token shards."""
+    path = tmp_path_factory.mktemp("store")
+    return path, build_store(path, FORMATS, n_tokens=40_000, shard_tokens=2_000)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_batches_and_resume_are_the_same_with_and_without_it(store, fmt, monkeypatch):
+    path, stream = store
+    ds = open_store(path).dataset("train", 64, format=fmt)
+
+    def batches(loader, n):
+        return [x.numpy().copy() for _, (x, _) in zip(range(n), loader)]
+
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "0")
+    plain = make_loader(ds, 8, num_workers=0, seed=3)
+    assert isinstance(plain._dl.batch_sampler, EpochSampler)
+    expected = batches(plain, len(plain)) + batches(plain, len(plain))  # two epochs
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "1")
+    ahead = make_loader(ds, 8, num_workers=0, seed=3)
+    assert isinstance(ahead._dl.batch_sampler, LookAhead)
+    got = batches(ahead, len(ahead)) + batches(ahead, len(ahead))
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    # and both are the contract's windows
+    sampler = EpochSampler(len(ds), 8, seed=3, rank=0, world_size=1, sampling="sequential-shuffle", drop_last=True)
+    for b, x in enumerate(got[:len(ahead)]):
+        np.testing.assert_array_equal(x, np.stack([stream[k * 64:k * 64 + 64] for k in sampler.batch(0, b)]))
+    first = make_loader(ds, 8, num_workers=0, seed=3)
+    batches(first, 5)
+    resumed = make_loader(ds, 8, num_workers=0, seed=3)
+    resumed.load_state_dict(first.state_dict())
+    assert np.array_equal(batches(resumed, 1)[0], expected[5])
+
+
+def test_a_bad_setting_is_one_line_naming_it(store, monkeypatch):
+    ds = open_store(store[0]).dataset("train", 64, format="memmap")
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "yes")
+    with pytest.raises(LmdataError, match=r"^LMDATA_CHECK_AHEAD='yes': give 1 .* or 0 "):
+        make_loader(ds, 8, num_workers=0)

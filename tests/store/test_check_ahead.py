@@ -1,0 +1,131 @@
+"""The check-ahead thread: a later read's blocks checked on a thread of its own; the read stays the authority."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+from formats import FORMATS
+
+from lmdata.errors import LmdataError
+from lmdata.io.mappings import check_ahead
+from lmdata.store import open_store
+
+pytestmark = pytest.mark.skipif(check_ahead is None, reason="needs the C extension")
+
+
+def _wait() -> int:
+    """Until the check-ahead thread is idle: the unchecked blocks its finished jobs met (-1: none finished)."""
+    from lmdata.io._preads import check_ahead_wait
+
+    return check_ahead_wait()
+
+
+def _blocks_of(reader):
+    """The object holding the block state: the Lance reader's decoded copies, else the reader."""
+    inner = getattr(reader, "_chunks", reader)
+    return inner if inner not in (False, None) else reader
+
+
+def _first_reads(reader, syn) -> None:
+    """A few tokens of every shard, twice: a process's first read opens the shards (Parquet's and Lance's
+    decoded copies made as they are met), the second maps them; check_ahead works from then on."""
+    for _ in range(2):
+        reader.windows(np.arange(0, len(syn.stream) - 10, 1000), 10)
+
+
+def _starts(syn, n=64, length=1025, seed=0):
+    return np.random.default_rng(seed).integers(100, len(syn.stream) - length, size=n)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_blocks_handed_over_are_checked_and_the_windows_are_unchanged(make_store, fmt):
+    syn = make_store([fmt], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", fmt)
+    starts = _starts(syn)
+    _wait()  # (jobs of earlier tests, reported)
+    reader.check_ahead(starts, 1025)
+    assert _wait() in (0, -1)  # before the first reads: nothing mapped, nothing checked
+    _first_reads(reader, syn)
+    state = _blocks_of(reader)
+    before = int(state._done.sum())
+    assert reader.check_ahead(starts, 1025) == -1  # handed over; no job has finished since
+    checked = _wait()
+    assert checked == int(state._done.sum()) - before > 0  # checked on the other thread, and counted
+    reader.check_ahead(starts, 1025)
+    assert _wait() == 0  # the repeat met no unchecked block
+    done = int(state._done.sum())
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    assert int(state._done.sum()) == done  # the read found every block under its windows checked
+
+
+def test_size_verification_hands_nothing_over(make_store):
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap", verify="size")
+    _first_reads(reader, syn)
+    assert reader.check_ahead(_starts(syn), 1025) == 0
+
+
+def test_a_bad_block_handed_over_is_left_unmarked_and_the_read_names_it(make_store):
+    syn = make_store(["memmap"], n_tokens=70_000)
+    shard = open_store(syn.path).manifest.splits["train"].formats["memmap"][1]
+    path = syn.path / "train" / "memmap" / shard.files[0].path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10  # the token at the shard's middle
+    path.write_bytes(bytes(data))
+    reader = open_store(syn.path).reader("train", "memmap")
+    for _ in range(2):  # the first reads (see _first_reads), in shard 0
+        np.testing.assert_array_equal(reader.windows(np.array([5]), 100)[0], syn.stream[5:105])
+    assert reader._mappings.bases.all()
+    start = np.array([shard.first_token + shard.n_tokens // 2 - 20])
+    reader.check_ahead(start, 100)
+    _wait()
+    block = reader._block_base[1] + (len(data) // 2) // 4096
+    assert not reader._done[block]
+    for _ in range(2):
+        with pytest.raises(LmdataError, match=shard.files[0].path):
+            reader.windows(start, 100)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # (imported by other tests; not used here)
+def test_a_forked_child_starts_a_check_ahead_thread_of_its_own(make_store):
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    reader.check_ahead(_starts(syn), 1025)
+    _wait()
+    pid = os.fork()
+    if pid == 0:  # the parent's thread is not here: a job handed over must still run, not hang
+        signal.alarm(30)
+        _first_reads(reader, syn)  # this process's own (its block state and mappings start empty)
+        before = int(reader._done.sum())
+        reader.check_ahead(_starts(syn, seed=1), 1025)
+        _wait()
+        os._exit(0 if int(reader._done.sum()) > before else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_bad_arguments_are_a_value_error(make_store):
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    with pytest.raises(ValueError, match="check_ahead"):
+        reader.check_ahead(np.array([len(syn.stream) - 5]), 1025)  # past the split's end
+
+
+def test_a_reader_collected_while_its_job_runs_waits_for_it_before_unmapping(make_store):
+    """The job names the reader's mappings, not the reader: unmapping under it would crash the thread."""
+    import gc
+
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    for seed in range(5):
+        reader = open_store(syn.path).reader("train", "memmap")
+        _first_reads(reader, syn)
+        reader.check_ahead(_starts(syn, n=50_000, length=64, seed=seed), 64)
+        del reader
+        gc.collect()  # the mappings' finalizer: it waits for the job, then unmaps
+    _wait()  # reaching here, the process alive, is the test
