@@ -24,6 +24,13 @@ def add_ingest_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
 
 
+def add_store_args(parser: argparse.ArgumentParser, work: str | Path = "/tmp/lmdata-scale") -> None:
+    """The flags of the benches that read tiled stores: corpus, cached tokenizer, the stores' folder."""
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    parser.add_argument("--work", type=Path, default=Path(work))
+
+
 def compile_lmdata() -> None:
     """Write lmdata's bytecode before any cell runs, as pip does for a package it installs.
 

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
+from common import add_store_args, ensure_tokenizer, replace_section
 from interleaved import ratios
 from scale import FORMATS, ensure_store, n_shards, n_tokens, read_side_by_side
 
@@ -55,9 +55,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    add_store_args(ap)
     ap.add_argument("--tiles", default="1,20", help="stores of these many copies of the corpus (1: 6 shards)")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--batches", type=int, default=2000, help="batches a round, per mode")

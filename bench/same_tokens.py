@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import CORPUS, CACHED_TOKENIZER, compile_lmdata, ensure_tokenizer, replace_section
+from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section
 from scale import (B, L, TOKENS_PER_TILE, cache_env, decode_copies, ensure_store, n_shards, n_tokens, parse_size,
                    read_from, warm_page_cache)
 
@@ -91,9 +91,7 @@ def table_lines(rows: list[dict], stores: list[Path]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    add_store_args(ap)
     ap.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")], default="10M,100M,1G")
     ap.add_argument("--tokens", type=parse_size, default="1G", help="tokens each cell reads (default: 1G)")
     ap.add_argument("--formats", type=lambda s: s.split(","), default=",".join(FORMATS))

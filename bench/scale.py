@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import CORPUS, compile_lmdata, CACHED_TOKENIZER, ensure_tokenizer, replace_section, tiled_corpus
+from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section, tiled_corpus
 from interleaved import side_by_side, vs_first_line
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
 
@@ -413,9 +413,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    add_store_args(ap)
     ap.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")], default="10M,100M,1G")
     ap.add_argument("--formats", type=lambda s: s.split(","), default=",".join(FORMATS))
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")

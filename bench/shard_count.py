@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CACHED_TOKENIZER, CORPUS, ensure_tokenizer, replace_section
+from common import add_store_args, ensure_tokenizer, replace_section
 from scale import FORMATS, ensure_store, n_shards, n_tokens, side_by_side_lines, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
@@ -77,9 +77,7 @@ print(json.dumps({"lmdata": lmdata, "raw": median_rate(raw)}))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/lmdata-scale"))
+    add_store_args(ap)
     ap.add_argument("--tiles", type=int, default=20)
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--side-by-side", action="store_true", help="the loader table: stores side by side, per format")
