@@ -82,3 +82,48 @@ def test_a_bad_setting_is_one_line_naming_it(store, monkeypatch):
     monkeypatch.setenv("LMDATA_CHECK_AHEAD", "yes")
     with pytest.raises(LmdataError, match=r"^LMDATA_CHECK_AHEAD='yes': give 1 .* or 0 "):
         make_loader(ds, 8, num_workers=0)
+
+
+def _found(loader, n):
+    """Read ``n`` batches of ``loader`` (0 workers), each hand-over's job run to its end before the
+    read goes on (the thread never loses the race to a read here): the unchecked blocks each job met."""
+    from lmdata.io._preads import check_ahead_wait
+
+    sampler, reported = loader._dl.batch_sampler, []
+    check = sampler.check
+
+    def check_and_wait(indices):
+        found = check(indices)
+        reported.append(check_ahead_wait())
+        return found
+
+    sampler.check = check_and_wait
+    return [x.numpy().copy() for _, (x, _) in zip(range(n), loader)], reported
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_through_the_loader_the_thread_checks_blocks(store, fmt):
+    ds = open_store(store[0]).dataset("train", 64, format=fmt)
+    _, reported = _found(make_loader(ds, 4, num_workers=0, seed=5, batches_per_read=2), 12)
+    assert max(reported) > 0  # blocks checked on the thread, reported back through the dataset
+
+
+def test_a_mixture_hands_each_source_its_part(tmp_path, monkeypatch):
+    from lmdata.data import MixedDataset
+
+    one, other = tmp_path / "one", tmp_path / "other"  # ~100 blocks each: most of a read's are unchecked
+    build_store(one, ["parquet"], n_tokens=200_000, shard_tokens=20_000, seed=3)
+    build_store(other, ["memmap"], n_tokens=200_000, shard_tokens=20_000, seed=7)
+
+    def mixture():  # fresh readers each time: no block checked yet
+        return MixedDataset([(open_store(one).dataset("train", 64, format="parquet"), 0.6),
+                             (open_store(other).dataset("train", 64, format="memmap"), 0.4)], seed=2)
+
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "0")
+    expected = [x.numpy().copy() for _, (x, _) in zip(range(30), make_loader(mixture(), 4, num_workers=0, seed=5))]
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "1")
+    loader = make_loader(mixture(), 4, num_workers=0, seed=5)
+    assert isinstance(loader._dl.batch_sampler, LookAhead)
+    got, reported = _found(loader, 30)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 30
+    assert max(reported) > 0

@@ -129,3 +129,18 @@ def test_a_reader_collected_while_its_job_runs_waits_for_it_before_unmapping(mak
         del reader
         gc.collect()  # the mappings' finalizer: it waits for the job, then unmaps
     _wait()  # reaching here, the process alive, is the test
+
+
+def test_jobs_handed_over_back_to_back_all_run(make_store, tmp_path):
+    """A mixture hands one job per source a read: the second must not replace the first."""
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    busy, *readers = [open_store(syn.path).reader("train", "memmap") for _ in range(4)]
+    for reader in [busy, *readers]:
+        _first_reads(reader, syn)
+    before = [int(r._done.sum()) for r in readers]
+    _wait()
+    busy.check_ahead(_starts(syn, n=1_000_000, length=64), 64)  # keeps the thread busy while the rest wait
+    for reader in readers:
+        reader.check_ahead(_starts(syn), 1025)
+    _wait()
+    assert all(int(r._done.sum()) > b for r, b in zip(readers, before))

@@ -126,7 +126,8 @@ class MixedDataset:
 
     def batch(self, indices: Sequence[int], dtype: Any = np.int64) -> Any:
         """One read per source touched, reassembled in the requested order (windows in ``dtype``)."""
-        src, local = self.locate(indices)
+        located, self._located = getattr(self, "_located", None), None
+        src, local = located[1] if located and located[0] == tuple(indices) else self.locate(indices)
         windows = info = None
         if not len(src):
             return np.empty((0, self.seq_len + 1), dtype=dtype)
@@ -142,6 +143,16 @@ class MixedDataset:
             if info is not None:
                 info[at] = part_i
         return windows if info is None else (windows, info)
+
+    def check_ahead(self, indices: Sequence[int], offsets: bool = False) -> int:
+        """Each source's part of a later ``batch(indices)`` handed to that source's ``check_ahead``
+        (``lmdata.data.ahead``); the blocks the finished jobs met, summed (-1: none finished)."""
+        src, local = self.locate(indices)
+        self._located = (tuple(indices), (src, local))  # the read of these indices, next, reuses it
+        found = [d.check_ahead(local[src == i].tolist()) for i in np.unique(src).tolist()
+                 if hasattr(d := self.datasets[i], "check_ahead")]
+        known = [f for f in found if f >= 0]
+        return sum(known) if known else -1 if found else 0
 
     def fractions(self) -> list[float]:
         """Each source's share of the mixture's samples (its weight, to within 1/n_samples)."""

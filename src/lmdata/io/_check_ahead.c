@@ -5,7 +5,8 @@
  * hands the job "check the unchecked blocks under these windows" (check_mapped with check) to the
  * process's check-ahead thread, started at the first call, and returns at once: the 0-worker
  * loader gives it the next read's windows while the training thread reads, widens and trains on
- * the current one (lmdata.data.ahead). A job still waiting when the next comes is replaced by it.
+ * the current one (lmdata.data.ahead). Jobs run in the order handed over (a mixture hands one per
+ * source a read); past AHEAD_WAITING_MAX waiting, the oldest is dropped.
  * Returns how many unchecked blocks the jobs finished since the last call met (checked, or found
  * bad), or -1 when none finished: a caller whose jobs find nothing to do (every block checked)
  * hands fewer.
@@ -31,8 +32,10 @@ typedef struct ahead_job {
 
 static pthread_mutex_t ahead_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ahead_cv = PTHREAD_COND_INITIALIZER;
-static ahead_job *ahead_waiting, *ahead_finished;  /* the next job; jobs done, to release under the GIL */
-static int ahead_running, ahead_started;
+#define AHEAD_WAITING_MAX 8  /* jobs waiting at most: past it the oldest is dropped (the read does its work) */
+
+static ahead_job *ahead_waiting, *ahead_last, *ahead_finished;  /* jobs to run, oldest first; jobs done, to release */
+static int ahead_n_waiting, ahead_running, ahead_started;
 
 static void ahead_run(ahead_job *job) {
     const Py_buffer *b = job->buf;
@@ -46,7 +49,9 @@ static void *ahead_main(void *arg) {
     for (;;) {
         while (!ahead_waiting) pthread_cond_wait(&ahead_cv, &ahead_mu);
         ahead_job *job = ahead_waiting;
-        ahead_waiting = NULL;
+        ahead_waiting = job->next;
+        if (!ahead_waiting) ahead_last = NULL;
+        ahead_n_waiting--;
         ahead_running = 1;
         pthread_mutex_unlock(&ahead_mu);
         ahead_run(job);
@@ -63,8 +68,8 @@ static void *ahead_main(void *arg) {
 static void ahead_after_fork_in_child(void) {
     pthread_mutex_init(&ahead_mu, NULL);
     pthread_cond_init(&ahead_cv, NULL);
-    ahead_waiting = ahead_finished = NULL;
-    ahead_running = ahead_started = 0;
+    ahead_waiting = ahead_last = ahead_finished = NULL;
+    ahead_n_waiting = ahead_running = ahead_started = 0;
 }
 
 /* With ahead_mu held. The thread blocks every signal a program handles itself (SIGINT, SIGCHLD, ...):
@@ -130,9 +135,17 @@ static PyObject *check_ahead(PyObject *self, PyObject *args) {
     int64_t found;
     pthread_mutex_lock(&ahead_mu);
     if (ahead_started || ahead_start()) {
-        replaced = ahead_waiting;
-        ahead_waiting = job;
+        job->next = NULL;
+        if (ahead_last) ahead_last->next = job;
+        else ahead_waiting = job;
+        ahead_last = job;
         job = NULL;
+        if (++ahead_n_waiting > AHEAD_WAITING_MAX) {  /* the oldest waiting job: its read is here by now */
+            replaced = ahead_waiting;
+            ahead_waiting = replaced->next;
+            replaced->next = NULL;
+            ahead_n_waiting--;
+        }
         pthread_cond_broadcast(&ahead_cv);
     }
     finished = ahead_take_finished(&found);
