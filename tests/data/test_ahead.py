@@ -31,15 +31,26 @@ def _look_ahead(found):
 def test_each_read_is_handed_over_one_read_early_while_jobs_find_work():
     out, reads, handed = _look_ahead(found=5)
     assert out == reads
-    assert handed == reads[2:]  # read k + 1 handed over when read k is taken, from the second read on
+    assert handed == reads[3:]  # read k + 1 handed over when read k is taken, from the third read on
+
+
+def test_a_failing_hand_over_is_never_the_reads_error():
+    reads, handed = [[k] for k in range(10)], []
+
+    def check(indices):
+        handed.append(indices)
+        raise IndexError("a reader of another package")
+
+    assert list(LookAhead(reads, check)) == reads
+    assert handed == [[3]]  # tried once, then no more
 
 
 def test_jobs_that_find_nothing_are_handed_over_ever_more_rarely():
     out, reads, handed = _look_ahead(found=0)
     assert out == reads
-    assert [k for [k] in handed] == [2, 4, 8, 16]  # gaps doubling: a later epoch of a checked store
+    assert [k for [k] in handed] == [3, 5, 9, 17]  # gaps doubling: a later epoch of a checked store
     _, _, handed = _look_ahead(found=-1)  # no job finished yet: not known to be idle
-    assert handed == reads[2:]
+    assert handed == reads[3:]
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +138,19 @@ def test_a_mixture_hands_each_source_its_part(tmp_path, monkeypatch):
     got, reported = _found(loader, 30)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 30
     assert max(reported) > 0
+
+
+def test_a_mixtures_read_reuses_the_location_its_look_ahead_found(tmp_path, monkeypatch):
+    from lmdata.data import MixedDataset
+
+    build_store(tmp_path / "a", ["memmap"], n_tokens=50_000, shard_tokens=5_000, seed=1)
+    build_store(tmp_path / "b", ["memmap"], n_tokens=50_000, shard_tokens=5_000, seed=2)
+    mix = MixedDataset([(open_store(tmp_path / n).dataset("train", 64, format="memmap"), 0.5) for n in "ab"], seed=4)
+    calls = []
+    locate = mix.locate
+    monkeypatch.setattr(mix, "locate", lambda indices: calls.append(list(indices)) or locate(indices))
+    loader = make_loader(mix, 4, num_workers=0, seed=1)
+    reads = len(list(loader._dl.batch_sampler.sampler))
+    for _ in loader:
+        pass
+    assert len(calls) == reads  # each read located once: by its look-ahead, or by itself

@@ -144,3 +144,18 @@ def test_jobs_handed_over_back_to_back_all_run(make_store, tmp_path):
         reader.check_ahead(_starts(syn), 1025)
     _wait()
     assert all(int(r._done.sum()) > b for r, b in zip(readers, before))
+
+
+def test_the_starts_handed_over_are_the_jobs_own(make_store):
+    """The thread reads the windows' starts later: a caller refilling its array must not reach it."""
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    busy = open_store(syn.path).reader("train", "memmap")
+    _first_reads(busy, syn)
+    _wait()
+    busy.check_ahead(_starts(syn, n=1_000_000, length=64), 64)  # the next job waits behind this one
+    starts = _starts(syn)
+    reader.check_ahead(starts, 1025)
+    starts[:] = -(1 << 40)  # outside every mapping
+    assert _wait() > 0  # alive, and the job checked the windows it was given

@@ -51,19 +51,24 @@ class LookAhead:
         first = next(reads, None)
         if first is None:
             return
-        yield first  # a pass's first read (one batch) waits for nothing computed ahead; and before a
-        upcoming = next(reads, None)  # process's second read no shard is mapped, so no block could be checked ahead
+        yield first  # a pass's first read (one batch) waits for nothing computed ahead
+        upcoming, k = next(reads, None), 0
         while upcoming is not None:
             current, upcoming = upcoming, next(reads, None)
-            if upcoming is not None:
-                self._hand_over(upcoming)
+            if upcoming is not None and k:  # from the third read on: a process's second read maps its shards,
+                self._hand_over(upcoming)   # and a job handed over before it would find nothing and back off
+            k += 1
             yield current
 
     def _hand_over(self, indices: list[int]) -> None:
         if self.skip:
             self.skip -= 1
             return
-        found = self.check(indices) or 0
+        try:
+            found = self.check(indices) or 0
+        except Exception:  # noqa: BLE001 - never the read's error: the read raises its own, naming its samples
+            self.skip, self.idle = 1 << 62, 0  # and no more hand-overs
+            return
         if found > 0:
             self.idle = 0
         elif found == 0:

@@ -126,8 +126,9 @@ class MixedDataset:
 
     def batch(self, indices: Sequence[int], dtype: Any = np.int64) -> Any:
         """One read per source touched, reassembled in the requested order (windows in ``dtype``)."""
-        located, self._located = getattr(self, "_located", None), None
-        src, local = located[1] if located and located[0] == tuple(indices) else self.locate(indices)
+        located = self.__dict__.get("_located")  # from check_ahead, one read early
+        found = located.pop(tuple(indices), None) if located else None
+        src, local = found if found is not None else self.locate(indices)
         windows = info = None
         if not len(src):
             return np.empty((0, self.seq_len + 1), dtype=dtype)
@@ -148,7 +149,10 @@ class MixedDataset:
         """Each source's part of a later ``batch(indices)`` handed to that source's ``check_ahead``
         (``lmdata.data.ahead``); the blocks the finished jobs met, summed (-1: none finished)."""
         src, local = self.locate(indices)
-        self._located = (tuple(indices), (src, local))  # the read of these indices, next, reuses it
+        located = self.__dict__.setdefault("_located", {})  # the read of these indices (the one after next) reuses it
+        located[tuple(indices)] = (src, local)
+        while len(located) > 2:
+            del located[next(iter(located))]
         found = [d.check_ahead(local[src == i].tolist()) for i in np.unique(src).tolist()
                  if hasattr(d := self.datasets[i], "check_ahead")]
         known = [f for f in found if f >= 0]

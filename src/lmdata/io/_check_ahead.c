@@ -6,7 +6,7 @@
  * process's check-ahead thread, started at the first call, and returns at once: the 0-worker
  * loader gives it the next read's windows while the training thread reads, widens and trains on
  * the current one (lmdata.data.ahead). Jobs run in the order handed over (a mixture hands one per
- * source a read); past AHEAD_WAITING_MAX waiting, the oldest is dropped.
+ * source a read); past AHEAD_WAITING_MAX waiting (a thread far behind), the oldest is dropped.
  * Returns how many unchecked blocks the jobs finished since the last call met (checked, or found
  * bad), or -1 when none finished: a caller whose jobs find nothing to do (every block checked)
  * hands fewer.
@@ -32,7 +32,7 @@ typedef struct ahead_job {
 
 static pthread_mutex_t ahead_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ahead_cv = PTHREAD_COND_INITIALIZER;
-#define AHEAD_WAITING_MAX 8  /* jobs waiting at most: past it the oldest is dropped (the read does its work) */
+#define AHEAD_WAITING_MAX 64  /* jobs waiting at most: past it the oldest is dropped (the read does its work) */
 
 static ahead_job *ahead_waiting, *ahead_last, *ahead_finished;  /* jobs to run, oldest first; jobs done, to release */
 static int ahead_n_waiting, ahead_running, ahead_started;

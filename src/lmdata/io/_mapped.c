@@ -14,8 +14,8 @@
  * 1); else the index of the first window that failed a CRC or met a file cut short under its
  * mapping (SIGBUS, caught: the caller's pread path names the file).
  *
- * check_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, check)
- * does ahead of time, from a helper thread (lmdata.data.ahead), what read_mapped does to those windows
+ * check_mapped_nogil(...) does ahead of time, on the check-ahead thread (_check_ahead.c), what
+ * read_mapped does to those windows
  * before it copies them: with check, their unchecked blocks checked and marked (one that fails is left
  * unmarked: the read names it); without, one byte of each of their pages read, so the page is mapped.
  * A window whose shards are not all mapped (with check: their CRCs loaded) is skipped, as is the rest
@@ -164,9 +164,10 @@ static Py_ssize_t check_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_
         if (!window_mapped(bounds, n_shards, t, length, bases, modes, check)) continue;
         for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
+            if (i >= n_shards) break;
             if (take <= 0) continue;  /* an empty shard */
             int64_t off = (t - bounds[i]) * itemsize, len = take * itemsize, base = bases[i];  /* once: may be retired */
-            if (!base || off + len > file_bytes[i]) break;
+            if (!base || off < 0 || off + len > file_bytes[i]) break;
             const char *at = (const char *)(uintptr_t)base;
             int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK;
             if (check) {
@@ -184,34 +185,6 @@ static Py_ssize_t check_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_
     (void)sink;
     bus_jump = NULL;
     return gone_through;
-}
-
-static PyObject *check_mapped(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer starts, bounds, bases, modes, sizes, base, done, crcs;
-    long long length;
-    int itemsize, check;
-    if (!PyArg_ParseTuple(args, "y*Liy*y*y*y*y*w*y*p", &starts, &length, &itemsize, &bounds, &bases, &modes, &sizes,
-                          &base, &done, &crcs, &check))
-        return NULL;
-    Py_ssize_t n = starts.len / 8, n_shards = bounds.len / 8 - 1, gone_through = -1;
-    Py_buffer no_out = {0};
-    no_out.len = n * length * itemsize;  /* batch_args_ok's out: none here */
-    if (batch_args_ok(&starts, length, itemsize, &bounds, &bases, 8, &modes, &sizes, &base, &done, &crcs, &no_out)) {
-        install_bus_handler();
-        Py_BEGIN_ALLOW_THREADS
-        gone_through = check_mapped_nogil(n, starts.buf, (int64_t)length, itemsize, bounds.buf, n_shards, bases.buf,
-                                          modes.buf, sizes.buf, base.buf, done.buf, done.len, crcs.buf, check, NULL);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&starts); PyBuffer_Release(&bounds); PyBuffer_Release(&bases); PyBuffer_Release(&modes);
-    PyBuffer_Release(&sizes); PyBuffer_Release(&base); PyBuffer_Release(&done); PyBuffer_Release(&crcs);
-    if (gone_through < 0) {
-        PyErr_SetString(PyExc_ValueError, "check_mapped: arrays of different lengths, a window outside the split, "
-                                          "or done/crcs too small");
-        return NULL;
-    }
-    return PyLong_FromSsize_t(gone_through);
 }
 
 static PyObject *read_mapped(PyObject *self, PyObject *args) {

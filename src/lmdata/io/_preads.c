@@ -277,9 +277,6 @@ static PyMethodDef methods[] = {
     {"unmap", unmap, METH_VARARGS, "unmap(bases, sizes) -> None; the mappings map_files made"},
     {"read_mapped", read_mapped, METH_VARARGS,
      "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},
-    {"check_mapped", check_mapped, METH_VARARGS,
-     "check_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, check) -> "
-     "windows gone through; their blocks checked (or pages touched) ahead of their read"},
     {"check_ahead", check_ahead, METH_VARARGS,
      "check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs) -> unchecked "
      "blocks the jobs finished since met (-1: none finished); check_mapped's job handed to the check-ahead thread"},

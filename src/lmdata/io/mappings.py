@@ -35,9 +35,13 @@ import numpy as np
 from lmdata.errors import LmdataError
 
 try:
-    from lmdata.io._preads import check_ahead, check_ahead_wait, map_files, read_mapped, unmap
+    from lmdata.io._preads import map_files, read_mapped, unmap
 except ImportError:  # pragma: no cover - installed without a C compiler, or an extension built before it
-    check_ahead = check_ahead_wait = map_files = read_mapped = unmap = None
+    map_files = read_mapped = unmap = None
+try:
+    from lmdata.io._preads import check_ahead, check_ahead_wait
+except ImportError:  # pragma: no cover - an extension built before the check-ahead thread: mappings still work
+    check_ahead = check_ahead_wait = None
 
 
 def _max_mappings() -> int:
@@ -82,10 +86,11 @@ if hasattr(os, "register_at_fork"):
 
 def _unmap_all(bases: np.ndarray, sizes: np.ndarray, retired: list) -> None:
     """A collected ``Mappings``' mappings undone (never at exit: a daemon thread may still copy)."""
+    if check_ahead_wait is not None:
+        check_ahead_wait()  # a job may still read these mappings; finished jobs let go of their arrays
     mapped = bases != 0
     if unmap is None or not (mapped.any() or retired):
         return
-    check_ahead_wait()  # a job handed to the check-ahead thread may still read these mappings
     with _lock:
         gone = np.array(retired, dtype=np.int64).reshape(-1, 2)  # (base, size) rows
         unmap(np.concatenate([bases[mapped], gone[:, 0]]), np.concatenate([sizes[mapped], gone[:, 1]]))

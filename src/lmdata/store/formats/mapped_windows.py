@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmdata.io.mappings import Mappings, check_ahead, read_mapped
+from lmdata.io.mappings import Mappings, check_ahead, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 
 
@@ -52,9 +52,10 @@ class MappedWindows:
         windows whose shards are mapped here with their CRCs loaded (from a process's second read on):
         nothing is opened, mapped or raised, and what the thread leaves undone, or finds bad, the read
         itself checks and names."""
-        if check_ahead is None or self.verify == "size" or not len(starts) or getattr(self, "_in_memory", 0):
+        if (check_ahead is None or self.verify == "size" or not len(starts) or getattr(self, "_in_memory", 0)
+                or not mapping_on()):
             return 0
-        return check_ahead(np.ascontiguousarray(starts, dtype=np.int64), length, self.dtype.itemsize, self._bounds64,
+        return check_ahead(np.array(starts, dtype=np.int64), length, self.dtype.itemsize, self._bounds64,  # (a copy)
                            self._mappings.bases, self._mode, self._file_bytes(), self._block_base,
                            self._done.view(np.uint8), self._crcs)
 

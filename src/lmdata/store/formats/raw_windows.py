@@ -43,7 +43,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.descriptors import Descriptors, descriptors, open_shards, preads, read_batch, read_into, read_windows
-from lmdata.io.mappings import mapping_on, read_mapped
+from lmdata.io.mappings import check_ahead_wait, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
 from lmdata.store.formats.mapped_windows import MappedWindows
@@ -438,7 +438,10 @@ class RawWindows(MappedWindows):
         self._done[blocks + int(self._block_base[i])] = True
 
     def _forget_checks(self, i: int) -> None:
-        """Shard ``i``'s blocks are to be checked again (its file was replaced)."""
+        """Shard ``i``'s blocks are to be checked again (its file was replaced): once the check-ahead thread
+        has no job left, which may be checking the old mapping and would mark its blocks after this."""
+        if check_ahead_wait is not None:
+            check_ahead_wait()
         self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
         self._mode[i] = 0
         self._mappings.retire(i)
