@@ -6,11 +6,12 @@ pages): on a store larger than the CPU's caches, most of what a first epoch cost
 one. ``LookAhead`` is then the loader's batch sampler: when the DataLoader takes a read's
 indices (from a pass's third read on), the next read's go to the dataset's ``check_ahead``,
 which hands their unchecked blocks to the process's check-ahead thread
-(``io._preads.check_ahead``: C, never taking the GIL), and it checks and marks them on another core while the training thread reads, widens and trains on
-the current read. The read stays the authority: what the thread has not reached, or found bad,
-the read checks and names itself, so the batches and the errors are those of a loader without
-it. Once the jobs find nothing left to check (every block of the store checked: a later epoch),
-reads are handed over ever more rarely. ``LMDATA_CHECK_AHEAD=0`` turns it off.
+(``io._preads.check_ahead``: C, never taking the GIL). It checks and marks them on another core
+while the training thread reads, widens and trains on the current read. The read stays the
+authority: what the thread has not reached, or found bad, the read checks and names itself, so
+the batches and the errors are those of a loader without it. Once the jobs find nothing left to
+check (every block of the store checked: a later epoch), reads are handed over ever more
+rarely. ``LMDATA_CHECK_AHEAD=0`` turns it off.
 """
 
 from __future__ import annotations
