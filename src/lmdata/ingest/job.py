@@ -82,13 +82,17 @@ def _dtype(tok: Any) -> str:
     return "uint16" if _vocab_size(tok)[1] <= 1 << 16 else "uint32"
 
 
+def _formats(formats: Iterable[str] | None) -> list[str]:
+    """``--format``'s names in order, once each; the built-ins when none is given (never plug-ins)."""
+    return list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
+
+
 def requested_plan(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, formats: Iterable[str] | None,
                    shard_tokens: int, holdout: tuple[str, str, int] | None) -> dict[str, Any]:
     """The plan an ingest of these arguments would write, every input hashed here: what a finished
     store's own plan is compared to before ``--resume`` leaves it as it is (``publish.ingest_remote``)."""
     tok = _load_tokenizer(Path(tokenizer_dir))
-    formats = list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
-    return output.make_plan(plan_splits(splits, holdout), tok.hash, _dtype(tok), shard_tokens, formats)
+    return output.make_plan(plan_splits(splits, holdout), tok.hash, _dtype(tok), shard_tokens, _formats(formats))
 
 
 def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:
@@ -134,7 +138,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     if write_to is not None and engine == "ray":
         from lmdata.ingest.ray_store import RayStoreEngine as engine_cls
     engine_cls.check_installed()  # before any work: a missing Ray is an install hint, not a half store
-    formats = list(dict.fromkeys(BUILTIN_FORMATS if formats is None else formats))
+    formats = _formats(formats)
     if not formats:
         raise LmdataError("--format names no format; pass e.g. --format memmap,parquet,lance")
     writer_classes = _writer_classes(formats)  # unknown format names fail before any work

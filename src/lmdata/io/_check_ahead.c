@@ -1,8 +1,8 @@
-/* check_ahead: check_mapped's work on a POSIX thread of its own, which never takes the GIL
+/* check_ahead: check_mapped_nogil's work on a POSIX thread of its own, which never takes the GIL
  * (#included by _preads.c after _mapped.c).
  *
  * check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs)
- * hands the job "check the unchecked blocks under these windows" (check_mapped with check) to the
+ * hands the job "check the unchecked blocks under these windows" (check_mapped_nogil) to the
  * process's check-ahead thread, started at the first call, and returns at once: the 0-worker
  * loader gives it the next read's windows while the training thread reads, widens and trains on
  * the current one (lmdata.data.ahead). Jobs run in the order handed over (a mixture hands one per
@@ -40,7 +40,7 @@ static int ahead_n_waiting, ahead_running, ahead_started;
 static void ahead_run(ahead_job *job) {
     const Py_buffer *b = job->buf;
     check_mapped_nogil(b[0].len / 8, b[0].buf, job->length, job->itemsize, b[1].buf, b[1].len / 8 - 1, b[2].buf,
-                       b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[6].len, b[7].buf, 1, &job->found);
+                       b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[6].len, b[7].buf, &job->found);
 }
 
 static void *ahead_main(void *arg) {

@@ -15,11 +15,9 @@
  * mapping (SIGBUS, caught: the caller's pread path names the file).
  *
  * check_mapped_nogil(...) does ahead of time, on the check-ahead thread (_check_ahead.c), what
- * read_mapped does to those windows
- * before it copies them: with check, their unchecked blocks checked and marked (one that fails is left
- * unmarked: the read names it); without, one byte of each of their pages read, so the page is mapped.
- * A window whose shards are not all mapped (with check: their CRCs loaded) is skipped, as is the rest
- * of one cut short under its mapping (SIGBUS caught). Returns how many windows it went through.
+ * read_mapped does to windows before it copies them: their unchecked blocks checked and marked (one
+ * that fails is left unmarked: the read names it). A window whose shards are not all mapped with
+ * their CRCs loaded is skipped; a window cut short under its mapping (SIGBUS caught) ends the walk.
  *
  * Why: a warm window through pread costs ~1.6 us of syscall and per-file kernel work (the file's
  * struct, inode and page-cache tree, cold at 1,000+ shards: 70 against 50 us a batch at 1,160
@@ -137,54 +135,38 @@ static Py_ssize_t read_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t
     return failed;
 }
 
-/* Whether every shard window [t, t + length) spans is mapped (with check, its CRCs loaded). */
-static int window_mapped(const int64_t *bounds, Py_ssize_t n_shards, int64_t t, int64_t length, const int64_t *bases,
-                         const int8_t *modes, int check) {
-    Py_ssize_t a = shard_of(bounds, n_shards, t), z = shard_of(bounds, n_shards, t + length - 1);
-    for (Py_ssize_t i = a; i <= z; i++)
-        if (bounds[i + 1] > bounds[i] && (!bases[i] || (check && modes[i] != 1))) return 0;
-    return 1;
-}
-
-static Py_ssize_t check_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t length, int itemsize,
-                                     const int64_t *bounds, Py_ssize_t n_shards, const int64_t *bases,
-                                     const int8_t *modes, const int64_t *file_bytes, const int64_t *block_base,
-                                     uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs, int check,
-                                     int64_t *found) {
+/* check_ahead's job (_check_ahead.c): the unchecked blocks under the windows whose shards are all
+ * mapped with their CRCs loaded checked and marked, *found counting the unchecked blocks met; a window
+ * cut short under its mapping (SIGBUS, caught) ends the walk. */
+static void check_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t length, int itemsize,
+                               const int64_t *bounds, Py_ssize_t n_shards, const int64_t *bases, const int8_t *modes,
+                               const int64_t *file_bytes, const int64_t *block_base, uint8_t *done, Py_ssize_t n_blocks,
+                               const uint32_t *crcs, int64_t *found) {
     sigjmp_buf jump;
-    volatile Py_ssize_t gone_through = 0;
     if (sigsetjmp(jump, 0)) {
         bus_jump = NULL;
-        return gone_through;
+        return;
     }
     bus_jump = &jump;
-    unsigned char sink = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t t = starts[j], left = length;
-        if (!window_mapped(bounds, n_shards, t, length, bases, modes, check)) continue;
-        for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
+        if (!window_ready(bounds, n_shards, t, length, NULL, bases, modes, 1)) continue;
+        for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0 && i < n_shards; i++) {
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
-            if (i >= n_shards) break;
             if (take <= 0) continue;  /* an empty shard */
-            int64_t off = (t - bounds[i]) * itemsize, len = take * itemsize, base = bases[i];  /* once: may be retired */
+            int64_t off = (t - bounds[i]) * itemsize, len = take * itemsize;
+            int64_t base = bases[i];  /* read once: may be retired meanwhile */
             if (!base || off < 0 || off + len > file_bytes[i]) break;
-            const char *at = (const char *)(uintptr_t)base;
             int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK;
-            if (check) {
-                if (block_base[i] + hi >= n_blocks) break;
-                for (int64_t b = lo; found && b <= hi; b++) *found += !done[block_base[i] + b];
-                check_new_blocks(at + lo * BLOCK, lo, hi, file_bytes[i], block_base[i], done, crcs);
-            } else {
-                for (int64_t b = lo; b <= hi; b++) sink ^= ((volatile const unsigned char *)at)[b * BLOCK];
-            }
+            if (block_base[i] + hi >= n_blocks) break;
+            for (int64_t b = lo; b <= hi; b++) *found += !done[block_base[i] + b];
+            check_new_blocks((const char *)(uintptr_t)base + lo * BLOCK, lo, hi, file_bytes[i], block_base[i], done,
+                             crcs);
             t += take;
             left -= take;
         }
-        gone_through = j + 1;
     }
-    (void)sink;
     bus_jump = NULL;
-    return gone_through;
 }
 
 static PyObject *read_mapped(PyObject *self, PyObject *args) {

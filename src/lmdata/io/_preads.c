@@ -279,8 +279,10 @@ static PyMethodDef methods[] = {
      "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},
     {"check_ahead", check_ahead, METH_VARARGS,
      "check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs) -> unchecked "
-     "blocks the jobs finished since met (-1: none finished); check_mapped's job handed to the check-ahead thread"},
-    {"check_ahead_wait", check_ahead_wait, METH_NOARGS, "check_ahead_wait() -> as check_ahead's count, once no check-ahead job waits or runs"},
+     "blocks the jobs finished since met (-1: none finished); the windows' block checks handed to the check-ahead "
+     "thread"},
+    {"check_ahead_wait", check_ahead_wait, METH_NOARGS,
+     "check_ahead_wait() -> as check_ahead's count, once no check-ahead job waits or runs"},
     {"span_crcs", span_crcs, METH_VARARGS,
      "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,

@@ -27,6 +27,16 @@ static Py_ssize_t shard_of(const int64_t *bounds, Py_ssize_t n_shards, int64_t t
     return lo;
 }
 
+/* Whether every shard that window [t, t + length) spans can be read: its descriptor open (fds[i] >= 0)
+ * or, with bases, its mapping made (bases[i] != 0); with check, its CRCs loaded (modes[i] == 1). */
+static int window_ready(const int64_t *bounds, Py_ssize_t n_shards, int64_t t, int64_t length, const int32_t *fds,
+                        const int64_t *bases, const int8_t *modes, int check) {
+    Py_ssize_t a = shard_of(bounds, n_shards, t), z = shard_of(bounds, n_shards, t + length - 1);
+    for (Py_ssize_t i = a; i <= z; i++)
+        if (bounds[i + 1] > bounds[i] && ((bases ? !bases[i] : fds[i] < 0) || (check && modes[i] != 1))) return 0;
+    return 1;
+}
+
 /* The walk read_batch and read_mapped share: each window's pieces, shard by shard, read from
  * descriptor fds[i] (read_piece) or, with bases, copied out of the mapping at bases[i] (copy_piece;
  * fds unused). at_window follows the window being read (read_mapped's SIGBUS jump reports it). */
@@ -35,12 +45,8 @@ static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t 
                                    const int64_t *bases, const int8_t *modes, const int64_t *file_bytes,
                                    const int64_t *block_base, uint8_t *done, Py_ssize_t n_blocks, const uint32_t *crcs,
                                    char *out, int check, char *span, volatile Py_ssize_t *at_window) {
-    for (Py_ssize_t j = 0; j < n; j++) {  /* every shard ready first: -2 must leave nothing half done */
-        Py_ssize_t a = shard_of(bounds, n_shards, starts[j]), z = shard_of(bounds, n_shards, starts[j] + length - 1);
-        for (Py_ssize_t i = a; i <= z; i++)
-            if (bounds[i + 1] > bounds[i] && ((bases ? !bases[i] : fds[i] < 0) || (check && modes[i] != 1)))
-                return -2;
-    }
+    for (Py_ssize_t j = 0; j < n; j++)  /* every shard ready first: -2 must leave nothing half done */
+        if (!window_ready(bounds, n_shards, starts[j], length, fds, bases, modes, check)) return -2;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t t = starts[j], left = length;
         char *dst = out + (size_t)j * (size_t)length * (size_t)itemsize;
