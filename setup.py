@@ -1,8 +1,8 @@
 """Builds the optional C accelerators; the metadata lives in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds, ``lmdata.tokenizer`` uses
-its pure-Python encoder and trainer and ``lmdata.io.descriptors`` reads windows with one
-``os.preadv`` each (same results, slower).
+its pure-Python encoder and trainer, ``lmdata.io.descriptors`` reads windows with one
+``os.preadv`` each and ``lmdata.data.permutation`` permutes in NumPy (same results, slower).
 ``_fastbpe_train.c`` (the trainer) and ``_fastbpe_regex.c`` (the matcher of a custom pattern) are
 #included by ``_fastbpe.c``: one translation unit.
 """
@@ -21,6 +21,11 @@ setup(ext_modules=[Extension(
     depends=["src/lmdata/io/_open_shards.c", "src/lmdata/io/_read_batch.c", "src/lmdata/io/_mapped.c",
              "src/lmdata/io/_check_ahead.c"],
     libraries=["z", "pthread"],  # zlib's crc32 (the block checksums' polynomial); the check-ahead thread
+    extra_compile_args=["-O2", "-Wall", "-Wextra"],
+    optional=True,
+), Extension(
+    "lmdata.data._permute",  # the shuffle's keyed bijection, for a mixture's many small calls
+    ["src/lmdata/data/_permute.c"],
     extra_compile_args=["-O2", "-Wall", "-Wextra"],
     optional=True,
 )])

@@ -15,7 +15,7 @@ python="${PYTHON:-python3}"
 py="$venv/bin/python"
 
 # setup.py and the C sources are hashed too: editing them rebuilds the C extensions
-stamp="$venv/.lmdata-installed-$(cat pyproject.toml setup.py src/lmdata/tokenizer/_fastbpe*.c src/lmdata/io/_*.c | sha256sum | cut -c1-16)-${extras//,/_}"
+stamp="$venv/.lmdata-installed-$(cat pyproject.toml setup.py src/lmdata/tokenizer/_fastbpe*.c src/lmdata/io/_*.c src/lmdata/data/_*.c | sha256sum | cut -c1-16)-${extras//,/_}"
 if [ -f "$stamp" ]; then exit 0; fi
 
 "$py" -m pip install -q --upgrade pip >/dev/null

@@ -55,6 +55,7 @@ def test_wheel_is_manylinux_with_license_and_no_tests(dist):
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert any("_fastbpe" in n and n.endswith(".so") for n in names)
     assert any("io/_preads" in n and n.endswith(".so") for n in names)  # the loader's batched reads
+    assert any("data/_permute" in n and n.endswith(".so") for n in names)  # the shuffle's bijection
     assert not any(n.startswith("tests/") or n.endswith(".c") for n in names)
 
 
@@ -64,7 +65,7 @@ def test_sdist_carries_tests_data_and_scripts(dist):
     for needed in ("LICENSE", "README.md", "data/sample.txt", "pipelines/sample.toml", "scripts/test.sh",
                    "scripts/setup.sh", "bench/loader.py", "tests/tokenizer/bpe_reference.py",
                    "src/lmdata/tokenizer/_fastbpe.c", "src/lmdata/tokenizer/_fastbpe_regex.c", "src/lmdata/io/_preads.c",
-                   "setup.py"):
+                   "src/lmdata/data/_permute.c", "setup.py"):
         assert needed in names, needed
     assert not any("__pycache__" in n for n in names)
 

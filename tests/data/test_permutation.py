@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lmdata.data import permutation
 from lmdata.data.permutation import Permutation
 
 
@@ -43,7 +44,7 @@ def test_huge_domain_without_allocation():
     # spot check: one batch from the middle equals the same items asked one at a time
     batch = np.arange(123_456_789_000, 123_456_789_032)
     assert p(batch).tolist() == [int(p(np.array([i]))[0]) for i in batch]
-    assert len(p._keys) == 4  # O(1) state: a few round keys, whatever n is
+    assert p._key_words.shape == (16,)  # O(1) state: 4 rounds of 4 keys, whatever n is
 
 
 def test_spot_checks_million_match_full():
@@ -54,12 +55,42 @@ def test_spot_checks_million_match_full():
     assert np.array_equal(p(at), full[at])
 
 
+def test_order_is_fixed_across_releases():
+    # a saved loader state resumes by (seed, epoch, position): the order itself must never change
+    assert Permutation(1000, 5, 1)(np.arange(8)).tolist() == [561, 257, 300, 279, 433, 270, 967, 149]
+    n = (1 << 40) + 7
+    assert Permutation(n, -3, 2)(np.array([0, 1, n - 1])).tolist() == [707870207242, 980960695194, 778843964339]
+
+
+def test_c_extension_is_built():
+    assert permutation._permute_c is not None  # else every call runs the NumPy path below
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.integers(0, 61), seed=st.integers(-(2**63), 2**64), epoch=st.integers(0, 10**6), data=st.data())
+def test_c_path_equals_numpy_path(bits, seed, epoch, data):
+    n = data.draw(st.integers(1 << bits, min((2 << bits) - 1, (1 << 62) - 1)))
+    idx = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=40)), dtype=np.int64)
+    p = Permutation(n, seed, epoch)
+    assert np.array_equal(p(idx), p._call_numpy(idx))
+    assert np.array_equal(p(idx[::-1].reshape(1, -1)), p._call_numpy(idx[::-1]).reshape(1, -1))  # strided, 2-D
+
+
+def test_numpy_path_without_c_extension(monkeypatch):
+    with_c = Permutation(12345, 7, 3)(np.arange(12345))
+    monkeypatch.setattr(permutation, "_permute_c", None)
+    assert np.array_equal(Permutation(12345, 7, 3)(np.arange(12345)), with_c)
+    with pytest.raises(IndexError):
+        Permutation(10)(np.array([10]))
+
+
 def test_out_of_range_index():
     p = Permutation(10)
     with pytest.raises(IndexError):
         p(np.array([10]))
     with pytest.raises(IndexError):
         p(np.array([-1]))
+    assert p(np.int64(3)).shape == ()
     assert Permutation(0)(np.array([], dtype=np.int64)).shape == (0,)
 
 

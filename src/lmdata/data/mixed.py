@@ -107,10 +107,21 @@ class MixedDataset:
             sel = np.flatnonzero(src == i)
             if sel.size:
                 passes, rest = np.divmod(local[sel], len(d))
-                for p in np.unique(passes):
+                for p in np.unique(passes).tolist():
                     at = sel[passes == p]
-                    local[at] = Permutation(len(d), derive_key(self.seed, i), int(p))(rest[passes == p])
+                    local[at] = self._permutation(i, p)(rest[passes == p])
         return src, local
+
+    def _permutation(self, source: int, epoch: int) -> Permutation:
+        """Source ``source``'s shuffle of pass ``epoch``, kept for the next reads (a read meets each
+        source's current pass and maybe the next; building one is ~10 us, a read's 128 indices ~2 us)."""
+        perms = self.__dict__.setdefault("_perms", {})
+        perm = perms.get((source, epoch))
+        if perm is None:
+            perm = perms[(source, epoch)] = Permutation(len(self.datasets[source]), derive_key(self.seed, source), epoch)
+            while len(perms) > 4 * len(self.datasets):
+                del perms[next(iter(perms))]
+        return perm
 
     def __getitem__(self, k: int) -> Any:
         out = self.__getitems__([k])

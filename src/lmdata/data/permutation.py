@@ -18,6 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the same bijection in C (``_permute.c``); without a compiler, the NumPy path below
+    from lmdata.data._permute import permute as _permute_c
+except ImportError:  # pragma: no cover - exercised only on an install without the C extension
+    _permute_c = None
+
 _MASK64 = (1 << 64) - 1
 _ROUNDS = 4
 
@@ -59,11 +64,8 @@ class Permutation:
         self._shifts = (np.uint64(max(1, bits // 2)), np.uint64(max(1, (bits + 2) // 3)))
         key, mask = derive_key(seed, epoch), (1 << bits) - 1
         words = [mix64(key + i) for i in range(4 * _ROUNDS)]
-        self._keys = [
-            (np.uint64(words[4 * r] & mask), np.uint64(words[4 * r + 1] | 1),
-             np.uint64(words[4 * r + 2] & mask), np.uint64(words[4 * r + 3] | 1))
-            for r in range(_ROUNDS)
-        ]
+        # per round: k_xor, k_mul1 (odd), k_add, k_mul2 (odd)
+        self._key_words = np.array([w & mask if i % 2 == 0 else w | 1 for i, w in enumerate(words)], dtype=np.uint64)
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         """One pass of the keyed bijection of ``[0, 2^bits)`` (in place on a uint64 copy).
@@ -73,7 +75,7 @@ class Permutation:
         """
         mask, (s1, s2) = self._mask, self._shifts
         with np.errstate(over="ignore"):
-            for k_xor, k_mul1, k_add, k_mul2 in self._keys:
+            for k_xor, k_mul1, k_add, k_mul2 in self._key_words.reshape(_ROUNDS, 4):
                 x ^= k_xor
                 x *= k_mul1
                 x &= mask
@@ -87,6 +89,15 @@ class Permutation:
     def __call__(self, indices: np.ndarray | int) -> np.ndarray:
         """The permuted values of ``indices`` (int64 array of the same shape)."""
         idx = np.asarray(indices, dtype=np.int64)
+        if _permute_c is not None:
+            flat = np.ascontiguousarray(idx).reshape(-1)
+            out = np.empty(flat.shape, dtype=np.int64)
+            _permute_c(flat, out, self.n, int(self._mask), int(self._shifts[0]), int(self._shifts[1]), self._key_words)
+            return out.reshape(idx.shape)
+        return self._call_numpy(idx)
+
+    def _call_numpy(self, idx: np.ndarray) -> np.ndarray:
+        """``__call__`` in NumPy: the reference the C path is tested against."""
         if idx.size and (idx.min() < 0 or idx.max() >= self.n):
             raise IndexError(f"permutation index out of range [0, {self.n})")
         out = self._encrypt(idx.astype(np.uint64).reshape(-1))
