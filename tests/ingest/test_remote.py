@@ -256,6 +256,8 @@ def test_resume_on_a_finished_store_ingests_and_uploads_nothing(remote_sample, t
         ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "shard_tokens": 4000})
     with pytest.raises(LmdataError, match=r"different settings \(formats"):
         ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "formats": ["memmap"]})
+    with pytest.raises(LmdataError, match=r"unknown format 'feather'"):  # its own error, not "different settings"
+        ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "formats": ["memmap", "feather"]})
     assert _objects(uri) == before
     assert verify_store(uri).ok
 

@@ -91,8 +91,10 @@ def requested_plan(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, for
                    shard_tokens: int, holdout: tuple[str, str, int] | None) -> dict[str, Any]:
     """The plan an ingest of these arguments would write, every input hashed here: what a finished
     store's own plan is compared to before ``--resume`` leaves it as it is (``publish.ingest_remote``)."""
+    names = _formats(formats)
+    _writer_classes(names)  # an unknown format name is its own error, not "different settings"
     tok = _load_tokenizer(Path(tokenizer_dir))
-    return output.make_plan(plan_splits(splits, holdout), tok.hash, _dtype(tok), shard_tokens, _formats(formats))
+    return output.make_plan(plan_splits(splits, holdout), tok.hash, _dtype(tok), shard_tokens, names)
 
 
 def _writer_classes(formats: Iterable[str]) -> dict[str, Any]:
