@@ -6,6 +6,7 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, Iterator
 
 # The workspace's corpora sit beside the checkout (../shared/corpus); scripts take --corpus too.
 SHARED_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -29,6 +30,18 @@ def add_store_args(parser: argparse.ArgumentParser, work: str | Path = "/tmp/lmd
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
     parser.add_argument("--work", type=Path, default=Path(work))
+
+
+def steady_seconds(batches: "Iterator[Any]", warmup: int, timed: int) -> float:
+    """Seconds for ``timed`` batches of ``batches`` after ``warmup`` untimed ones (the cells' steady rate)."""
+    import time
+
+    for _ in range(warmup):
+        next(batches)
+    start = time.perf_counter()
+    for _ in range(timed):
+        next(batches)
+    return time.perf_counter() - start
 
 
 def compile_lmdata() -> None:

@@ -31,7 +31,7 @@ FORMATS = ("memmap", "parquet", "lance")
 WEIGHTS = (0.7, 0.3)
 
 _CELL = """
-import json, sys, time
+import json, sys
 args = json.loads(sys.argv[1])
 from lmdata.store import open_store
 from lmdata.data import MixedDataset, make_loader
@@ -41,13 +41,9 @@ loader = make_loader(ds, args["B"], num_workers=args["workers"], seed=0)
 def batches():
     while True:
         yield from loader
-it = batches()
-for _ in range(args["warmup"]):
-    next(it)
-t = time.perf_counter()
-for _ in range(args["batches"]):
-    next(it)
-seconds = time.perf_counter() - t
+sys.path.insert(0, args["bench"])
+from common import steady_seconds
+seconds = steady_seconds(batches(), args["warmup"], args["batches"])
 print(json.dumps({"tokens_per_s": args["batches"] * args["B"] * args["L"] / seconds}))
 """
 
@@ -55,7 +51,8 @@ print(json.dumps({"tokens_per_s": args["batches"] * args["B"] * args["L"] / seco
 def run_cell(stores: list[Path], fmt: str, workers: int, warmup: int, batches: int, src: Path | None) -> float:
     """Tokens/s of one fresh process reading ``stores`` (one: that store; two: the mixture)."""
     args = {"stores": [str(s) for s in stores], "weights": WEIGHTS, "format": fmt, "workers": workers,
-            "warmup": warmup, "batches": batches, "B": B, "L": L}
+            "warmup": warmup, "batches": batches, "B": B, "L": L,
+            "bench": str(Path(__file__).resolve().parent)}
     env = cache_env(stores[0].parent)
     if src is not None:
         env["PYTHONPATH"] = str(src)

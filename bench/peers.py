@@ -50,7 +50,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Iterator  # noqa: E402
 
 from common import (CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section,  # noqa: E402
-                    tree_pss_mb)
+                    steady_seconds, tree_pss_mb)
 from scale import (TOKENS_PER_TILE, cache_env, decode_copies, read_from, ensure_store, n_shards,  # noqa: E402
                    n_tokens, warm_page_cache)
 
@@ -219,12 +219,7 @@ def cell(args: dict) -> dict:
     if args["mode"] == "speed":
         next(loader)
         first = time.perf_counter() - _T0
-        for _ in range(args["warmup"]):
-            next(loader)
-        t1 = time.perf_counter()
-        for _ in range(args["batches"]):
-            next(loader)
-        dt = time.perf_counter() - t1
+        dt = steady_seconds(loader, args["warmup"], args["batches"])
         return {"first_batch_s": first, "tokens_per_s": args["batches"] * B * L / dt, "pss_mb": tree_pss_mb()}
     if args["mode"] == "save":
         first = batch_hash(next(loader))
