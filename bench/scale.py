@@ -347,6 +347,9 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
         for k, (_, st) in enumerate(stores):  # the steady state: every shard already decoded
             decode_copies(st, args.work, fmt, keep=k > 0)
         warm_page_cache(*read_from(args.work, fmt, *(st for _, st in stores)))
+        # a run's first cell read 0.6x its later ones (memmap's small store, 304 against 505 M tok/s,
+        # 2026-12-06), which made its "default / size" 1.93x: one cell first, not kept
+        run_cell(small, fmt, args.workers[0], warmup=args.warmup, batches=args.batches)
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
             for name, store in stores:
