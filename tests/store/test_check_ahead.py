@@ -97,9 +97,13 @@ def test_a_forked_child_starts_a_check_ahead_thread_of_its_own(make_store):
     _first_reads(reader, syn)
     reader.check_ahead(_starts(syn), 1025)
     _wait()
+    busy = _starts(syn, n=1_000_000, length=64)
+    for _ in range(3):
+        reader.check_ahead(busy, 64)  # jobs running and waiting at the fork: the child has no thread for them
     pid = os.fork()
     if pid == 0:  # the parent's thread is not here: a job handed over must still run, not hang
         signal.alarm(30)
+        _wait()  # the parent's jobs are not the child's to wait for
         _first_reads(reader, syn)  # this process's own (its block state and mappings start empty)
         before = int(reader._done.sum())
         reader.check_ahead(_starts(syn, seed=1), 1025)
@@ -107,6 +111,7 @@ def test_a_forked_child_starts_a_check_ahead_thread_of_its_own(make_store):
         os._exit(0 if int(reader._done.sum()) > before else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    _wait()
 
 
 def test_bad_arguments_are_a_value_error(make_store):
@@ -159,3 +164,33 @@ def test_the_starts_handed_over_are_the_jobs_own(make_store):
     reader.check_ahead(starts, 1025)
     starts[:] = -(1 << 40)  # outside every mapping
     assert _wait() > 0  # alive, and the job checked the windows it was given
+
+
+def test_a_wait_is_for_the_jobs_handed_over_before_it(make_store):
+    """Another thread handing over jobs without pause (the queue never empty) must not keep a wait (the
+    mappings' finalizer, a replaced shard) waiting: it waits for the jobs it found, not for an idle thread."""
+    import threading
+
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    _wait()
+    busy, stop, handed = _starts(syn, n=100_000, length=64), threading.Event(), []
+
+    def hand_over():
+        while not stop.is_set():
+            reader.check_ahead(busy, 64)
+            handed.append(1)
+
+    feeder = threading.Thread(target=hand_over, daemon=True)
+    feeder.start()
+    while len(handed) < 200:  # the queue full (64 waiting) and kept full
+        stop.wait(0.01)
+    waiter = threading.Thread(target=_wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout=120)  # a guard against a hang, not a timing: the wait needs ~65 jobs
+    returned = not waiter.is_alive()
+    stop.set()
+    feeder.join()
+    _wait()
+    assert returned, "check_ahead_wait waited for a queue another thread kept full"

@@ -10,7 +10,11 @@
  * Returns how many unchecked blocks the jobs finished since the last call met (checked, or found
  * bad), or -1 when none finished: a caller whose jobs find nothing to do (every block checked)
  * hands fewer.
- * check_ahead_wait() returns once no job waits or runs, with the same count (tests).
+ * check_ahead_wait() returns once every job handed over before it was called has finished (or was
+ * dropped), with the same count: jobs handed over meanwhile, by other threads, do not keep it waiting.
+ * fork: the thread does not exist in a child. Handlers registered at import (ahead_init) hold the
+ * lock across fork(), so the child finds the queue whole; its jobs (the running one too) go to the
+ * finished list, released by the child's next call, and that call starts a thread of its own.
  *
  * The job's buffers are held from the hand-over (PyArg "y*") until a later call, under the GIL,
  * releases them. Why a C thread and not a Python one: a Python helper's share of the GIL, taken
@@ -35,7 +39,9 @@ static pthread_cond_t ahead_cv = PTHREAD_COND_INITIALIZER;
 #define AHEAD_WAITING_MAX 64  /* jobs waiting at most: past it the oldest is dropped (the read does its work) */
 
 static ahead_job *ahead_waiting, *ahead_last, *ahead_finished;  /* jobs to run, oldest first; jobs done, to release */
-static int ahead_n_waiting, ahead_running, ahead_started;
+static ahead_job *ahead_current;  /* the job the thread runs (in a forked child: finished with the rest) */
+static int ahead_n_waiting, ahead_started, ahead_failed, ahead_forkable;
+static uint64_t ahead_handed, ahead_settled;  /* jobs handed over; jobs finished or dropped (the waits' tickets) */
 
 static void ahead_run(ahead_job *job) {
     const Py_buffer *b = job->buf;
@@ -48,38 +54,52 @@ static void *ahead_main(void *arg) {
     pthread_mutex_lock(&ahead_mu);
     for (;;) {
         while (!ahead_waiting) pthread_cond_wait(&ahead_cv, &ahead_mu);
-        ahead_job *job = ahead_waiting;
+        ahead_job *job = ahead_current = ahead_waiting;
         ahead_waiting = job->next;
         if (!ahead_waiting) ahead_last = NULL;
         ahead_n_waiting--;
-        ahead_running = 1;
         pthread_mutex_unlock(&ahead_mu);
         ahead_run(job);
         pthread_mutex_lock(&ahead_mu);
-        ahead_running = 0;
+        ahead_current = NULL;
         job->next = ahead_finished;
         ahead_finished = job;
+        ahead_settled++;
         pthread_cond_broadcast(&ahead_cv);
     }
     return NULL;
 }
 
-/* A forked child has no check-ahead thread: the next call starts one (the parent's jobs are leaked). */
+static void ahead_before_fork(void) { pthread_mutex_lock(&ahead_mu); }
+static void ahead_after_fork_in_parent(void) { pthread_mutex_unlock(&ahead_mu); }
+
+/* The child's only thread holds ahead_mu (ahead_before_fork) and no thread runs its jobs: every job,
+ * the one that was running too, is finished (unchecked; the reads check their blocks themselves), to be
+ * released by the next call under the GIL, which starts a thread. The condition variable may have had
+ * waiters in the parent (threads the child does not have): it is made anew. */
 static void ahead_after_fork_in_child(void) {
-    pthread_mutex_init(&ahead_mu, NULL);
+    ahead_job *jobs = ahead_finished;
+    if (ahead_current) ahead_current->next = jobs, jobs = ahead_current;
+    if (ahead_last) ahead_last->next = jobs, jobs = ahead_waiting;
+    ahead_finished = jobs;
+    ahead_waiting = ahead_last = ahead_current = NULL;
+    ahead_n_waiting = ahead_started = 0;
+    ahead_handed = ahead_settled = 0;
     pthread_cond_init(&ahead_cv, NULL);
-    ahead_waiting = ahead_last = ahead_finished = NULL;
-    ahead_n_waiting = ahead_running = ahead_started = 0;
+    pthread_mutex_unlock(&ahead_mu);
+}
+
+/* At import, not under ahead_mu: a fork handler registered while holding it would order glibc's fork
+ * lock after ahead_mu, and ahead_before_fork orders it before. Without the handlers, no thread. */
+static void ahead_init(void) {
+    ahead_forkable = pthread_atfork(ahead_before_fork, ahead_after_fork_in_parent, ahead_after_fork_in_child) == 0;
 }
 
 /* With ahead_mu held. The thread blocks every signal a program handles itself (SIGINT, SIGCHLD, ...):
- * they go to the other threads; faults (SIGBUS from a file cut short) stay its own. */
+ * they go to the other threads; faults (SIGBUS from a file cut short) stay its own. A thread that could
+ * not be started is not tried again: the reads check their blocks themselves. */
 static int ahead_start(void) {
-    static int registered;
-    if (!registered) {
-        if (pthread_atfork(NULL, NULL, ahead_after_fork_in_child) != 0) return 0;
-        registered = 1;
-    }
+    if (ahead_failed || !ahead_forkable) return 0;
     sigset_t all, before;
     sigfillset(&all);
     sigdelset(&all, SIGBUS); sigdelset(&all, SIGSEGV); sigdelset(&all, SIGFPE); sigdelset(&all, SIGILL);
@@ -88,6 +108,7 @@ static int ahead_start(void) {
     int ok = pthread_create(&thread, NULL, ahead_main, NULL) == 0;
     pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (ok) pthread_detach(thread);
+    ahead_failed = !ok;
     return ahead_started = ok;
 }
 
@@ -134,22 +155,26 @@ static PyObject *check_ahead(PyObject *self, PyObject *args) {
     ahead_job *replaced = NULL, *finished;
     int64_t found;
     pthread_mutex_lock(&ahead_mu);
-    if (ahead_started || ahead_start()) {
+    int running = ahead_started || ahead_start();
+    if (running) {
         job->next = NULL;
         if (ahead_last) ahead_last->next = job;
         else ahead_waiting = job;
         ahead_last = job;
         job = NULL;
+        ahead_handed++;
         if (++ahead_n_waiting > AHEAD_WAITING_MAX) {  /* the oldest waiting job: its read is here by now */
             replaced = ahead_waiting;
             ahead_waiting = replaced->next;
             replaced->next = NULL;
             ahead_n_waiting--;
+            ahead_settled++;
         }
         pthread_cond_broadcast(&ahead_cv);
     }
     finished = ahead_take_finished(&found);
     pthread_mutex_unlock(&ahead_mu);
+    if (!running && found < 0) found = 0;  /* no thread: nothing to wait for (the caller hands fewer) */
     if (replaced) replaced->next = finished, finished = replaced;
     ahead_release(finished);
     ahead_release(job);  /* no thread: nothing handed over */
@@ -162,7 +187,8 @@ static PyObject *check_ahead_wait(PyObject *self, PyObject *args) {
     int64_t found;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&ahead_mu);
-    while (ahead_waiting || ahead_running) pthread_cond_wait(&ahead_cv, &ahead_mu);
+    uint64_t ticket = ahead_handed;
+    while (ahead_settled < ticket) pthread_cond_wait(&ahead_cv, &ahead_mu);
     finished = ahead_take_finished(&found);
     pthread_mutex_unlock(&ahead_mu);
     Py_END_ALLOW_THREADS

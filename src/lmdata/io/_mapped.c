@@ -155,11 +155,11 @@ static void check_mapped_nogil(Py_ssize_t n, const int64_t *starts, int64_t leng
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
             if (take <= 0) continue;  /* an empty shard */
             int64_t off = (t - bounds[i]) * itemsize, len = take * itemsize;
-            int64_t base = bases[i];  /* read once: may be retired meanwhile */
+            int64_t base = BASE(&bases[i]);  /* read once: may be retired meanwhile */
             if (!base || off < 0 || off + len > file_bytes[i]) break;
             int64_t lo = off / BLOCK, hi = (off + len - 1) / BLOCK;
-            if (block_base[i] + hi >= n_blocks) break;
-            for (int64_t b = lo; b <= hi; b++) *found += !done[block_base[i] + b];
+            if (block_base[i] < 0 || block_base[i] + hi >= n_blocks) break;
+            for (int64_t b = lo; b <= hi; b++) *found += !DONE(&done[block_base[i] + b]);
             check_new_blocks((const char *)(uintptr_t)base + lo * BLOCK, lo, hi, file_bytes[i], block_base[i], done,
                              crcs);
             t += take;

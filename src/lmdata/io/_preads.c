@@ -42,6 +42,13 @@ static uint32_t zlib_crc32(uint32_t crc, const unsigned char *buf, uint64_t len)
 }
 static crc32_fn block_crc32 = zlib_crc32;
 
+/* A block's mark in done and a shard's mapping address in bases are shared with the check-ahead
+ * thread (_check_ahead.c): read and written as relaxed atomics (plain moves on x86-64 and Arm64).
+ * A mark only goes 0 -> 1, after its block's CRC matched; an address only goes to 0 (retired). */
+#define DONE(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define MARK_DONE(p) __atomic_store_n((p), (uint8_t)1, __ATOMIC_RELAXED)
+#define BASE(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+
 static PyObject *preads(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer fds, offs, lens, out;
@@ -94,11 +101,11 @@ static int read_all(int fd, char *dst, int64_t len, int64_t off) {
 static int check_new_blocks(const char *first, int64_t lo, int64_t hi, int64_t file_bytes, int64_t block0,
                             uint8_t *done, const uint32_t *crcs) {
     for (int64_t b = lo; b <= hi; b++) {
-        if (done[block0 + b]) continue;
+        if (DONE(&done[block0 + b])) continue;
         int64_t n_at = file_bytes - b * BLOCK < BLOCK ? file_bytes - b * BLOCK : BLOCK;
         if (block_crc32(0, (const unsigned char *)(first + (b - lo) * BLOCK), (uint64_t)n_at) != crcs[block0 + b])
             return 0;
-        done[block0 + b] = 1;
+        MARK_DONE(&done[block0 + b]);
     }
     return 1;
 }
@@ -112,7 +119,7 @@ static int read_piece(int fd, int64_t off, int64_t len, int64_t file_bytes, int6
     int fresh = 0;
     if (check) {
         if (block0 < 0 || block0 + hi >= n_blocks) return 0;
-        for (b = lo; b <= hi; b++) fresh |= !done[block0 + b];
+        for (b = lo; b <= hi; b++) fresh |= !DONE(&done[block0 + b]);
     }
     if (!fresh) return read_all(fd, dst, len, off);
     int64_t a = lo * BLOCK, z = (hi + 1) * BLOCK;
@@ -294,4 +301,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_preads", "Batched positional reads.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__preads(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__preads(void) {
+    ahead_init();
+    return PyModule_Create(&module);
+}

@@ -33,7 +33,7 @@ static int window_ready(const int64_t *bounds, Py_ssize_t n_shards, int64_t t, i
                         const int64_t *bases, const int8_t *modes, int check) {
     Py_ssize_t a = shard_of(bounds, n_shards, t), z = shard_of(bounds, n_shards, t + length - 1);
     for (Py_ssize_t i = a; i <= z; i++)
-        if (bounds[i + 1] > bounds[i] && ((bases ? !bases[i] : fds[i] < 0) || (check && modes[i] != 1))) return 0;
+        if (bounds[i + 1] > bounds[i] && ((bases ? !BASE(&bases[i]) : fds[i] < 0) || (check && modes[i] != 1))) return 0;
     return 1;
 }
 
@@ -54,7 +54,7 @@ static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t 
         for (Py_ssize_t i = shard_of(bounds, n_shards, t); left > 0; i++) {
             int64_t take = bounds[i + 1] - t < left ? bounds[i + 1] - t : left;
             if (take <= 0) continue;  /* an empty shard */
-            int64_t off = (t - bounds[i]) * itemsize, base = bases ? bases[i] : 0;  /* read once: may be retired */
+            int64_t off = (t - bounds[i]) * itemsize, base = bases ? BASE(&bases[i]) : 0;  /* read once: may be retired */
             if (bases ? !base || !copy_piece((const char *)(uintptr_t)base, off, take * itemsize, file_bytes[i],
                                              block_base[i], done, n_blocks, crcs, dst, check)
                       : !read_piece(fds[i], off, take * itemsize, file_bytes[i], block_base[i], done, n_blocks, crcs,

@@ -438,13 +438,15 @@ class RawWindows(MappedWindows):
         self._done[blocks + int(self._block_base[i])] = True
 
     def _forget_checks(self, i: int) -> None:
-        """Shard ``i``'s blocks are to be checked again (its file was replaced): once the check-ahead thread
-        has no job left, which may be checking the old mapping and would mark its blocks after this."""
+        """Shard ``i``'s blocks are to be checked again (its file was replaced). First the shard is taken
+        from the check-ahead thread's reach (no CRCs, no mapping: a job handed over after this skips it),
+        then the jobs already handed over finish (one may be checking the old mapping and would mark its
+        blocks), and only then are the marks cleared."""
+        self._mode[i] = 0
+        self._mappings.retire(i)
         if check_ahead_wait is not None:
             check_ahead_wait()
         self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
-        self._mode[i] = 0
-        self._mappings.retire(i)
         source, self._sources[i] = self._sources[i], None
         if isinstance(source, RawFile):
             descriptors().forget(source.path)
