@@ -26,7 +26,8 @@ a 6-shard store (x1, 5.9 M tokens) and a 6-shard store of the same 118 M tokens 
 ``--shard-tokens 100000``), and the default verification with ``verify="size"``: steady on
 the small store, and the first 50 batches of the large one. ``--side-by-side`` reads the
 ``--sizes`` stores in one process per format and worker count, rounds of ``--round-batches``
-batches through each, every shard touched first (``interleaved.py``).
+batches through each, every shard touched first (``interleaved.py``); with ``--linked-copies K``
+also a memmap store K times the largest, its shards hard links to that one's (``linked_store.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section, tiled_corpus
 from interleaved import side_by_side, vs_first_line
+from linked_store import linked_store
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
 
 FORMATS = ("memmap", "parquet", "lance")
@@ -204,8 +206,13 @@ def warm_page_cache(*dirs: Path) -> None:
     pages in folios whose size follows how they came in: the same 6-shard store's files read by
     ``pread`` at 2.0 us a window as the ingest and earlier runs left them, and 1.4 us once dropped and
     read again in order (``posix_fadvise(DONTNEED)``, then a sequential read)."""
+    seen = set()  # (device, inode): a hard-linked store's copies of a file are read once (linked_store.py)
     for d in dirs:
         for path in sorted(p for p in d.rglob("*") if p.is_file()):
+            st = path.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
             with open(path, "rb") as fh:
                 if hasattr(os, "posix_fadvise"):
                     os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
@@ -308,24 +315,29 @@ def side_by_side_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, 
     what a run reads once its first pass is done."""
     stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
               for size in args.sizes]
+    if args.linked_copies > 1:  # memmap only (linked_store.py): the other formats' rows leave its column out
+        stores.append(linked_store(stores[-1], args.linked_copies))
     lines, rows = side_by_side_lines(args.work, stores, args.formats, args.workers, batches=args.round_batches,
-                                     rounds=args.rounds)
+                                     rounds=args.rounds, linked=args.linked_copies > 1)
     head = ["| format | level | workers | " + " | ".join(f"{n_tokens(st) / 1e6:,.0f} M tokens, {n_shards(st):,} "
-                                                       "shards" for st in stores) + " |",
+                                                       "shards" + (" (hard links)" if "-linked-" in st.name else "")
+                                                       for st in stores) + " |",
             "|---|---|---:|" + "---:|" * len(stores)]
     return ("M tok/s of each store's best round, then (against the smallest store: best rounds; median pair):\n\n"
             + "\n".join(head + lines)), rows
 
 
-def side_by_side_lines(work: Path, stores: list[Path], formats: list[str], workers: list[int],
+def side_by_side_lines(work: Path, stores: list[Path], formats: list[str], workers: list[int], linked: bool = False,
                        **kw: Any) -> tuple[list[str], list[dict]]:
     """Per format and worker count, ``read_side_by_side`` of ``stores`` (the reader alone at 0 workers, and
-    the loader): a table line against the first store (printed as it comes) and a row of rates each."""
+    the loader): a table line against the first store (printed as it comes) and a row of rates each.
+    ``linked``: the last store is ``linked_store``'s, read in memmap only."""
     lines, rows = [], []
     for fmt in formats:
         for count in workers:
             levels = ("reader", "loader") if count == 0 else ("loader",)
-            rates = read_side_by_side(work, stores, fmt, workers=count, levels=levels, **kw)
+            these = stores[:-1] if linked and fmt != "memmap" else stores
+            rates = read_side_by_side(work, these, fmt, workers=count, levels=levels, **kw)
             for level in levels:
                 rows.append({"format": fmt, "level": level, "workers": count, "rates": rates[level]})
                 lines.append(vs_first_line([fmt, level, str(count)], rates[level]))
@@ -431,6 +443,9 @@ def main() -> None:
                             "--workers, --rounds, --round-batches (--warmup, --batches, --repeat do not apply)")
     ap.add_argument("--rounds", type=int, default=7, help="with --side-by-side")
     ap.add_argument("--round-batches", type=int, default=1000, help="with --side-by-side: batches a round, per store")
+    ap.add_argument("--linked-copies", type=int, default=0,
+                    help="with --side-by-side: also a memmap store of K x the largest one, its shards hard links "
+                         "(linked_store.py: 10 -> 10 B tokens)")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Scale', '## Store size' or "
                                                 "'## Scale: side by side' section")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
