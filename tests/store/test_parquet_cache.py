@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -52,6 +53,38 @@ def test_a_damaged_decoded_copy_is_decoded_again(sample_store, tmp_path, monkeyp
         copy.write_bytes(bytes(data))
     _, _, again = _windows(sample_store)
     np.testing.assert_array_equal(again, got)
+
+
+def test_a_damaged_copy_whose_replacement_is_damaged_too_is_named(sample_store, tmp_path, monkeypatch):
+    """The copy made again after a failed block is checked too: a second failure names the block (another
+    process wrote the new copy here, from a disk that flips a bit the same way)."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    first = open_store(sample_store).reader("train", "parquet")
+    first.windows(np.array([s.first_token for s in first.shards]), 10)  # every shard's copy made
+
+    def damage(copy):
+        data = bytearray(copy.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        copy.write_bytes(bytes(data))
+
+    saved = {c: (c.read_bytes(), Path(str(c) + ".crc").read_bytes())
+             for c in (tmp_path / "cache" / "parquet").glob("*/*.bin")}
+    for copy in saved:
+        damage(copy)
+    reader = open_store(sample_store).reader("train", "parquet")
+    drop = reader.copies.drop
+
+    def dropped_then_rewritten_damaged(path):  # another process makes the copy again, damaged as before
+        drop(path)
+        copy = next(c for c in saved if str(c) == str(path))
+        Path(str(copy) + ".crc").write_bytes(saved[copy][1])  # its CRCs (of the right bytes), then the bytes
+        copy.write_bytes(saved[copy][0])
+        damage(copy)
+
+    monkeypatch.setattr(reader.copies, "drop", dropped_then_rewritten_damaged)
+    middle = np.array([reader.shards[0].n_tokens // 2 - 10])  # the damaged byte is in shard 0's middle block
+    with pytest.raises(LmdataError, match="CRC"):
+        reader.windows(middle, 20)
 
 
 def _swap_two_tokens(path, size):

@@ -172,6 +172,7 @@ class CopiedShards:
                 self.copies.drop(self.copies.path(key, self.dtype))
             self._copy_sums.pop(i, None)
             self._forget_checks(i)
+            self._source(i)  # the copy made again (or another process's): with its CRCs, or verified tokens in memory
             super()._check_blocks(i, blocks)  # type: ignore[misc]
 
     def _copy_name(self, i: int) -> str:
