@@ -112,6 +112,10 @@ def test_a_same_size_valid_parquet_file_with_other_tokens_is_refused(sample_stor
     shard = open_store(store).manifest.splits["train"].formats["parquet"][0]
     path = store / "train" / "parquet" / shard.files[0].path
     _swap_two_tokens(path, path.stat().st_size)
+    size_only = open_store(store).reader("train", "parquet", verify="size")
+    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its sha256"):  # the copy would be every reader's
+        size_only.windows(np.array([0]), 65)
+    assert not list((tmp_path / "cache").rglob("*.bin"))
     reader = open_store(store).reader("train", "parquet")
     with pytest.raises(LmdataError, match=f"shard {shard.name} fails its sha256"):
         reader.windows(np.array([0]), 65)
