@@ -35,6 +35,18 @@ def test_windows_come_from_one_decoded_copy_per_shard_shared_by_readers(sample_s
     assert len(list((tmp_path / "cache").rglob("*.bin"))) == len(copies)
 
 
+def test_a_copys_crcs_are_kept_once(sample_store, tmp_path, monkeypatch):
+    """Once in the reader's flat CRC array, a copy's CRCs are not also kept per shard (memory: a split's
+    size / 1,024 per process); a failing block reads them again from the copy's sidecar."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    reader = open_store(sample_store).reader("train", "parquet")
+    reader.windows(np.array([0]), 65)  # its first batch: no copy on the machine yet (shard 0 decoded)
+    other, starts, got = _windows(sample_store, n=256)  # another reader makes the copies
+    np.testing.assert_array_equal(reader.windows(starts, 65), got)  # this one opens them one by one
+    fast = [i for i in range(len(reader.shards)) if reader._mode[i] == 1 and i in reader._copy_keys]
+    assert fast and not any(i in reader._copy_sums for i in fast)
+
+
 def test_with_the_cache_off_shards_are_decoded_into_memory(sample_store, tmp_path, monkeypatch):
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")

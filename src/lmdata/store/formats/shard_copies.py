@@ -37,7 +37,7 @@ from lmdata.io.descriptors import descriptors, open_shards
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums, sidecar_bytes
 from lmdata.store.formats.parquet_cache import DecodedShards
-from lmdata.store.formats.raw_windows import RawFile
+from lmdata.store.formats.raw_windows import _FAST, RawFile
 
 FETCHES = 8  # shards a batch waits for, fetched at once by one process
 MIRROR_FETCHES = 4  # shards fetched at once in the background by one process
@@ -126,6 +126,13 @@ class CopiedShards:
         if sums is None and isinstance(source, RawFile):  # opened by ``_first_touch``: read when a check fails
             sums = self._copy_sums[i] = self.copies.sums(source.path)
         return sums
+
+    def _learn_sums(self, i: int) -> None:
+        """As ``RawWindows._learn_sums``; a copy's CRCs, once in the flat array, are not kept twice (its
+        sidecar is read again should a block fail: ``_copied_sums``)."""
+        super()._learn_sums(i)  # type: ignore[misc]
+        if self._mode[i] == _FAST:  # type: ignore[attr-defined]
+            self._copy_sums.pop(i, None)
 
     def _first_touch(self, shards: list[int], sums: bool) -> None:
         """Open the machine's copies of ``shards`` that are there, at once (``_open_at_once``: each copy
