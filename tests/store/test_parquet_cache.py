@@ -47,6 +47,23 @@ def test_a_copys_crcs_are_kept_once(sample_store, tmp_path, monkeypatch):
     assert fast and not any(i in reader._copy_sums for i in fast)
 
 
+def test_a_copy_evicted_before_its_crcs_were_read_is_made_again(sample_store, tmp_path, monkeypatch):
+    """A copy opened without its sidecar (a batch's first touch) and evicted by another process before a
+    check needed its CRCs: made again, not a bare FileNotFoundError."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    _, starts, got = _windows(sample_store, n=256)  # the machine's copies made
+    from lmdata.io.descriptors import descriptors
+
+    descriptors().close_all()  # (the other reader's descriptors: this one opens its own)
+    reader = open_store(sample_store).reader("train", "parquet")
+    reader._first_touch([0], sums=False)
+    assert reader._sources[0] is not None and 0 not in reader._copy_sums
+    for f in (tmp_path / "cache" / "parquet").rglob("*.bin*"):  # another process's eviction
+        f.unlink()
+    reader._copied_sums(0)
+    np.testing.assert_array_equal(reader.windows(starts, 65), got)
+
+
 def test_with_the_cache_off_shards_are_decoded_into_memory(sample_store, tmp_path, monkeypatch):
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")

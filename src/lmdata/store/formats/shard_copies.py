@@ -124,7 +124,12 @@ class CopiedShards:
         sums = self._copy_sums.get(i)
         source = self._sources[i]
         if sums is None and isinstance(source, RawFile):  # opened by ``_first_touch``: read when a check fails
-            sums = self._copy_sums[i] = self.copies.sums(source.path)
+            try:
+                sums = self._copy_sums[i] = self.copies.sums(source.path)
+            except FileNotFoundError:  # evicted by another process since it was opened: made again (or found)
+                self._forget_checks(i)
+                self._source(i)
+                return self._copy_sums.get(i)  # None: fetched into memory, checked as it was fetched
         return sums
 
     def _learn_sums(self, i: int) -> None:
