@@ -64,6 +64,30 @@ def test_a_copy_evicted_before_its_crcs_were_read_is_made_again(sample_store, tm
     np.testing.assert_array_equal(reader.windows(starts, 65), got)
 
 
+def test_eviction_removes_what_killed_writers_left(sample_store, tmp_path, monkeypatch):
+    """A worker ended by os._exit mid-copy leaves a temporary file (and maybe a sidecar whose copy was never
+    renamed into place): uncounted by the budget, they are removed once untouched for an hour."""
+    import os
+    import time
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    reader, starts, got = _windows(sample_store)
+    copy = next((tmp_path / "cache" / "parquet").glob("*/*.bin"))
+    old_temp = copy.with_name(f".{copy.name}.tmp-999999")
+    new_temp = copy.with_name(f".{copy.name}.tmp-999998")
+    lone_sidecar = copy.with_name("f" * 64 + "-x-u2.bin.crc")
+    for path in (old_temp, new_temp, lone_sidecar):
+        path.write_bytes(b"partial")
+    hour_ago = time.time() - 7200
+    for path in (old_temp, lone_sidecar):
+        os.utime(path, (hour_ago, hour_ago))
+    reader.copies.evict()
+    assert not old_temp.exists() and not lone_sidecar.exists()
+    assert new_temp.exists()  # maybe being written right now
+    assert copy.exists() and (copy.parent / (copy.name + ".crc")).exists()  # within the budget: kept
+    np.testing.assert_array_equal(reader.windows(starts, 65), got)
+
+
 def test_with_the_cache_off_shards_are_decoded_into_memory(sample_store, tmp_path, monkeypatch):
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LMDATA_PARQUET_CACHE_BYTES", "0")

@@ -25,7 +25,9 @@ Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be w
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import ContextManager
@@ -33,11 +35,12 @@ from typing import ContextManager
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.atomic import temp_path
+from lmdata.io.atomic import TMP_MARK, temp_path
 from lmdata.io.cache import cache_root, evict_oldest, held_lock
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 DEFAULT_CACHE_BYTES = 64 << 30
+LEFTOVER_AGE_S = 3600.0  # a temporary file or lone sidecar untouched this long was left by a writer that died
 
 
 def cache_bytes_env(kind: str) -> str:
@@ -149,5 +152,23 @@ class DecodedShards:
             p.unlink(missing_ok=True)
 
     def evict(self) -> None:
-        """Delete the least recently opened copies until the cache holds at most ``max_bytes``."""
+        """Delete what writers killed mid-copy left (``remove_leftovers``), then the least recently opened
+        copies until the cache holds at most ``max_bytes``."""
+        self.remove_leftovers()
         evict_oldest(self.root.glob("*/*.bin"), self.max_bytes, self.drop)
+
+    def remove_leftovers(self, age_s: float = LEFTOVER_AGE_S) -> None:
+        """Temporary files (a DataLoader worker ends by ``os._exit``, maybe mid-``put``; a process killed)
+        and sidecars whose copy was never renamed into place, untouched for ``age_s``: a copy is written
+        in well under a second, so nothing that old is being written. Uncounted by the budget, they
+        would pile up run after run."""
+        now = time.time()
+        temps = (p for p in self.root.glob(f"*/.*{TMP_MARK}*"))
+        orphans = (p for p in self.root.glob(f"*/*{SIDECAR_SUFFIX}")  # its copy's write failed, or it was evicted
+                   if not Path(str(p)[:-len(SIDECAR_SUFFIX)]).exists())
+        for path in itertools.chain(temps, orphans):
+            try:
+                if now - path.stat().st_mtime > age_s:
+                    path.unlink()
+            except FileNotFoundError:  # another process's cleaning, or the write finished meanwhile
+                pass
