@@ -42,3 +42,33 @@ def test_the_fraction_kept_free_is_a_setting(tmp_path, monkeypatch):
         monkeypatch.setenv(cache.KEEP_FREE_ENV, bad)
         with pytest.raises(LmdataError, match=f"LMDATA_CACHE_KEEP_FREE='{bad}': give the fraction"):
             cache.fits_on_disk(tmp_path, 1)
+
+
+def test_a_lock_held_past_the_wait_is_no_lock(tmp_path, monkeypatch):
+    """A copy's maker stuck while alive (its flock never released) must not hang every process that needs
+    the copy: past ``LOCK_WAIT_S`` the copy is made without the lock."""
+    import threading
+
+    from filelock import FileLock
+
+    monkeypatch.setattr(cache, "LOCK_WAIT_S", 0.2)
+    path = tmp_path / "copy.bin.lock"
+    stuck = FileLock(str(path))  # another holder (another process's would be the same flock)
+    taken, release, ran = threading.Event(), threading.Event(), []
+
+    def hold():
+        with stuck:
+            taken.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    taken.wait(60)
+    with cache.held_lock(path):
+        ran.append(True)
+    release.set()
+    holder.join(60)
+    assert ran == [True]
+    with cache.held_lock(path):  # free again: taken as usual
+        ran.append(True)
+    assert ran == [True, True]

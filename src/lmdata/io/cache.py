@@ -143,18 +143,23 @@ def tree_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
+LOCK_WAIT_S = 900.0  # a copy's maker holding its lock longer than this is taken for stuck
+
+
 @contextmanager
 def held_lock(path: Path) -> Iterator[None]:
     """Hold the lock file ``path`` (``filelock``: flock on POSIX, released by the OS if the process dies)
     while one process makes a copy the others would otherwise make too; they wait for it. A lock
-    that cannot be taken (a read-only cache) is no lock: the copy is then made without it."""
-    from filelock import FileLock
+    that cannot be taken (a read-only cache), or not within ``LOCK_WAIT_S`` (its holder stuck, alive),
+    is no lock: the copy is then made without it (written to a temporary name and renamed: the same
+    bytes whoever wins), rather than waiting for ever."""
+    from filelock import FileLock, Timeout
 
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path))
-        lock.acquire()  # waits without the GIL
-    except OSError:
+        lock.acquire(timeout=LOCK_WAIT_S)  # waits without the GIL
+    except (OSError, Timeout):
         yield
         return
     try:
