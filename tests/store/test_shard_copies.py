@@ -147,6 +147,43 @@ def test_the_rest_of_the_split_is_fetched_in_the_background(store_builder, tmp_p
         assert proxy.requests == 0
 
 
+def test_the_background_fetch_lets_its_reader_go_and_then_stops(store_builder, tmp_path, s3, monkeypatch):
+    """The mirror threads hold the reader only inside a fetch: a reader dropped is collected, and its
+    threads end after the shard they are on (they had kept every reader of the split, and run, until exit)."""
+    import gc
+    import weakref
+
+    from lmdata.store.formats.memmap import MemmapReader
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri, _ = _published(store_builder, tmp_path, s3, "mirror-gc", 160_000)
+    gate, calls, batch_reader = threading.Event(), [], []
+    real_fetch = MemmapReader._fetch_once
+
+    def fetch(i):  # static: a mirror thread blocked here holds no reader; the batch's own fetches are real
+        if not threading.current_thread().name.startswith("lmdata-mirror"):
+            return real_fetch(batch_reader[0], i)
+        calls.append(i)
+        gate.wait(60)
+
+    monkeypatch.setattr(MemmapReader, "_fetch_once", staticmethod(fetch))
+    ds = open_store(uri).dataset("train", SEQ)
+    batch_reader.append(ds.reader)
+    ds.batch([0])  # the first batch starts the background fetch of the rest
+    batch_reader.clear()
+    threads = [t for t in threading.enumerate() if t.name.startswith("lmdata-mirror")]
+    assert threads
+    reader = weakref.ref(ds.reader)
+    del ds
+    gc.collect()
+    assert reader() is None  # collected while its mirror threads wait between two of its shards
+    gate.set()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert len(calls) <= len(threads)  # each stopped after the shard it was on
+
+
 _READ_ALL = """
 import sys, time
 from pathlib import Path

@@ -26,6 +26,7 @@ import atexit
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
@@ -253,20 +254,27 @@ class CopiedShards:
     def _start_mirror(self) -> None:
         """Fetch every shard of the split in the background, ``MIRROR_FETCHES`` at a time, from a
         starting shard of this process's own (daemon threads: at exit they stop after the shard they
-        are fetching, ``_stop_background``)."""
+        are fetching, ``_stop_background``). The threads hold the reader only while they fetch: once it
+        is gone they stop after their current shard (a program making readers of a split one after
+        another would otherwise keep every one of them, and four threads each, until exit)."""
         n = len(self.shards)
         start = os.getpid() * 2654435761 % max(1, n)
         order = iter([(start + k) % n for k in range(n)])
         lock = threading.Lock()
+        reader_ref = weakref.ref(self)  # the closure below must not hold the reader
 
         def run() -> None:
             while not _stopping.is_set():
                 with lock:
                     i = next(order, None)
-                if i is None:
+                reader = reader_ref()
+                if i is None or reader is None:
                     return
-                if self._sources[i] is None:
-                    self._fetch_once(i)
+                fetch = reader._fetch_once if reader._sources[i] is None else None
+                del reader
+                if fetch is not None:
+                    fetch(i)
+                    del fetch
 
         _background[:] = [t for t in _background if t.is_alive()]
         for k in range(MIRROR_FETCHES):
