@@ -289,7 +289,7 @@ static PyMethodDef methods[] = {
      "blocks the jobs finished since met (-1: none finished); the windows' block checks handed to the check-ahead "
      "thread"},
     {"check_ahead_wait", check_ahead_wait, METH_NOARGS,
-     "check_ahead_wait() -> as check_ahead's count, once no check-ahead job waits or runs"},
+     "check_ahead_wait() -> as check_ahead's count, once the jobs handed over before it have run (or were dropped)"},
     {"span_crcs", span_crcs, METH_VARARGS,
      "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,

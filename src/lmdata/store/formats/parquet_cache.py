@@ -163,7 +163,7 @@ class DecodedShards:
         in well under a second, so nothing that old is being written. Uncounted by the budget, they
         would pile up run after run."""
         now = time.time()
-        temps = (p for p in self.root.glob(f"*/.*{TMP_MARK}*"))
+        temps = self.root.glob(f"*/.*{TMP_MARK}*")
         orphans = (p for p in self.root.glob(f"*/*{SIDECAR_SUFFIX}")  # its copy's write failed, or it was evicted
                    if not Path(str(p)[:-len(SIDECAR_SUFFIX)]).exists())
         for path in itertools.chain(temps, orphans):

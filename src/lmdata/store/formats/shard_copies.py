@@ -127,11 +127,17 @@ class CopiedShards:
         if sums is None and isinstance(source, RawFile):  # opened by ``_first_touch``: read when a check fails
             try:
                 sums = self._copy_sums[i] = self.copies.sums(source.path)
-            except FileNotFoundError:  # evicted by another process since it was opened: made again (or found)
-                self._forget_checks(i)
-                self._source(i)
+            except FileNotFoundError:  # evicted by another process since it was opened
+                self._open_again(i)
                 return self._copy_sums.get(i)  # None: fetched into memory, checked as it was fetched
         return sums
+
+    def _open_again(self, i: int) -> None:
+        """Shard ``i``'s copy gone or dropped: its checks forgotten, and the copy opened again (made
+        again, or another process's) with its CRCs, or fetched into memory (checked as it was fetched)."""
+        self._copy_sums.pop(i, None)
+        self._forget_checks(i)
+        self._source(i)
 
     def _learn_sums(self, i: int) -> None:
         """As ``RawWindows._learn_sums``; a copy's CRCs, once in the flat array, are not kept twice (its
@@ -183,9 +189,7 @@ class CopiedShards:
             key = self._copy_keys.get(i)
             if key is not None:
                 self.copies.drop(self.copies.path(key, self.dtype))
-            self._copy_sums.pop(i, None)
-            self._forget_checks(i)
-            self._source(i)  # the copy made again (or another process's): with its CRCs, or verified tokens in memory
+            self._open_again(i)
             super()._check_blocks(i, blocks)  # type: ignore[misc]
 
     def _copy_name(self, i: int) -> str:
