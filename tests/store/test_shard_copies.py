@@ -218,3 +218,25 @@ def test_processes_on_one_machine_fetch_each_shard_once_between_them(store_build
         sent = proxy.sent_bytes
     assert all(p.returncode == 0 and out == "ok\n" for p, (out, _) in zip(procs, outs)), outs
     assert store_bytes <= sent < 1.2 * store_bytes, (sent, store_bytes)  # twice without the lock
+
+
+def test_the_background_fetch_stops_once_the_cache_cannot_keep_copies(store_builder, tmp_path, s3, monkeypatch):
+    """A read-only or full cache: the split is not fetched in the background to keep none of it."""
+    from lmdata.store.formats import shard_copies
+    from lmdata.store.formats.memmap import MemmapReader
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(blocker / "cache"))  # makedirs fails, even as root
+    uri, local = _published(store_builder, tmp_path, s3, "mirror-refused", 640_000)  # 40 shards
+    fetched, real = [], MemmapReader._fetch
+    monkeypatch.setattr(MemmapReader, "_fetch", lambda self, i: (fetched.append(i), real(self, i))[1])
+    ds = open_store(uri).dataset("train", SEQ)
+    assert ds.reader.copies is not None
+    with pytest.warns(RuntimeWarning, match="cannot keep copies of memmap shards here"):
+        got = ds.batch([0])
+        for t in [t for t in threading.enumerate() if t.name.startswith("lmdata-mirror")]:
+            t.join(60)
+    assert np.array_equal(got, open_store(local).dataset("train", SEQ).batch([0]))
+    # each mirror thread's first fetch, the batch's shard twice (its prefetch kept no copy): was every shard
+    assert len(fetched) <= 2 + shard_copies.MIRROR_FETCHES < len(ds.reader.shards)

@@ -125,17 +125,21 @@ def keep_free() -> float:
 def fits_on_disk(directory: Path, nbytes: int) -> bool:
     """Whether ``nbytes`` more under ``directory`` (made or not) still leave ``keep_free()`` of its disk free,
     counting what ``directory`` already holds as reusable: copies of a remote store must not fill the
-    disk that checkpoints and logs are written to. The disk is what this user can reach (used +
-    available): blocks reserved for root are no space of ours, and a filesystem that reserves most
-    of itself (seen: 252 GB, 24 GB available, 78 GB used) must not read as full with 24 GB free."""
+    disk that checkpoints and logs are written to."""
+    short = bytes_short(directory, nbytes)
+    return short <= 0 or tree_bytes(directory) >= short
+
+
+def bytes_short(directory: Path, nbytes: int) -> float:
+    """How far ``nbytes`` more under ``directory`` would eat into the ``keep_free()`` part of its disk
+    (<= 0: not at all). The disk is what this user can reach (used + available): blocks reserved for
+    root are no space of ours, and a filesystem that reserves most of itself (seen: 252 GB, 24 GB
+    available, 78 GB used) must not read as full with 24 GB free."""
     probe = Path(directory)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     usage = shutil.disk_usage(probe)
-    floor = keep_free() * (usage.used + usage.free)
-    if usage.free - nbytes >= floor:
-        return True
-    return usage.free + tree_bytes(directory) - nbytes >= floor
+    return keep_free() * (usage.used + usage.free) - (usage.free - nbytes)
 
 
 def tree_bytes(directory: Path) -> int:

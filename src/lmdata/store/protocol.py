@@ -58,6 +58,9 @@ Conventions of the built-in formats (compatible extensions of the above):
 - A reader class may set ``fork_safe = False`` (Lance does: its runtime hangs or crashes
   forked children once the parent has used it, and its reader refuses there);
   ``make_loader`` then starts workers with forkserver instead of fork, with a warning.
+  Threads a reader runs behind the caller's back (remote shards fetched in the background)
+  must keep it fork-safe otherwise: they fetch inside ``io.background.fetching()``, which a
+  fork waits for.
 """
 
 from __future__ import annotations

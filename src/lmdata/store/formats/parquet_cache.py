@@ -24,6 +24,7 @@ Its root is ``LMDATA_CACHE_DIR`` (``lmdata.io.cache``); a cache that cannot be w
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import os
@@ -36,7 +37,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.atomic import TMP_MARK, temp_path
-from lmdata.io.cache import cache_root, evict_oldest, held_lock
+from lmdata.io.cache import bytes_short, cache_root, evict_oldest, held_lock
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 DEFAULT_CACHE_BYTES = 64 << 30
@@ -75,6 +76,7 @@ class DecodedShards:
         self.root, self.max_bytes, self.kind = Path(root), int(max_bytes), kind
         self._root = os.fspath(self.root)
         self._added = 0
+        self.writable = True  # False once a copy could not be written here: this process stops trying
 
     @classmethod
     def from_env(cls, kind: str = "parquet", subdir: str | None = None) -> "DecodedShards | None":
@@ -116,20 +118,26 @@ class DecodedShards:
 
     def put(self, key: str, dtype: np.dtype, tokens: np.ndarray) -> Path | None:
         """Write the copy (sidecar first, then the tokens: a copy with tokens always has its CRCs);
-        None when the cache cannot be written (the caller keeps the tokens in memory)."""
+        None when the cache cannot be written (the caller keeps the tokens in memory).
+
+        The disk's free part (``keep_free``) is kept as copies are written: one that would eat into it
+        first evicts the least recently used copies to make room (the budget alone does not: other
+        processes write copies, and other files fill the disk). A full disk (ENOSPC) evicts half the
+        copies and tries once more. A copy that still cannot be written (a read-only or full cache)
+        turns ``writable`` off: one warning, and this process fetches no more copies to keep none."""
         path = self.path(key, dtype)
         tokens = np.ascontiguousarray(tokens, dtype=np.dtype(dtype).newbyteorder("<"))
+        self._make_room(tokens.nbytes)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            for target, write in ((Path(str(path) + SIDECAR_SUFFIX), BlockSums.of(tokens).encode()), (path, tokens)):
-                tmp = temp_path(target)
-                try:
-                    with open(tmp, "wb") as fh:
-                        fh.write(write if isinstance(write, bytes) else memoryview(write).cast("B"))
-                    os.replace(tmp, target)  # another process may write the same copy: same bytes, either wins
-                finally:
-                    tmp.unlink(missing_ok=True)
+            try:
+                self._write(path, tokens)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                evict_oldest(self.root.glob("*/*.bin"), self.size() // 2, self.drop)
+                self._write(path, tokens)
         except OSError as exc:
+            self.writable = False
             warnings.warn(f"{self.root}: cannot keep copies of {self.kind} shards here ({exc}); reading them into "
                           f"memory instead (set LMDATA_CACHE_DIR, or {cache_bytes_env(self.kind)}=0 to silence this)",
                           RuntimeWarning,
@@ -140,6 +148,37 @@ class DecodedShards:
             self._added = 0
             self.evict()
         return path
+
+    def _write(self, path: Path, tokens: np.ndarray) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for target, write in ((Path(str(path) + SIDECAR_SUFFIX), BlockSums.of(tokens).encode()), (path, tokens)):
+            tmp = temp_path(target)
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(write if isinstance(write, bytes) else memoryview(write).cast("B"))
+                os.replace(tmp, target)  # another process may write the same copy: same bytes, either wins
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    def _make_room(self, nbytes: int) -> None:
+        """Evict the least recently used copies until writing ``nbytes`` more leaves ``keep_free()`` of
+        the disk free (one ``statvfs`` a copy; the copies are listed only when the disk is that full)."""
+        try:
+            short = bytes_short(self.root, nbytes)
+        except OSError:
+            return
+        if short > 0:
+            evict_oldest(self.root.glob("*/*.bin"), max(0, self.size() - int(short)), self.drop)
+
+    def size(self) -> int:
+        """Bytes of the copies here (their sidecars not counted, as the budget does not)."""
+        total = 0
+        for p in self.root.glob("*/*.bin"):
+            try:
+                total += p.stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
 
     def sums(self, path: str | Path) -> BlockSums:
         sidecar = os.fspath(path) + SIDECAR_SUFFIX

@@ -22,7 +22,6 @@ at ~1 M tok/s fetching only what each batch needs: each batch then waits a round
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
@@ -33,6 +32,7 @@ from typing import Iterable
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.io import background
 from lmdata.io.cache import fits_on_disk
 from lmdata.io.descriptors import descriptors, open_shards
 from lmdata.io.process_local import per_process
@@ -42,24 +42,7 @@ from lmdata.store.formats.raw_windows import _FAST, RawFile
 
 FETCHES = 8  # shards a batch waits for, fetched at once by one process
 MIRROR_FETCHES = 4  # shards fetched at once in the background by one process
-EXIT_WAIT_S = 60.0  # at exit, how long the background fetches may take to finish their shard
-
-_stopping = threading.Event()  # set at exit: background fetches take no new shard
-_background: list[threading.Thread] = []
-
-
-def _stop_background() -> None:
-    """At exit, let each background fetch finish the shard it is on, then stop. A daemon thread
-    still inside native code when the interpreter finalizes (a Lance take, in Rust) aborts the
-    process ("FATAL: exception not rethrown", exit -6), so a script that reads one batch and ends
-    waits for at most one fetch per thread, never for the split."""
-    _stopping.set()
-    deadline = time.monotonic() + EXIT_WAIT_S
-    for t in _background:
-        t.join(max(0.0, deadline - time.monotonic()))
-
-
-atexit.register(_stop_background)
+USED_EVERY_S = 600.0  # how often a reader marks the copies it reads used (eviction takes the least recently used)
 
 
 class CopiedShards:
@@ -83,6 +66,29 @@ class CopiedShards:
     def _copy_key(self, i: int) -> str:
         raise NotImplementedError
 
+    def _fetched(self, i: int) -> np.ndarray:
+        """``_fetch(i)``, which a fork waits for (``io.background``: the child must not inherit an S3 call's locks)."""
+        with background.fetching():
+            return self._fetch(i)
+
+    def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """As ``RawWindows._raw_windows``; every ``USED_EVERY_S`` the copies opened here are marked used.
+        Read through a mapping, a copy is otherwise used last when it was opened: a run reading for
+        hours would see another process evict the copies it is reading (their inodes live on, mapped
+        here, while the others fetch them again) before the ones nobody reads."""
+        if self.copies is not None and time.monotonic() >= self._used_due:
+            self._mark_used()
+        return super()._raw_windows(starts, length)  # type: ignore[misc]
+
+    _used_due = 0.0
+
+    def _mark_used(self) -> None:
+        self._used_due = time.monotonic() + USED_EVERY_S
+        for i in list(self._copy_keys):
+            source = self._sources[i]
+            if isinstance(source, RawFile):
+                self.copies.used(source.path)
+
     def _copied_tokens(self, i: int) -> RawFile | np.ndarray:
         """Shard ``i``'s tokens: the machine's copy, made first when there is none (in memory when the
         machine's cache is off or cannot be written)."""
@@ -96,7 +102,7 @@ class CopiedShards:
                 copy = self._open_copy(i, key) if tokens is None else None
             if copy is not None:
                 return copy
-        tokens = self._fetch(i) if tokens is None else tokens
+        tokens = self._fetched(i) if tokens is None else tokens
         self._copy_sums.pop(i, None)  # checked as it was fetched
         self._in_memory += tokens.nbytes
         if self._in_memory > self.cache_bytes:  # over the budget: forget every fetched shard but this one
@@ -200,7 +206,7 @@ class CopiedShards:
         """Make the machine's copies of ``shards`` that are missing, ``FETCHES`` at a time (remote:
         and start fetching the rest in the background). A failed fetch is raised when the shard is
         opened, naming it."""
-        if self.copies is None:
+        if self.copies is None or not self.copies.writable:  # (not writable: each batch fetches what it needs)
             return
         if self.remote and not self._mirroring:
             self._mirroring = True
@@ -243,10 +249,12 @@ class CopiedShards:
         key, nbytes = key or self._copy_key(i), self.shards[i].n_tokens * self.dtype.itemsize
         if self.copies.get(key, self.dtype, nbytes) is not None:
             return None
+        if not self.copies.writable:  # refused a copy before: the copies that are there, else memory
+            return self._fetched(i)
         with self.copies.making(key, self.dtype):
             if self.copies.get(key, self.dtype, nbytes) is not None:
                 return None
-            tokens = self._fetch(i)
+            tokens = self._fetched(i)
             return None if self.copies.put(key, self.dtype, tokens) is not None else tokens
 
     def _split_fits(self) -> bool:
@@ -257,10 +265,12 @@ class CopiedShards:
 
     def _start_mirror(self) -> None:
         """Fetch every shard of the split in the background, ``MIRROR_FETCHES`` at a time, from a
-        starting shard of this process's own (daemon threads: at exit they stop after the shard they
-        are fetching, ``_stop_background``). The threads hold the reader only while they fetch: once it
-        is gone they stop after their current shard (a program making readers of a split one after
-        another would otherwise keep every one of them, and four threads each, until exit)."""
+        starting shard of this process's own (``io.background``: daemon threads that stop after the
+        shard they are on at exit, and that a fork waits for). The threads hold the reader only while
+        they fetch: once it is gone they stop after their current shard (a program making readers of
+        a split one after another would otherwise keep every one of them, and four threads each, until
+        exit). They stop too once the cache refuses a copy (a full disk, a read-only cache): fetching
+        the rest would keep none of it."""
         n = len(self.shards)
         start = os.getpid() * 2654435761 % max(1, n)
         order = iter([(start + k) % n for k in range(n)])
@@ -268,11 +278,11 @@ class CopiedShards:
         reader_ref = weakref.ref(self)  # the closure below must not hold the reader
 
         def run() -> None:
-            while not _stopping.is_set():
+            while not background.stopping():
                 with lock:
                     i = next(order, None)
                 reader = reader_ref()
-                if i is None or reader is None:
+                if i is None or reader is None or not reader.copies.writable:
                     return
                 fetch = reader._fetch_once if reader._sources[i] is None else None
                 del reader
@@ -280,8 +290,5 @@ class CopiedShards:
                     fetch(i)
                     del fetch
 
-        _background[:] = [t for t in _background if t.is_alive()]
         for k in range(MIRROR_FETCHES):
-            thread = threading.Thread(target=run, name=f"lmdata-mirror-{k}", daemon=True)
-            thread.start()
-            _background.append(thread)
+            background.start(f"lmdata-mirror-{k}", run)

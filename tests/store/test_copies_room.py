@@ -1,0 +1,114 @@
+"""The machine's copies of shards and the disk they live on (``parquet_cache.DecodedShards``): room
+made before a write eats into the disk's free part, a full disk evicts and tries again, a cache
+that cannot be written stops being tried, and copies read for hours stay marked used."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+from lmdata.io import cache
+from lmdata.store import open_store
+from lmdata.store.formats.parquet_cache import DecodedShards
+
+TOKENS = 4096  # a copy: 8 KiB of uint16
+DTYPE = np.dtype(np.uint16)
+
+
+def _copies(tmp_path, n: int) -> tuple[DecodedShards, list[str]]:
+    """``n`` copies, the first the least recently used."""
+    copies = DecodedShards(tmp_path / "cache", 1 << 30)
+    keys = [f"{k:02x}" * 8 for k in range(n)]
+    for age, key in enumerate(keys):
+        path = copies.put(key, DTYPE, np.full(TOKENS, age, DTYPE))
+        os.utime(path, (time.time() - 1000 + age, time.time() - 1000 + age))
+    return copies, keys
+
+
+def _here(copies: DecodedShards, keys: list[str]) -> list[bool]:
+    return [copies.get(key, DTYPE, TOKENS * 2) is not None for key in keys]
+
+
+def test_a_write_that_would_eat_into_the_disks_free_part_evicts_the_least_recently_used_first(tmp_path, monkeypatch):
+    copies, keys = _copies(tmp_path, 4)
+    monkeypatch.setenv(cache.KEEP_FREE_ENV, "0.1")
+    copy = TOKENS * 2
+    usage = namedtuple("usage", "total used free")
+    free = 100_000 + copy - int(1.5 * copy)  # after the write: a copy and a half short of the tenth kept free
+    monkeypatch.setattr(cache.shutil, "disk_usage", lambda _: usage(1_000_000, 1_000_000 - free, free))
+    assert copies.put("ff" * 8, DTYPE, np.zeros(TOKENS, DTYPE)) is not None
+    assert _here(copies, keys) == [False, False, True, True]
+    monkeypatch.setattr(cache.shutil, "disk_usage", lambda _: usage(1_000_000, 0, 1_000_000))  # room: none evicted
+    assert copies.put("ee" * 8, DTYPE, np.zeros(TOKENS, DTYPE)) is not None
+    assert _here(copies, keys) == [False, False, True, True]
+
+
+def test_a_full_disk_evicts_half_the_copies_and_tries_again(tmp_path, monkeypatch):
+    copies, keys = _copies(tmp_path, 4)
+    real, calls = copies._write, []
+
+    def write(path, tokens):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, tokens)
+
+    monkeypatch.setattr(copies, "_write", write)
+    assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is not None
+    assert len(calls) == 2 and _here(copies, keys) == [False, False, True, True]
+    assert np.array_equal(np.fromfile(copies.get("ff" * 8, DTYPE, TOKENS * 2), DTYPE), np.ones(TOKENS, DTYPE))
+    assert copies.writable
+
+
+def test_a_cache_that_stays_full_is_not_tried_again(tmp_path, monkeypatch):
+    copies, _ = _copies(tmp_path, 2)
+
+    def full(path, tokens):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(copies, "_write", full)
+    with pytest.warns(RuntimeWarning, match="cannot keep copies of parquet shards here"):
+        assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert not copies.writable
+    assert not list(copies.root.glob("*/.*"))  # no temporary file left
+
+
+def test_a_reader_that_cannot_keep_copies_stops_making_them(sample_store, tmp_path, monkeypatch):
+    """One failed write: the reader decodes the rest into memory without trying the cache for each shard."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(blocker / "cache"))  # makedirs fails, even as root
+    reader = open_store(sample_store).reader("train", "parquet")
+    writes = []
+    real = reader.copies._write
+    monkeypatch.setattr(reader.copies, "_write", lambda *a: (writes.append(a), real(*a)))
+    with pytest.warns(RuntimeWarning, match="cannot keep copies"):
+        reader.windows(np.array([0]), 65)  # one shard: one write tried
+    starts = np.arange(0, reader.n_tokens - 65, 997)  # every shard
+    got = reader.windows(starts, 65)
+    assert np.array_equal(got, open_store(sample_store).reader("train", "memmap").windows(starts, 65))
+    assert len(reader.shards) > 1 and len(writes) == 1
+
+
+def test_copies_read_for_hours_are_marked_used_again(sample_store, tmp_path, monkeypatch):
+    """A copy read through a mapping was used last when it was opened: every ``USED_EVERY_S`` a reader
+    marks the copies it reads used, so eviction takes the ones nobody reads first."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    reader = open_store(sample_store).reader("train", "parquet")
+    starts = np.arange(0, reader.n_tokens - 65, 499)
+    reader.windows(starts, 65)
+    copies = sorted((tmp_path / "cache" / "parquet").glob("*/*.bin"))
+    assert len(copies) == len(reader.shards) > 1
+    day_ago = time.time() - 86_400
+    for c in copies:
+        os.utime(c, (day_ago, day_ago))
+    reader.windows(starts, 65)
+    assert all(c.stat().st_mtime < day_ago + 1 for c in copies)  # not at every batch
+    reader._used_due = 0.0  # USED_EVERY_S later
+    reader.windows(starts[:4], 65)
+    assert all(c.stat().st_mtime > time.time() - 600 for c in copies)
