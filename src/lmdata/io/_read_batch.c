@@ -37,6 +37,23 @@ static int window_ready(const int64_t *bounds, Py_ssize_t n_shards, int64_t t, i
     return 1;
 }
 
+/* Every mapped window's first PREFETCH_LINES cache lines asked for at once, before the first is
+ * copied: the batch's DRAM misses (and their page walks) then overlap instead of each window's
+ * copy stalling on its own. Steady reads of 32 x 1,025 tokens, every block checked, 2 GB of
+ * shards (1 G tokens): 0.98-1.04 -> 1.22-1.26 G tok/s; 1 line 1.20, 16 lines 1.19, every line
+ * 0.97-1.01 (they crowd the L1 before they are used); 24 MB of shards: 1.43-1.52 -> 1.53-1.60. */
+#define PREFETCH_LINES 4
+static void prefetch_windows(Py_ssize_t n, const int64_t *starts, int itemsize, const int64_t *bounds,
+                             Py_ssize_t n_shards, const int64_t *bases) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t i = shard_of(bounds, n_shards, starts[j]);
+        int64_t base = BASE(&bases[i]), off = (starts[j] - bounds[i]) * itemsize;
+        int64_t end = (bounds[i + 1] - bounds[i]) * itemsize;  /* not past the shard: the window goes on in the next */
+        for (int64_t o = off & ~(int64_t)63, k = 0; base && o < end && k < PREFETCH_LINES; o += 64, k++)
+            __builtin_prefetch((const char *)(uintptr_t)base + o, 0, 3);
+    }
+}
+
 /* The walk read_batch and read_mapped share: each window's pieces, shard by shard, read from
  * descriptor fds[i] (read_piece) or, with bases, copied out of the mapping at bases[i] (copy_piece;
  * fds unused). at_window follows the window being read (read_mapped's SIGBUS jump reports it). */
@@ -47,6 +64,7 @@ static Py_ssize_t read_batch_nogil(Py_ssize_t n, const int64_t *starts, int64_t 
                                    char *out, int check, char *span, volatile Py_ssize_t *at_window) {
     for (Py_ssize_t j = 0; j < n; j++)  /* every shard ready first: -2 must leave nothing half done */
         if (!window_ready(bounds, n_shards, starts[j], length, fds, bases, modes, check)) return -2;
+    if (bases) prefetch_windows(n, starts, itemsize, bounds, n_shards, bases);
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t t = starts[j], left = length;
         char *dst = out + (size_t)j * (size_t)length * (size_t)itemsize;
