@@ -130,13 +130,13 @@ def test_a_mixture_hands_each_source_its_part(tmp_path, monkeypatch):
         return MixedDataset([(open_store(one).dataset("train", 64, format="parquet"), 0.6),
                              (open_store(other).dataset("train", 64, format="memmap"), 0.4)], seed=2)
 
-    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "0")
-    expected = [x.numpy().copy() for _, (x, _) in zip(range(30), make_loader(mixture(), 4, num_workers=0, seed=5))]
+    monkeypatch.setenv("LMDATA_CHECK_AHEAD", "0")  # 80 batches: 20 reads, hand-overs of 8 at reads 3, 11, 19
+    expected = [x.numpy().copy() for _, (x, _) in zip(range(80), make_loader(mixture(), 4, num_workers=0, seed=5))]
     monkeypatch.setenv("LMDATA_CHECK_AHEAD", "1")
     loader = make_loader(mixture(), 4, num_workers=0, seed=5)
     assert isinstance(loader._dl.batch_sampler, LookAhead)
-    got, reported = _found(loader, 30)
-    assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 30
+    got, reported = _found(loader, 80)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 80
     assert max(reported) > 0
 
 

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lmdata.data.ahead import GROUP as AHEAD_GROUP
 from lmdata.data.permutation import Permutation, derive_key
 from lmdata.errors import LmdataError
 
@@ -160,9 +161,9 @@ class MixedDataset:
         """Each source's part of a later ``batch(indices)`` handed to that source's ``check_ahead``
         (``lmdata.data.ahead``); the blocks the finished jobs met, summed (-1: none finished)."""
         src, local = self.locate(indices)
-        located = self.__dict__.setdefault("_located", {})  # the read of these indices (the one after next) reuses it
+        located = self.__dict__.setdefault("_located", {})  # the read of these indices (a few later) reuses it
         located[tuple(indices)] = (src, local)
-        while len(located) > 2:
+        while len(located) > AHEAD_GROUP + 1:
             del located[next(iter(located))]
         found = [d.check_ahead(local[src == i].tolist()) for i in np.unique(src).tolist()
                  if hasattr(d := self.datasets[i], "check_ahead")]
