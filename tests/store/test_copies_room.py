@@ -36,14 +36,10 @@ def _here(copies: DecodedShards, keys: list[str]) -> list[bool]:
 
 def test_a_write_that_would_eat_into_the_disks_free_part_evicts_the_least_recently_used_first(tmp_path, monkeypatch):
     copies, keys = _copies(tmp_path, 4)
-    monkeypatch.setenv(cache.KEEP_FREE_ENV, "0.1")
-    copy = TOKENS * 2
-    usage = namedtuple("usage", "total used free")
-    free = 100_000 + copy - int(1.5 * copy)  # after the write: a copy and a half short of the tenth kept free
-    monkeypatch.setattr(cache.shutil, "disk_usage", lambda _: usage(1_000_000, 1_000_000 - free, free))
+    _short_by(monkeypatch, int(1.5 * TOKENS * 2), copies)  # a copy and a half short: two evicted
     assert copies.put("ff" * 8, DTYPE, np.zeros(TOKENS, DTYPE)) is not None
     assert _here(copies, keys) == [False, False, True, True]
-    monkeypatch.setattr(cache.shutil, "disk_usage", lambda _: usage(1_000_000, 0, 1_000_000))  # room: none evicted
+    _short_by(monkeypatch, -1, copies)  # room: none evicted
     assert copies.put("ee" * 8, DTYPE, np.zeros(TOKENS, DTYPE)) is not None
     assert _here(copies, keys) == [False, False, True, True]
 
@@ -75,7 +71,60 @@ def test_a_cache_that_stays_full_is_not_tried_again(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="cannot keep copies of parquet shards here"):
         assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
     assert not copies.writable
-    assert not list(copies.root.glob("*/.*"))  # no temporary file left
+
+
+def _short_by(monkeypatch, nbytes: int, copies: DecodedShards | None = None) -> None:
+    """The disk: ``nbytes`` short of the tenth kept free once a copy is written; with ``copies``, its
+    free space grows as they are evicted."""
+    monkeypatch.setenv(cache.KEEP_FREE_ENV, "0.1")
+    usage = namedtuple("usage", "total used free")
+    held = copies.size() if copies is not None else 0
+    base = 100_000 + TOKENS * 2 - nbytes + held
+
+    def disk_usage(_):
+        free = base - (copies.size() if copies is not None else 0)
+        return usage(1_000_000, 1_000_000 - free, free)
+
+    monkeypatch.setattr(cache.shutil, "disk_usage", disk_usage)
+
+
+def test_a_disk_that_evicting_every_copy_would_not_free_enough_keeps_its_copies(tmp_path, monkeypatch):
+    copies, keys = _copies(tmp_path, 2)
+    _short_by(monkeypatch, 3 * TOKENS * 2)  # three copies' worth: the cache holds two
+    with pytest.warns(RuntimeWarning, match="the disk is nearly full"):
+        assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert _here(copies, keys) == [True, True] and copies.writable  # nothing evicted; the next copy tries again
+
+
+def test_a_read_only_cache_is_memory_not_an_error(tmp_path, monkeypatch):
+    """Making room on a read-only filesystem (its copies cannot be removed) is the in-memory path too."""
+    copies, keys = _copies(tmp_path, 2)
+    _short_by(monkeypatch, TOKENS)
+
+    def read_only(path):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(copies, "drop", read_only)
+    with pytest.warns(RuntimeWarning, match="cannot keep copies"):
+        assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert not copies.writable
+
+
+def test_a_passing_error_skips_one_copy_and_tries_the_next(tmp_path, monkeypatch):
+    copies, _ = _copies(tmp_path, 1)
+    real, calls = copies._write, []
+
+    def flaky(path, tokens):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        real(path, tokens)
+
+    monkeypatch.setattr(copies, "_write", flaky)
+    with pytest.warns(RuntimeWarning, match="Too many open files"):
+        assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert copies.writable
+    assert copies.put("ee" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is not None
 
 
 def test_a_reader_that_cannot_keep_copies_stops_making_them(sample_store, tmp_path, monkeypatch):

@@ -229,9 +229,16 @@ def test_the_background_fetch_stops_once_the_cache_cannot_keep_copies(store_buil
     blocker.write_text("not a directory")
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(blocker / "cache"))  # makedirs fails, even as root
     uri, local = _published(store_builder, tmp_path, s3, "mirror-refused", 640_000)  # 40 shards
-    fetched, real = [], MemmapReader._fetch
-    monkeypatch.setattr(MemmapReader, "_fetch", lambda self, i: (fetched.append(i), real(self, i))[1])
+    fetched, real, mine = [], MemmapReader._fetch, []
+
+    def fetch(self, i):  # this reader's fetches only (an earlier test's threads may still run)
+        if self is mine[0]:
+            fetched.append(i)
+        return real(self, i)
+
+    monkeypatch.setattr(MemmapReader, "_fetch", fetch)
     ds = open_store(uri).dataset("train", SEQ)
+    mine.append(ds.reader)
     assert ds.reader.copies is not None
     with pytest.warns(RuntimeWarning, match="cannot keep copies of memmap shards here"):
         got = ds.batch([0])
@@ -240,3 +247,25 @@ def test_the_background_fetch_stops_once_the_cache_cannot_keep_copies(store_buil
     assert np.array_equal(got, open_store(local).dataset("train", SEQ).batch([0]))
     # each mirror thread's first fetch, the batch's shard twice (its prefetch kept no copy): was every shard
     assert len(fetched) <= 2 + shard_copies.MIRROR_FETCHES < len(ds.reader.shards)
+
+
+def test_workers_forked_after_the_parent_read_a_batch_read_the_same_batches(store_builder, tmp_path, s3, monkeypatch):
+    """The parent's first batch started the background fetch; the loader forks its workers with the
+    fetches paused (``io.background.paused``: no fork copies an S3 call in flight) and they read on."""
+    import multiprocessing as mp
+
+    from lmdata.data import make_loader
+    from lmdata.io import background
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri, local = _published(store_builder, tmp_path, s3, "fork-after-read", 320_000)
+    ds = open_store(uri).dataset("train", SEQ)
+    ds.batch([0])  # the mirror threads start
+    pauses, real = [], background.paused
+    monkeypatch.setattr(background, "paused", lambda: (pauses.append(True), real())[1])
+    got = [x.numpy().copy() for _, (x, _) in zip(range(20), make_loader(
+        ds, 8, num_workers=2, seed=3, start_method="fork" if "fork" in mp.get_all_start_methods() else None))]
+    want = [x.numpy().copy() for _, (x, _) in zip(range(20), make_loader(
+        open_store(local).dataset("train", SEQ), 8, num_workers=0, seed=3))]
+    assert len(got) == 20 and all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert pauses == [True]

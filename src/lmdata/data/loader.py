@@ -27,6 +27,7 @@ counter advances; ``for epoch ...: for inputs, targets in loader:`` is the usual
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -41,8 +42,10 @@ from lmdata.config import BATCHES_PER_READ
 from lmdata.data.ahead import LookAhead, check_ahead_on
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
-                                 exit_with_owner, gc_frozen_for_fork, in_next, worker_deaths, worker_held)
+                                 exit_with_owner, forks_workers, gc_frozen_for_fork, in_next, worker_deaths,
+                                 worker_held)
 from lmdata.errors import LmdataError
+from lmdata.io import background
 
 SAMPLINGS = ("sequential-shuffle", "random", "sequential")
 STATE_VERSION = 2  # 2: + "base" and "position" (global positions; elastic resume). 1 still loads.
@@ -224,8 +227,10 @@ class TokenLoader:
         with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
             threads = isinstance(self._dl, ThreadReads)  # reads in this process: nothing forked, nothing to freeze
-            with gc_frozen_for_fork(0 if threads else self._dl.num_workers,
-                                    None if threads else self._dl.multiprocessing_context):
+            workers, context = (0, None) if threads else (self._dl.num_workers, self._dl.multiprocessing_context)
+            # forked workers: no background fetch starts until they are made (each fork would wait for one)
+            with gc_frozen_for_fork(workers, context), background.paused() if forks_workers(workers, context) \
+                    else contextlib.nullcontext():
                 it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()

@@ -105,11 +105,7 @@ def gc_frozen_for_fork(workers: int, context: Any) -> Iterator[None]:
     (its next pass copies its pages once: ~290 MB in all). A caller that froze objects itself
     manages freezing, and is left alone.
     """
-    if context is not None:
-        method = context.get_start_method()
-    else:  # the default context's, without fixing it (``get_start_method()`` would)
-        method = mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0]
-    if not workers or method != "fork" or gc.get_freeze_count():
+    if not forks_workers(workers, context) or gc.get_freeze_count():
         yield
         return
     gc.freeze()
@@ -117,6 +113,15 @@ def gc_frozen_for_fork(workers: int, context: Any) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def forks_workers(workers: int, context: Any) -> bool:
+    """Whether a DataLoader with ``workers`` and this multiprocessing ``context`` forks this process."""
+    if context is not None:
+        method = context.get_start_method()
+    else:  # the default context's, without fixing it (``get_start_method()`` would)
+        method = mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0]
+    return bool(workers) and method == "fork"
 
 
 def check_workers_while_waiting(it: Any) -> None:

@@ -13,6 +13,10 @@ Two moments must not find one of them inside a fetch:
   running (at most ``FORK_WAIT_S``) and lets none start until the fork is made; the parent's
   threads then go on, and the child, which has none, starts its own on its first batch.
 
+A DataLoader forks its workers one after another: ``paused()``, around their start
+(``make_loader``'s loader), waits once for the fetches running and starts none until the
+workers are made, so each fork does not wait for a new fetch in turn.
+
 A fetch runs inside ``fetching()``; a thread asks ``stopping()`` before taking the next one.
 """
 
@@ -33,6 +37,8 @@ _threads: list[threading.Thread] = []
 _state = threading.Condition()  # guards the two below; held across a fork
 _running = 0  # fetches inside ``fetching()`` now
 _forking = False  # a fork is being made: no fetch starts
+_paused = 0  # ``paused()`` blocks entered and not left: no fetch starts
+_own = threading.local()  # .n: the fetches this thread is inside (a fork it makes does not wait for them)
 
 
 def start(name: str, target: Callable[[], None]) -> threading.Thread:
@@ -54,14 +60,38 @@ def fetching() -> Iterator[None]:
     """Held around one remote fetch: a fork waits for it to end, and it does not start during a fork."""
     global _running
     with _state:
-        _state.wait_for(lambda: not _forking)
+        _state.wait_for(lambda: not _forking and not _paused)
         _running += 1
+    _own.n = getattr(_own, "n", 0) + 1
+    try:
+        yield
+    finally:
+        _own.n -= 1
+        with _state:
+            _running = max(0, _running - 1)  # (0 in a child forked by this thread mid-fetch)
+            _state.notify_all()
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No fetch starts inside the block, and it is entered once the fetches running have ended (at
+    most ``FORK_WAIT_S``): the forks made in it (a DataLoader starting its workers) wait for none."""
+    global _paused
+    with _state:
+        _paused += 1
+        _idle()
     try:
         yield
     finally:
         with _state:
-            _running -= 1
+            _paused = max(0, _paused - 1)
             _state.notify_all()
+
+
+def _idle() -> None:
+    """Wait, ``_state`` held, until no fetch but this thread's own runs (at most ``FORK_WAIT_S``)."""
+    own = getattr(_own, "n", 0)
+    _state.wait_for(lambda: _running <= own, FORK_WAIT_S)
 
 
 def _stop() -> None:
@@ -75,7 +105,7 @@ def _before_fork() -> None:
     global _forking
     _state.acquire()  # held until the fork is made: no thread is inside it then
     _forking = True
-    _state.wait_for(lambda: _running == 0, FORK_WAIT_S)
+    _idle()
 
 
 def _after_fork_in_parent() -> None:
@@ -86,8 +116,8 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _state, _running, _forking, _threads
-    _state, _running, _forking, _threads = threading.Condition(), 0, False, []  # the parent's threads are not here
+    global _state, _running, _forking, _paused, _threads
+    _state, _running, _forking, _paused, _threads = threading.Condition(), 0, False, 0, []  # no parent's thread here
 
 
 atexit.register(_stop)

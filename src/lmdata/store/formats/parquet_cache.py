@@ -37,10 +37,11 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.atomic import TMP_MARK, temp_path
-from lmdata.io.cache import bytes_short, cache_root, evict_oldest, held_lock
+from lmdata.io.cache import bytes_short, cache_root, evict_oldest, held_lock, keep_free
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 DEFAULT_CACHE_BYTES = 64 << 30
+FOR_GOOD = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ENOSPC, errno.EDQUOT}  # not worth trying again
 LEFTOVER_AGE_S = 3600.0  # a temporary file or lone sidecar untouched this long was left by a writer that died
 
 
@@ -118,17 +119,24 @@ class DecodedShards:
 
     def put(self, key: str, dtype: np.dtype, tokens: np.ndarray) -> Path | None:
         """Write the copy (sidecar first, then the tokens: a copy with tokens always has its CRCs);
-        None when the cache cannot be written (the caller keeps the tokens in memory).
+        None when it is not written (the caller keeps the tokens in memory).
 
         The disk's free part (``keep_free``) is kept as copies are written: one that would eat into it
         first evicts the least recently used copies to make room (the budget alone does not: other
-        processes write copies, and other files fill the disk). A full disk (ENOSPC) evicts half the
-        copies and tries once more. A copy that still cannot be written (a read-only or full cache)
-        turns ``writable`` off: one warning, and this process fetches no more copies to keep none."""
+        processes write copies, and other files fill the disk), and is not written where that cannot
+        make room (copies still open elsewhere free nothing until closed). A full disk (ENOSPC)
+        evicts half the copies and tries once more. A cache that cannot be written for good (read-only,
+        not a directory, no permission, still full) turns ``writable`` off: one warning, and this
+        process fetches no more copies to keep none; other errors (EIO, too many open files) skip
+        this copy alone."""
         path = self.path(key, dtype)
         tokens = np.ascontiguousarray(tokens, dtype=np.dtype(dtype).newbyteorder("<"))
-        self._make_room(tokens.nbytes)
         try:
+            if not self._make_room(tokens.nbytes):
+                warnings.warn(f"{self.root}: the disk is nearly full (LMDATA_CACHE_KEEP_FREE keeps {keep_free():g} "
+                              f"of it free); reading {self.kind} shards into memory instead of keeping copies",
+                              RuntimeWarning, stacklevel=3)
+                return None
             try:
                 self._write(path, tokens)
             except OSError as exc:
@@ -137,7 +145,8 @@ class DecodedShards:
                 evict_oldest(self.root.glob("*/*.bin"), self.size() // 2, self.drop)
                 self._write(path, tokens)
         except OSError as exc:
-            self.writable = False
+            if exc.errno in FOR_GOOD:
+                self.writable = False
             warnings.warn(f"{self.root}: cannot keep copies of {self.kind} shards here ({exc}); reading them into "
                           f"memory instead (set LMDATA_CACHE_DIR, or {cache_bytes_env(self.kind)}=0 to silence this)",
                           RuntimeWarning,
@@ -160,15 +169,18 @@ class DecodedShards:
             finally:
                 tmp.unlink(missing_ok=True)
 
-    def _make_room(self, nbytes: int) -> None:
-        """Evict the least recently used copies until writing ``nbytes`` more leaves ``keep_free()`` of
-        the disk free (one ``statvfs`` a copy; the copies are listed only when the disk is that full)."""
-        try:
-            short = bytes_short(self.root, nbytes)
-        except OSError:
-            return
-        if short > 0:
-            evict_oldest(self.root.glob("*/*.bin"), max(0, self.size() - int(short)), self.drop)
+    def _make_room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit with ``keep_free()`` of the disk left free, once the least recently
+        used copies are evicted if need be (one ``statvfs`` a copy; the copies are listed only when the
+        disk is that full). Nothing is evicted where evicting every copy would not make the room."""
+        short = bytes_short(self.root, nbytes)
+        if short <= 0:
+            return True
+        held = self.size()
+        if held < short:
+            return False
+        evict_oldest(self.root.glob("*/*.bin"), held - int(short), self.drop)
+        return bytes_short(self.root, nbytes) <= 0  # a copy open in a process frees its space when closed
 
     def size(self) -> int:
         """Bytes of the copies here (their sidecars not counted, as the budget does not)."""
