@@ -1,10 +1,13 @@
-"""Background fetches across a fork (``io/background.py``): a fork waits for the fetch running, no
-fetch starts while a fork is made, and the child starts with none of the parent's."""
+"""Background fetches across a fork (``io/background.py``): a fork (or a pause) waits for the fetch
+running, no fetch starts until it is made (left), and the child starts with none of the parent's."""
 
 from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
+
+import pytest
 
 from lmdata.io import background
 
@@ -15,19 +18,29 @@ def _in_thread(target) -> threading.Thread:
     return thread
 
 
-def test_a_fork_waits_for_the_running_fetch_and_no_fetch_starts_until_it_is_made():
-    a_in, a_go, forking, made, b_in = (threading.Event() for _ in range(5))
+@contextmanager
+def _fork_hooks():
+    """The at-fork hooks as ``os.fork`` runs them around a fork, from one thread."""
+    background._before_fork()
+    try:
+        yield
+    finally:
+        background._after_fork_in_parent()
+
+
+@pytest.mark.parametrize("block", [_fork_hooks, background.paused], ids=["fork", "paused"])
+def test_a_fork_or_pause_waits_for_the_running_fetch_and_no_fetch_starts_until_it_ends(block):
+    a_in, a_go, entered, leave, b_in = (threading.Event() for _ in range(5))
 
     def fetch_a():
         with background.fetching():
             a_in.set()
             a_go.wait(30)
 
-    def fork():  # the hooks, as os.fork runs them (from one thread)
-        background._before_fork()
-        forking.set()
-        made.wait(30)
-        background._after_fork_in_parent()
+    def hold():
+        with block():
+            entered.set()
+            leave.wait(30)
 
     def fetch_b():
         with background.fetching():
@@ -35,17 +48,17 @@ def test_a_fork_waits_for_the_running_fetch_and_no_fetch_starts_until_it_is_made
 
     a = _in_thread(fetch_a)
     assert a_in.wait(30)
-    f = _in_thread(fork)
-    assert not forking.wait(0.5)  # the fork waits: a fetch is running
+    h = _in_thread(hold)
+    assert not entered.wait(0.5)  # a fetch is running
     a_go.set()
-    assert forking.wait(30)  # the fetch ended: the fork goes on
+    assert entered.wait(30)  # the fetch ended: the fork (or pause) goes on
     b = _in_thread(fetch_b)
-    assert not b_in.wait(0.5)  # no fetch starts while the fork is made
-    made.set()
-    assert b_in.wait(30)  # the fork made: fetches go on
-    for t in (a, f, b):
+    assert not b_in.wait(0.5)  # no fetch starts meanwhile
+    leave.set()
+    assert b_in.wait(30)  # made (left): fetches go on
+    for t in (a, h, b):
         t.join(30)
-    assert background._running == 0 and not background._forking
+    assert background._running == 0 and not background._forking and background._paused == 0
 
 
 def test_os_fork_is_made_after_the_running_fetch_and_the_child_can_fetch():
@@ -82,38 +95,6 @@ def test_os_fork_is_made_after_the_running_fetch_and_the_child_can_fetch():
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     thread.join(30)
-
-
-def test_paused_waits_for_the_running_fetch_and_starts_none_until_left():
-    a_in, a_go, entered, leave, b_in = (threading.Event() for _ in range(5))
-
-    def fetch_a():
-        with background.fetching():
-            a_in.set()
-            a_go.wait(30)
-
-    def pause():
-        with background.paused():
-            entered.set()
-            leave.wait(30)
-
-    def fetch_b():
-        with background.fetching():
-            b_in.set()
-
-    a = _in_thread(fetch_a)
-    assert a_in.wait(30)
-    p = _in_thread(pause)
-    assert not entered.wait(0.5)  # a fetch runs
-    a_go.set()
-    assert entered.wait(30)
-    b = _in_thread(fetch_b)
-    assert not b_in.wait(0.5)  # paused: no fetch starts
-    leave.set()
-    assert b_in.wait(30)
-    for t in (a, p, b):
-        t.join(30)
-    assert background._running == 0 and background._paused == 0
 
 
 def test_a_fork_from_inside_a_fetch_does_not_wait_for_that_fetch(monkeypatch):

@@ -44,17 +44,23 @@ def test_a_write_that_would_eat_into_the_disks_free_part_evicts_the_least_recent
     assert _here(copies, keys) == [False, False, True, True]
 
 
-def test_a_full_disk_evicts_half_the_copies_and_tries_again(tmp_path, monkeypatch):
-    copies, keys = _copies(tmp_path, 4)
+def _first_write_fails(copies: DecodedShards, monkeypatch, code: int) -> list:
+    """The first write of a copy fails with ``code``, the next ones write: the writes tried, listed."""
     real, calls = copies._write, []
 
     def write(path, tokens):
         calls.append(path)
         if len(calls) == 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(code, os.strerror(code))
         real(path, tokens)
 
     monkeypatch.setattr(copies, "_write", write)
+    return calls
+
+
+def test_a_full_disk_evicts_half_the_copies_and_tries_again(tmp_path, monkeypatch):
+    copies, keys = _copies(tmp_path, 4)
+    calls = _first_write_fails(copies, monkeypatch, errno.ENOSPC)
     assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is not None
     assert len(calls) == 2 and _here(copies, keys) == [False, False, True, True]
     assert np.array_equal(np.fromfile(copies.get("ff" * 8, DTYPE, TOKENS * 2), DTYPE), np.ones(TOKENS, DTYPE))
@@ -112,15 +118,7 @@ def test_a_read_only_cache_is_memory_not_an_error(tmp_path, monkeypatch):
 
 def test_a_passing_error_skips_one_copy_and_tries_the_next(tmp_path, monkeypatch):
     copies, _ = _copies(tmp_path, 1)
-    real, calls = copies._write, []
-
-    def flaky(path, tokens):
-        calls.append(path)
-        if len(calls) == 1:
-            raise OSError(errno.EMFILE, "Too many open files")
-        real(path, tokens)
-
-    monkeypatch.setattr(copies, "_write", flaky)
+    _first_write_fails(copies, monkeypatch, errno.EMFILE)
     with pytest.warns(RuntimeWarning, match="Too many open files"):
         assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
     assert copies.writable
