@@ -159,3 +159,20 @@ def test_copies_read_for_hours_are_marked_used_again(sample_store, tmp_path, mon
     reader._used_due = 0.0  # USED_EVERY_S later
     reader.windows(starts[:4], 65)
     assert all(c.stat().st_mtime > time.time() - 600 for c in copies)
+
+
+def test_copies_that_cannot_be_written_warn_once(tmp_path, monkeypatch):
+    """A batch's write and the background fetches' fail together, each naming another file: one warning."""
+    import warnings
+
+    copies, _ = _copies(tmp_path, 1)
+
+    def failing(path, tokens):
+        raise OSError(errno.EIO, f"Input/output error: {path}")
+
+    monkeypatch.setattr(copies, "_write", failing)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for key in ("aa", "bb", "cc"):
+            assert copies.put(key * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert [str(w.message).count("cannot keep copies") for w in seen] == [1]

@@ -78,6 +78,7 @@ class DecodedShards:
         self._root = os.fspath(self.root)
         self._added = 0
         self.writable = True  # False once a copy could not be written here: this process stops trying
+        self._warned = False  # ``_warn`` has warned
 
     @classmethod
     def from_env(cls, kind: str = "parquet", subdir: str | None = None) -> "DecodedShards | None":
@@ -133,9 +134,8 @@ class DecodedShards:
         tokens = np.ascontiguousarray(tokens, dtype=np.dtype(dtype).newbyteorder("<"))
         try:
             if not self._make_room(tokens.nbytes):
-                warnings.warn(f"{self.root}: the disk is nearly full (LMDATA_CACHE_KEEP_FREE keeps {keep_free():g} "
-                              f"of it free); reading {self.kind} shards into memory instead of keeping copies",
-                              RuntimeWarning, stacklevel=3)
+                self._warn(f"{self.root}: the disk is nearly full (LMDATA_CACHE_KEEP_FREE keeps {keep_free():g} "
+                           f"of it free); reading {self.kind} shards into memory instead of keeping copies")
                 return None
             try:
                 self._write(path, tokens)
@@ -147,16 +147,21 @@ class DecodedShards:
         except OSError as exc:
             if exc.errno in FOR_GOOD:
                 self.writable = False
-            warnings.warn(f"{self.root}: cannot keep copies of {self.kind} shards here ({exc}); reading them into "
-                          f"memory instead (set LMDATA_CACHE_DIR, or {cache_bytes_env(self.kind)}=0 to silence this)",
-                          RuntimeWarning,
-                          stacklevel=3)
+            self._warn(f"{self.root}: cannot keep copies of {self.kind} shards here ({exc}); reading them into "
+                       f"memory instead (set LMDATA_CACHE_DIR, or {cache_bytes_env(self.kind)}=0 to silence this)")
             return None
         self._added += tokens.nbytes
         if self._added > self.max_bytes // 16:
             self._added = 0
             self.evict()
         return path
+
+    def _warn(self, message: str) -> None:
+        """One warning per process and cache, whichever copy met the trouble first (the batch's own and
+        the background fetches' writes fail together, each naming another file)."""
+        if not self._warned:
+            self._warned = True
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def _write(self, path: Path, tokens: np.ndarray) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
