@@ -176,3 +176,18 @@ def test_copies_that_cannot_be_written_warn_once(tmp_path, monkeypatch):
         for key in ("aa", "bb", "cc"):
             assert copies.put(key * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
     assert [str(w.message).count("cannot keep copies") for w in seen] == [1]
+
+
+def test_a_shard_whose_copy_cannot_be_written_is_fetched_once_for_its_batch(sample_store, tmp_path, monkeypatch):
+    """The batch's prefetch keeps the tokens it could not copy for the batch: one decode, not two."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(blocker / "cache"))
+    reader = open_store(sample_store).reader("train", "parquet")
+    fetched, real = [], reader._fetch
+    monkeypatch.setattr(reader, "_fetch", lambda i: (fetched.append(i), real(i))[1])
+    starts = reader._shard_bounds[1:4] - 100  # windows near the ends of shards 0, 1 and 2
+    with pytest.warns(RuntimeWarning, match="cannot keep copies"):
+        got = reader.windows(starts, 65)
+    assert np.array_equal(got, open_store(sample_store).reader("train", "memmap").windows(starts, 65))
+    assert sorted(fetched) == [0, 1, 2]  # each shard once (twice before: the prefetch's tokens were dropped)

@@ -22,6 +22,7 @@ at ~1 M tok/s fetching only what each batch needs: each batch then waits a round
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -59,6 +60,7 @@ class CopiedShards:
     _inflight = per_process(lambda self: {})  # shard -> Event set when the thread fetching it is done
     _inflight_lock = per_process(lambda self: threading.Lock())
     _mirroring = per_process(lambda self: False)  # the background fetch of the split has started here
+    _kept = per_process(lambda self: {})  # shard -> tokens a batch's prefetch fetched but could not copy
 
     def _fetch(self, i: int) -> np.ndarray:
         raise NotImplementedError
@@ -97,7 +99,8 @@ class CopiedShards:
             key, path = self._found.pop(i, None) or (self._copy_key(i), None)
             self._copy_keys[i] = key
             copy = self._open_copy(i, key, path)
-            if copy is None:
+            tokens = self._kept.pop(i, None) if copy is None else None  # fetched by this batch's prefetch
+            if copy is None and tokens is None:
                 tokens = self._ensure_copy(i, key)
                 copy = self._open_copy(i, key) if tokens is None else None
             if copy is not None:
@@ -223,11 +226,12 @@ class CopiedShards:
                 else:
                     found[i] = (key, path)  # for ``_copied_tokens``, moments later
         if len(todo) > 1 or (todo and self._mirroring):
-            list(self._fetcher.map(self._fetch_once, todo))
+            list(self._fetcher.map(functools.partial(self._fetch_once, keep=True), todo))
 
-    def _fetch_once(self, i: int) -> None:
+    def _fetch_once(self, i: int, keep: bool = False) -> None:
         """Make shard ``i``'s copy unless another thread of this process is making it (then wait for
-        that one). Errors are left for ``_copied_tokens`` to meet again and raise."""
+        that one). Errors are left for ``_copied_tokens`` to meet again and raise. ``keep`` (a batch's
+        prefetch): tokens whose copy could not be written are kept for the batch, not fetched again."""
         with self._inflight_lock:
             busy = self._inflight.get(i)
             if busy is None:
@@ -236,7 +240,9 @@ class CopiedShards:
             busy.wait()
             return
         try:
-            self._ensure_copy(i)
+            tokens = self._ensure_copy(i)
+            if keep and tokens is not None:
+                self._kept[i] = tokens
         except Exception:  # noqa: BLE001 - raised again, naming the shard, when it is opened
             pass
         finally:
