@@ -160,9 +160,9 @@ def test_the_background_fetch_lets_its_reader_go_and_then_stops(store_builder, t
     gate, calls, batch_reader = threading.Event(), [], []
     real_fetch = MemmapReader._fetch_once
 
-    def fetch(i):  # static: a mirror thread blocked here holds no reader; the batch's own fetches are real
+    def fetch(i, keep=False):  # static: a mirror thread blocked here holds no reader; the batch's own are real
         if not threading.current_thread().name.startswith("lmdata-mirror"):
-            return real_fetch(batch_reader[0], i)
+            return real_fetch(batch_reader[0], i, keep)
         calls.append(i)
         gate.wait(60)
 
