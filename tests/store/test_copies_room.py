@@ -159,6 +159,11 @@ def test_copies_read_for_hours_are_marked_used_again(sample_store, tmp_path, mon
     reader._used_due = 0.0  # USED_EVERY_S later
     reader.windows(starts[:4], 65)
     assert all(c.stat().st_mtime > time.time() - 600 for c in copies)
+    for c in copies:  # documents read (``lmdata show``) mark them too
+        os.utime(c, (day_ago, day_ago))
+    reader._used_due = 0.0
+    reader.document(0)
+    assert all(c.stat().st_mtime > time.time() - 600 for c in copies)
 
 
 def test_copies_that_cannot_be_written_warn_once(tmp_path, monkeypatch):

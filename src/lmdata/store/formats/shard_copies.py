@@ -82,6 +82,12 @@ class CopiedShards:
             self._mark_used()
         return super()._raw_windows(starts, length)  # type: ignore[misc]
 
+    def _raw_span(self, i: int, lo: int, hi: int) -> np.ndarray:
+        """As ``RawWindows._raw_span`` (a document's tokens), the copies marked used as by ``_raw_windows``."""
+        if self.copies is not None and time.monotonic() >= self._used_due:
+            self._mark_used()
+        return super()._raw_span(i, lo, hi)  # type: ignore[misc]
+
     _used_due = 0.0
 
     def _mark_used(self) -> None:
