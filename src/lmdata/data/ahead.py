@@ -45,8 +45,8 @@ def check_ahead_on() -> bool:
 
 class LookAhead:
     """A batch sampler handing out ``sampler``'s reads, every ``GROUP`` reads giving ``check`` the ``GROUP``
-    after the current one, one by one (see the module docstring); ``check`` returns the blocks the jobs finished since its last call checked (-1:
-    none finished yet)."""
+    after the current one, one by one (see the module docstring); ``check`` returns the blocks the jobs
+    finished since its last call checked (-1: none finished yet)."""
 
     def __init__(self, sampler: Iterable[list[int]], check: Callable[[list[int]], int]) -> None:
         self.sampler, self.check = sampler, check

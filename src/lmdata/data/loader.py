@@ -229,8 +229,8 @@ class TokenLoader:
             threads = isinstance(self._dl, ThreadReads)  # reads in this process: nothing forked, nothing to freeze
             workers, context = (0, None) if threads else (self._dl.num_workers, self._dl.multiprocessing_context)
             # forked workers: no background fetch starts until they are made (each fork would wait for one)
-            with gc_frozen_for_fork(workers, context), background.paused() if forks_workers(workers, context) \
-                    else contextlib.nullcontext():
+            pause = background.paused() if forks_workers(workers, context) else contextlib.nullcontext()
+            with gc_frozen_for_fork(workers, context), pause:
                 it = iter(self._dl)
         if self._dl.num_workers:
             defer_sigchld_errors()

@@ -36,8 +36,7 @@ _stopping = threading.Event()  # set at exit: no new fetch
 _threads: list[threading.Thread] = []
 _state = threading.Condition()  # guards the two below; held across a fork
 _running = 0  # fetches inside ``fetching()`` now
-_forking = False  # a fork is being made: no fetch starts
-_paused = 0  # ``paused()`` blocks entered and not left: no fetch starts
+_paused = 0  # ``paused()`` blocks entered and not left, and a fork being made: no fetch starts
 _own = threading.local()  # .n: the fetches this thread is inside (a fork it makes does not wait for them)
 
 
@@ -60,7 +59,7 @@ def fetching() -> Iterator[None]:
     """Held around one remote fetch: a fork waits for it to end, and it does not start during a fork."""
     global _running
     with _state:
-        _state.wait_for(lambda: not _forking and not _paused)
+        _state.wait_for(lambda: not _paused)
         _running += 1
     _own.n = getattr(_own, "n", 0) + 1
     try:
@@ -102,22 +101,22 @@ def _stop() -> None:
 
 
 def _before_fork() -> None:
-    global _forking
+    global _paused
     _state.acquire()  # held until the fork is made: no thread is inside it then
-    _forking = True
+    _paused += 1  # (while ``_idle`` waits, the lock is let go: no fetch may start meanwhile)
     _idle()
 
 
 def _after_fork_in_parent() -> None:
-    global _forking
-    _forking = False
+    global _paused
+    _paused -= 1
     _state.notify_all()
     _state.release()
 
 
 def _after_fork_in_child() -> None:
-    global _state, _running, _forking, _paused, _threads
-    _state, _running, _forking, _paused, _threads = threading.Condition(), 0, False, 0, []  # no parent's thread here
+    global _state, _running, _paused, _threads
+    _state, _running, _paused, _threads = threading.Condition(), 0, 0, []  # no parent's thread here
 
 
 atexit.register(_stop)

@@ -87,16 +87,29 @@ class ByteCache:
 
     def evict(self) -> None:
         """Delete least recently used chunks until the cache holds at most ``max_bytes``."""
-        evict_oldest((p for p in self.directory.glob("*/*") if not p.name.startswith(".")), self.max_bytes,
-                     lambda path: path.unlink(missing_ok=True))
+        evict_oldest(self._by_age(), self.max_bytes, lambda path: path.unlink(missing_ok=True))
 
     def size(self) -> int:
-        return sum(p.stat().st_size for p in self.directory.glob("*/*") if not p.name.startswith("."))
+        return sum(size for _, size, _ in self._by_age())
+
+    def _by_age(self) -> list[tuple[float, int, Path]]:
+        return by_age(p for p in self.directory.glob("*/*") if not p.name.startswith("."))
 
 
-def evict_oldest(paths: Iterable[Path], max_bytes: int, remove: Callable[[Path], None]) -> None:
-    """``remove`` the least recently modified of ``paths`` until the rest hold at most ``max_bytes``
-    (a file gone meanwhile, removed by another process, counts as nothing)."""
+def evict_oldest(entries: list[tuple[float, int, Path]], max_bytes: int, remove: Callable[[Path], None]) -> None:
+    """``remove`` the least recently modified of ``entries`` (``by_age``'s listing) until the rest hold
+    at most ``max_bytes``."""
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= max_bytes:
+            break
+        remove(path)
+        total -= size
+
+
+def by_age(paths: Iterable[Path]) -> list[tuple[float, int, Path]]:
+    """``(mtime, size, path)`` of each of ``paths`` still there (a file gone meanwhile, removed by another
+    process, is left out), the least recently modified first."""
     entries = []
     for path in paths:
         try:
@@ -104,12 +117,7 @@ def evict_oldest(paths: Iterable[Path], max_bytes: int, remove: Callable[[Path],
         except FileNotFoundError:
             continue
         entries.append((st.st_mtime, st.st_size, path))
-    total = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries):
-        if total <= max_bytes:
-            break
-        remove(path)
-        total -= size
+    return sorted(entries)
 
 
 KEEP_FREE = 0.10  # of the disk this user can reach: what copies of remote data never take

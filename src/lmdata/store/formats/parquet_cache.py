@@ -37,7 +37,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.atomic import TMP_MARK, temp_path
-from lmdata.io.cache import bytes_short, cache_root, evict_oldest, held_lock, keep_free
+from lmdata.io.cache import by_age, bytes_short, cache_root, evict_oldest, held_lock, keep_free
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 
 DEFAULT_CACHE_BYTES = 64 << 30
@@ -142,7 +142,8 @@ class DecodedShards:
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
-                evict_oldest(self.root.glob("*/*.bin"), self.size() // 2, self.drop)
+                copies = self._by_age()
+                evict_oldest(copies, sum(size for _, size, _ in copies) // 2, self.drop)
                 self._write(path, tokens)
         except OSError as exc:
             if exc.errno in FOR_GOOD:
@@ -181,21 +182,20 @@ class DecodedShards:
         short = bytes_short(self.root, nbytes)
         if short <= 0:
             return True
-        held = self.size()
+        copies = self._by_age()
+        held = sum(size for _, size, _ in copies)
         if held < short:
             return False
-        evict_oldest(self.root.glob("*/*.bin"), held - int(short), self.drop)
+        evict_oldest(copies, held - int(short), self.drop)
         return bytes_short(self.root, nbytes) <= 0  # a copy open in a process frees its space when closed
 
     def size(self) -> int:
         """Bytes of the copies here (their sidecars not counted, as the budget does not)."""
-        total = 0
-        for p in self.root.glob("*/*.bin"):
-            try:
-                total += p.stat().st_size
-            except FileNotFoundError:
-                pass
-        return total
+        return sum(size for _, size, _ in self._by_age())
+
+    def _by_age(self) -> list[tuple[float, int, Path]]:
+        """The copies here (not their sidecars), least recently used first (``io.cache.by_age``)."""
+        return by_age(self.root.glob("*/*.bin"))
 
     def sums(self, path: str | Path) -> BlockSums:
         sidecar = os.fspath(path) + SIDECAR_SUFFIX
@@ -211,7 +211,7 @@ class DecodedShards:
         """Delete what writers killed mid-copy left (``remove_leftovers``), then the least recently opened
         copies until the cache holds at most ``max_bytes``."""
         self.remove_leftovers()
-        evict_oldest(self.root.glob("*/*.bin"), self.max_bytes, self.drop)
+        evict_oldest(self._by_age(), self.max_bytes, self.drop)
 
     def remove_leftovers(self, age_s: float = LEFTOVER_AGE_S) -> None:
         """Temporary files (a DataLoader worker ends by ``os._exit``, maybe mid-``put``; a process killed)
