@@ -62,6 +62,9 @@ PIECE_TOKENS = 1024
 # most 1,024 x PIECE_TOKENS ids, 4 MiB of int32) instead of 128: a shard's ~13 column chunks of each
 # column become ~2, so ~1/6 of the page headers, statistics and zstd calls (32 real 1 Mi-token shards,
 # encode alone: 7.5-8.8 -> 6.6-6.9 CPU ms a shard) and 8% fewer bytes (1.586 -> 1.456 MB a shard).
+# Tokens pages compressed with zstd's level-1 search narrowed to 7+-byte matches in a 256-entry
+# table (``parquet_encode._pages_zstd``): 10 real shards, encode alone 5.5 -> 3.9 CPU ms a shard,
+# 0.3% fewer bytes, pyarrow's decode no slower (4.8 ms a shard either way).
 ROW_GROUP_ROWS = 1024
 
 DEFAULT_CACHE_BYTES = 1 << 30  # decoded shards kept in a process's memory when the machine's cache is off
