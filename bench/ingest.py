@@ -211,9 +211,13 @@ def reading(rows: list[dict]) -> str:
         if base and case.startswith("ingest:"):
             lines.append(f"- `{case}`: {r['cpu_s'] / base['cpu_s'] - 1:+.0%} CPU time, "
                          f"{r['mb_s'] / base['mb_s'] - 1:+.0%} MB/s")
+    net = _net_cost(by)
+    without = ("all three formats not run" if net != net else
+               f"without them all three formats cost ~{net:+.0%} CPU here" if net >= 0 else
+               "here they are as large as the formats' whole extra CPU time: read the larger corpus")
     lines.append("- fixed costs are in these figures: importing pyarrow + lance (~0.4 CPU s, measured alone) and "
                  "loading the tokenizer in the main process too (~0.25 CPU s), constants that vanish on multi-GB "
-                 f"inputs (without them all three formats cost ~{_net_cost(by):+.0%} CPU here); the rest is "
+                 f"inputs ({without}); the rest is "
                  "Parquet/Lance encoding (zstd), sha256 of every shard file and the fsyncs")
     memmap, all3 = by.get("ingest:memmap"), by.get("ingest:memmap+parquet+lance")
     if base and memmap:
