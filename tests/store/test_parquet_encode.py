@@ -215,3 +215,20 @@ def test_a_flipped_byte_in_any_page_is_refused(column):
             damaged[at] ^= 0x10
             with pytest.raises(OSError, match="CRC"):
                 pq.ParquetFile(pa.BufferReader(bytes(damaged)), page_checksum_verification=True).read()
+
+
+def test_shards_encoded_on_several_threads_at_once_are_the_files_one_thread_writes():
+    """Tokens pages go through a zstd context per thread (``parquet_encode._pages_zstd``): shards
+    encoded concurrently (a writer thread per split, Ray tasks' threads) come out byte for byte as
+    one at a time, each one pyarrow's rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shards = [shard([1, 2 * PIECE_TOKENS + 5, 0, 900] * 30 + [seed + 1], np.uint16, seed=seed, high=seed % 2)
+              for seed in range(8)]
+    alone = [encoded(*s) for s in shards]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda s: encoded(*s), shards * 3))
+    assert together == alone * 3
+    for (tokens, doc_starts), data in zip(shards, alone):
+        got = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read()
+        assert got.equals(rows_table(tokens, doc_starts, FIRST_DOC, FIRST_TOKEN))
