@@ -241,9 +241,9 @@ def _pages_zstd() -> Any:
     but matches of 7+ bytes found through a 256-entry hash table (level 1: 6+, 2^13 entries). A
     BYTE_STREAM_SPLIT page's high-byte stream (ids < 8,192: 5 bits a byte) is full of short matches
     that level 1 finds and that pay less than Huffman-coding those bytes as literals. 10 real 1 Mi-token
-    shards' pages, CPU ms a shard (best; median of 5) and bytes a token: level 1 4.33; 5.65 -> 2.77;
-    3.80 at 1.366 -> 1.361; 50,257 ids 3.32 -> 2.46 at 1.483 -> 1.482; uint32 ids the same 4.1-4.2 ms
-    and size. Any zstd reader reads it (only the compressor's search differs)."""
+    shards' pages, 5 rounds: level 1 4.33 CPU ms a shard at best (median 5.65), this 2.77 (3.80), at
+    1.366 -> 1.361 bytes a token; 50,257-id shards 3.32 -> 2.46 ms at 1.483 -> 1.482; uint32 ids
+    4.1-4.2 ms and the same size either way. Any zstd reader reads it (only the search differs)."""
     compressor = getattr(_THREAD, "zstd", None)
     if compressor is None:
         import zstandard
