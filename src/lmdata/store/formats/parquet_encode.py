@@ -96,16 +96,17 @@ def _list(elem: int, items: list) -> bytes:
 
 @functools.cache
 def _file_constants(dtype: str) -> tuple[bytes, bytes, bytes]:
-    """The schema elements, ``ARROW:schema`` key/values and column orders of a ``dtype`` shard:
-    the key/values are taken from pyarrow writing an empty table, so it reads back its own schema."""
+    """The schema elements, ``ARROW:schema`` key/values and column orders of a ``dtype`` shard.
+    ``ARROW:schema`` is what pq.write_table stores (the schema's IPC message, base64), so pyarrow reads
+    back its own schema. Serialized here rather than taken from pq.write_table writing an empty table,
+    which imports pandas (~0.2 CPU s in every process that writes Parquet)."""
+    import base64
+
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     tokens = pa.list_(pa.from_numpy_dtype(dtype))
     arrow = pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()), ("tokens", tokens)])
-    sink = pa.BufferOutputStream()
-    pq.write_table(arrow.empty_table(), sink)
-    pairs = pq.read_metadata(pa.BufferReader(sink.getvalue())).metadata or {}
+    pairs = {b"ARROW:schema": base64.b64encode(arrow.serialize().to_pybytes())}
     bits, converted = (16, _UINT_16) if dtype == "uint16" else (32, _UINT_32)
     element = _struct((1, _I32, _INT32), (3, _I32, _OPTIONAL), (4, _BINARY, b"element"), (6, _I32, converted),
                       (10, _STRUCT, _struct((10, _STRUCT, _struct((1, _I8, bits), (2, _TRUE, False))))))
