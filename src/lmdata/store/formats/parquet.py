@@ -134,11 +134,24 @@ def flat_tokens(column: Any, dtype: np.dtype) -> np.ndarray:
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
-        chunks = [c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks]
+        chunks = [numpy_values(c.flatten()) for c in column.chunks]
         if len(chunks) == 1:
             return chunks[0]
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
-    return column.flatten().to_numpy(zero_copy_only=False)
+    return numpy_values(column.flatten())
+
+
+def numpy_values(array: Any) -> np.ndarray:
+    """A primitive Arrow array's values as a zero-copy NumPy view of its data buffer. pyarrow's
+    ``to_numpy`` imports pandas (~0.2 CPU s, in a process's first decode of a shard); an array with
+    nulls (never in an lmdata shard) or of another type still goes through it."""
+    import pyarrow as pa
+
+    if array.null_count or not pa.types.is_integer(array.type):
+        return array.to_numpy(zero_copy_only=False)
+    kind = "u" if pa.types.is_unsigned_integer(array.type) else "i"
+    values = np.dtype(f"{kind}{array.type.bit_width // 8}")
+    return np.frombuffer(array.buffers()[1], dtype=values, count=len(array), offset=array.offset * values.itemsize)
 
 
 ROW_COLUMNS = ("doc_id", "token_offset", "tokens")
