@@ -58,3 +58,29 @@ def test_other_tools_read_the_split_token_values(make_store):
     assert np.array_equal(np.concatenate([np.array(t, np.int64) for (t,) in by_duckdb]), syn.stream)
     by_polars = pl.read_parquet(files).sort("token_offset")["tokens"].explode().to_numpy()
     assert np.array_equal(by_polars.astype(np.int64), syn.stream)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["uint16", "uint32", "int64", "int8"]), st.lists(st.integers(0, 40), max_size=12),
+       st.integers(0, 5), st.integers(0, 5), st.booleans())
+def test_decoded_values_are_what_to_numpy_gives(dtype, lengths, cut_front, cut_back, with_null):
+    """``numpy_values`` (the data buffer, read without pyarrow's ``to_numpy``, which imports pandas)
+    gives ``to_numpy``'s values for sliced list columns of every chunking, and falls back to it for
+    an array with nulls."""
+    import pyarrow as pa
+
+    from lmdata.store.formats.parquet import flat_tokens, numpy_values
+
+    n = sum(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = pa.array(np.arange(n) % 100, type=pa.from_numpy_dtype(np.dtype(dtype)))
+    lists = pa.ListArray.from_arrays(pa.array(offsets), values)
+    lists = lists.slice(min(cut_front, len(lists)), max(0, len(lists) - cut_front - cut_back))
+    want = lists.flatten().to_numpy(zero_copy_only=False)
+    assert np.array_equal(numpy_values(lists.flatten()), want) and numpy_values(lists.flatten()).dtype == want.dtype
+    half = len(lists) // 2
+    chunked = pa.chunked_array([lists.slice(0, half), lists.slice(half)], type=lists.type)
+    assert np.array_equal(flat_tokens(chunked, np.dtype(dtype)), want)
+    if with_null:
+        nullable = pa.array([1, None, 3], type=pa.from_numpy_dtype(np.dtype(dtype)))
+        assert np.array_equal(numpy_values(nullable), nullable.to_numpy(zero_copy_only=False), equal_nan=True)
