@@ -151,6 +151,8 @@ def numpy_values(array: Any) -> np.ndarray:
         return array.to_numpy(zero_copy_only=False)
     kind = "u" if pa.types.is_unsigned_integer(array.type) else "i"
     values = np.dtype(f"{kind}{array.type.bit_width // 8}")
+    if not len(array):  # (an empty array may have no data buffer)
+        return np.zeros(0, values)
     return np.frombuffer(array.buffers()[1], dtype=values, count=len(array), offset=array.offset * values.itemsize)
 
 
