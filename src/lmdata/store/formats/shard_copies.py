@@ -74,23 +74,24 @@ class CopiedShards:
             return self._fetch(i)
 
     def _raw_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """As ``RawWindows._raw_windows``; every ``USED_EVERY_S`` the copies opened here are marked used.
-        Read through a mapping, a copy is otherwise used last when it was opened: a run reading for
-        hours would see another process evict the copies it is reading (their inodes live on, mapped
-        here, while the others fetch them again) before the ones nobody reads."""
-        if self.copies is not None and time.monotonic() >= self._used_due:
-            self._mark_used()
+        """As ``RawWindows._raw_windows``, the copies marked used when due (``_mark_used``)."""
+        self._mark_used()
         return super()._raw_windows(starts, length)  # type: ignore[misc]
 
     def _raw_span(self, i: int, lo: int, hi: int) -> np.ndarray:
-        """As ``RawWindows._raw_span`` (a document's tokens), the copies marked used as by ``_raw_windows``."""
-        if self.copies is not None and time.monotonic() >= self._used_due:
-            self._mark_used()
+        """As ``RawWindows._raw_span`` (a document's tokens), the copies marked used when due."""
+        self._mark_used()
         return super()._raw_span(i, lo, hi)  # type: ignore[misc]
 
     _used_due = 0.0
 
     def _mark_used(self) -> None:
+        """Every ``USED_EVERY_S``, mark the copies opened here used. Read through a mapping, a copy is
+        otherwise used last when it was opened: a run reading for hours would see another process evict
+        the copies it is reading (their inodes live on, mapped here, while the others fetch them again)
+        before the ones nobody reads."""
+        if self.copies is None or time.monotonic() < self._used_due:
+            return
         self._used_due = time.monotonic() + USED_EVERY_S
         for i in list(self._copy_keys):
             source = self._sources[i]
