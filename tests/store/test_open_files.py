@@ -8,6 +8,7 @@ printed at interpreter exit (no "Exception ignored in ..." from a finalizer).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -72,6 +73,48 @@ def test_readers_stay_under_a_low_open_file_limit(many_shards):
     assert done.stderr == "", done.stderr[-3000:]  # nothing printed, at exit or before
 
 
+PREAD = {**os.environ, "LMDATA_MAP_SHARDS": "0"}  # the descriptor pool's tests: every window a pread
+
+MAPPED = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+    from lmdata.io.descriptors import descriptors
+    from lmdata.store import open_store
+
+    def table():
+        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("FDSize:"))
+
+    before = table()
+    reader = open_store(sys.argv[1]).reader("train", sys.argv[2])
+    n = (reader.n_tokens - 1) // 32
+    for k in range(0, n, 4096):  # every window: every shard
+        reader.windows(np.arange(k, min(n, k + 4096)) * 32, 33)
+    print(len(reader.shards), int((reader._mappings.bases != 0).sum()), len(descriptors().fds), table() - before)
+""")
+MAPPED_LIMIT = 4096  # the pool moves descriptors above 1,024 at this limit: the table had grown past 2,048
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_mapped_shards_hold_no_descriptor_and_the_descriptor_table_never_grows(many_shards, fmt):
+    """Mapped (the default), a shard's first touch maps it and closes its descriptor, a few dozen at a time:
+    every window of 1,000+ shards is read, none is held, and the process's descriptor table does not
+    grow (each growth in a process with threads waits for an RCU grace period: 7-15 ms here).
+    Parquet: the machine's decoded copies, made by a process before (the one making them holds them)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < MAPPED_LIMIT:
+        pytest.skip(f"hard open-file limit {hard} < {MAPPED_LIMIT}")
+    run = [sys.executable, "-c", MAPPED.format(limit=MAPPED_LIMIT), str(many_shards), fmt]
+    env = {**os.environ, "LMDATA_MAP_SHARDS": "1"}
+    for attempt in range(2 if fmt == "parquet" else 1):  # Parquet: the first run makes the copies
+        done = subprocess.run(run, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    shards, mapped, held, grown = map(int, done.stdout.split())
+    assert shards >= 1000 and (mapped, held, grown) == (shards, 0, 0)
+
+
 HELD = textwrap.dedent("""
     import resource, sys
     import numpy as np
@@ -102,7 +145,7 @@ def test_a_store_of_more_shards_than_a_quarter_of_the_limit_keeps_every_shard_op
         pytest.skip(f"hard open-file limit {hard} < {limit}")
     assert limit // 4 < n <= main_pool_size(limit)
     done = subprocess.run([sys.executable, "-c", HELD.format(limit=limit), str(many_shards)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=PREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     shards, held, closed = map(int, done.stdout.split())
     assert (shards, held, closed) == (n, n, 0)
@@ -134,7 +177,8 @@ def test_past_the_pool_a_batch_opens_what_it_misses_and_the_pool_keeps_what_it_h
     """Under a limit far below the shard count (128 descriptors, 1,000+ shards), once every shard has been
     met the pool closes nothing (its epoch stands), every window is the shard files' bytes, and the
     descriptors a batch opened are closed after it."""
-    done = subprocess.run([sys.executable, "-c", PAST, str(many_shards)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", PAST, str(many_shards)], capture_output=True, text=True, timeout=300,
+                          env=PREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     shards, size, held, closed, same, open_now = done.stdout.split()
     assert int(shards) > 10 * int(size) and int(held) == int(size)

@@ -51,7 +51,16 @@ def test_windows_are_the_same_mapped_or_read(make_store, fmt, compiled, monkeypa
     assert len(descriptors().fds) <= descriptors().size
 
 
-def test_a_memmap_shard_removed_under_the_reader_is_an_error_naming_it(make_store):
+def _pread_only(monkeypatch) -> None:
+    """``LMDATA_MAP_SHARDS=0`` for this test: every window a ``pread`` through the descriptor pool."""
+    from lmdata.io import mappings
+
+    monkeypatch.setattr(mappings, "_switch", [])
+    monkeypatch.setenv("LMDATA_MAP_SHARDS", "0")
+
+
+def test_a_memmap_shard_removed_under_the_reader_is_an_error_naming_it(make_store, monkeypatch):
+    _pread_only(monkeypatch)
     syn = make_store(["memmap"])
     reader = open_store(syn.path).reader("train", "memmap")
     starts = _starts(syn, n=8)
@@ -63,7 +72,20 @@ def test_a_memmap_shard_removed_under_the_reader_is_an_error_naming_it(make_stor
         reader.windows(starts, 1025)
 
 
-def test_a_decoded_parquet_copy_evicted_under_the_reader_is_decoded_again(make_store):
+def test_a_mapped_shard_removed_under_the_reader_still_reads_its_bytes(make_store):
+    """A mapping holds the file's data, as an open descriptor does: removing the file changes nothing."""
+    syn = make_store(["memmap"])
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = _starts(syn, n=8)
+    reader.windows(starts, 1025)
+    assert reader._mappings.bases.all() and not descriptors().fds  # mapped at the first batch, nothing held
+    for f in (syn.path / "train" / "memmap").glob("tokens-*.bin"):
+        f.unlink()
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+
+
+def test_a_decoded_parquet_copy_evicted_under_the_reader_is_decoded_again(make_store, monkeypatch):
+    _pread_only(monkeypatch)
     syn = make_store(["parquet"])
     reader = open_store(syn.path).reader("train", "parquet")
     starts = _starts(syn, n=64)
@@ -129,8 +151,12 @@ def test_one_reader_shared_by_threads_whose_pools_keep_closing_descriptors(make_
     assert len({id(a) for a in arrays}) == 4  # no thread read another's descriptors
 
 
-def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store):
-    """One C call (``open_shards``) opens the split's shards and loads their CRCs at the first batch."""
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pread"])
+def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store, mapped, monkeypatch):
+    """One C call (``open_shards``) opens the split's shards and loads their CRCs at the first batch; mapped,
+    each is mapped then and its descriptor closed again, else the pool holds it."""
+    if not mapped:
+        _pread_only(monkeypatch)
     syn = make_store(["memmap"], shard_tokens=2_000)
     reader = open_store(syn.path).reader("train", "memmap")
     starts = _starts(syn, n=3)
@@ -138,7 +164,8 @@ def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store):
     assert reader._n_sources == len(reader.shards) > 10
     assert (reader._mode == 1).all()  # every shard's CRCs in the flat array, each sidecar's sha256 checked
     held = descriptors().fds
-    assert all(str(syn.path / "train" / "memmap" / s.files[0].path) in held for s in reader.shards)
+    assert reader._mappings.bases.all() == mapped
+    assert all((str(syn.path / "train" / "memmap" / s.files[0].path) in held) != mapped for s in reader.shards)
     starts = _starts(syn, seed=1)
     np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
 

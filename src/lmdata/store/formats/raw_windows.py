@@ -7,8 +7,8 @@ Parquet shard decoded with the machine's cache off). They are read here:
 - **opened at once**: a process's first batch opens every shard of the split it can hold
   (``_first_touch``: one ``io._preads.open_shards`` call; up to ``OPEN_AT_ONCE``), so no later
   batch pays a shard's first touch;
-- **out of mappings**: once the first batch has opened them, every shard is mapped read-only
-  (``io.mappings``; ``_map_opened``, then ``_map_batch`` for the ones a batch meets later) and
+- **out of mappings**: the first batch's first touch maps every shard read-only and closes its
+  descriptor again (``io.mappings``; ``_open_and_map``, then ``_map_batch`` for a shard met later) and
   a batch is one ``io._preads.read_mapped`` call that finds each window's pieces and copies
   them out (~0.35 us a window at any shard count, against ~1.6 us and more at 1,000+ files for
   a ``pread``);
@@ -107,7 +107,9 @@ class RawWindows(MappedWindows):
         each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
         ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
         loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
-        Every descriptor opened is the pool's."""
+        Every descriptor opened is the pool's (mapped shards: none is kept, ``_open_and_map``)."""
+        if read_mapped is not None and mapping_on():
+            return self._open_and_map(shards, paths, sidecars, sidecar_bytes)
         pool = descriptors()
         n = min(len(shards), pool.room())
         shards, paths = shards[:n], paths[:n]
@@ -221,6 +223,9 @@ class RawWindows(MappedWindows):
             if not self._opened_all:  # the process's first batch: every shard it can hold, opened at once
                 self._opened_all = True
                 self._first_touch(list(range(min(len(self.shards), OPEN_AT_ONCE))), sums=self.verify != "size")
+                out = self._read_mapped(starts, length) if mappable else None  # the first touch mapped them
+                if out is not None:
+                    return out
             self._prefetch(shard)
         out = np.empty((len(starts), length), dtype=self.dtype)
         if read_windows is not None and len(shard) and self._read_in_c(shard, lows, nbytes, out):
