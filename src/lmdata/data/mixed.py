@@ -25,6 +25,7 @@ import numpy as np
 from lmdata.data.ahead import GROUP as AHEAD_GROUP
 from lmdata.data.permutation import Permutation, derive_key
 from lmdata.errors import LmdataError
+from lmdata.store.windows import sorted_unique
 
 _D = 1 << 24  # weight resolution of each tree node
 
@@ -108,7 +109,7 @@ class MixedDataset:
             sel = np.flatnonzero(src == i)
             if sel.size:
                 passes, rest = np.divmod(local[sel], len(d))
-                for p in np.unique(passes).tolist():
+                for p in sorted_unique(passes).tolist():
                     at = sel[passes == p]
                     local[at] = self._permutation(i, p)(rest[passes == p])
         return src, local
@@ -144,7 +145,7 @@ class MixedDataset:
         windows = info = None
         if not len(src):
             return np.empty((0, self.seq_len + 1), dtype=dtype)
-        for i in np.unique(src):
+        for i in sorted_unique(src):
             at = np.flatnonzero(src == i)
             d = self.datasets[i]
             part = d.batch(local[at].tolist(), dtype=dtype) if hasattr(d, "batch") else d.__getitems__(local[at].tolist())
@@ -165,7 +166,7 @@ class MixedDataset:
         located[tuple(indices)] = (src, local)
         while len(located) > AHEAD_GROUP + 1:
             del located[next(iter(located))]
-        found = [d.check_ahead(local[src == i].tolist()) for i in np.unique(src).tolist()
+        found = [d.check_ahead(local[src == i].tolist()) for i in sorted_unique(src).tolist()
                  if hasattr(d := self.datasets[i], "check_ahead")]
         known = [f for f in found if f >= 0]
         return sum(known) if known else -1 if found else 0

@@ -496,4 +496,4 @@ def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:
     lo, hi = int(frag.min()), int(frag.max())
     if lo == hi:
         return [(lo, slice(None))]
-    return [(f, frag == f) for f in np.unique(frag).tolist()]
+    return [(f, frag == f) for f in sorted_unique(frag).tolist()]

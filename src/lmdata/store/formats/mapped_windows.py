@@ -18,6 +18,7 @@ import numpy as np
 from lmdata.io.descriptors import open_shards
 from lmdata.io.mappings import Mappings, check_ahead, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
+from lmdata.store.windows import sorted_unique
 
 OPEN_TO_MAP = 32  # descriptors a first touch holds at once: below 64, the size a process's table starts at
 
@@ -101,7 +102,7 @@ class MappedWindows:
             self._mapped_opened = True
             self._map_opened(check)
         shard, _, _ = self._pieces(starts, length)
-        missing = np.unique(shard[maps.bases[shard] == 0])
+        missing = sorted_unique(shard[maps.bases[shard] == 0])
         if not len(missing):
             return False
         paths = [self._mappable_path(i, check) for i in missing.tolist()]

@@ -174,7 +174,7 @@ class RawWindows(MappedWindows):
         if (fds >= 0).all():
             return fds
         epoch = pool.epoch
-        missing = np.unique(shards[fds < 0]).tolist()
+        missing = sorted_unique(shards[fds < 0]).tolist()
         if self._n_sources < len(self.shards):
             self._first_touch([i for i in missing if self._sources[i] is None], sums=False)
         try:
@@ -266,7 +266,7 @@ class RawWindows(MappedWindows):
         if pool.room():
             return None
         shard, _, _ = self._pieces(starts, length)
-        missing = np.unique(shard[fd_of[shard] < 0]).tolist()
+        missing = sorted_unique(shard[fd_of[shard] < 0]).tolist()
         sources, held, mode, check = self._sources, pool.fds, self._mode, self.verify != "size"
         todo, paths = [], []
         for i in missing:
@@ -326,7 +326,7 @@ class RawWindows(MappedWindows):
             mode = self._mode
             new = mode[shards] == 0
             if new.any():
-                met = np.unique(shards[new]).tolist()
+                met = sorted_unique(shards[new]).tolist()
                 self._first_touch(met, sums=True)
                 for i in met:
                     if mode[i] == 0:
@@ -373,16 +373,16 @@ class RawWindows(MappedWindows):
         mode = self._mode
         new = mode[owner] == 0
         if new.any():
-            for i in np.unique(owner[new]).tolist():  # shards met for the first time here
+            for i in sorted_unique(owner[new]).tolist():  # shards met for the first time here
                 self._learn_sums(i)
         fast = mode[owner] == _FAST
         if not fast.all():
-            for i in np.unique(owner[~fast]).tolist():
+            for i in sorted_unique(owner[~fast]).tolist():
                 self._check_blocks(i, todo[owner == i] - int(block_base[i]))
             todo, owner = todo[fast], owner[fast]
         bad = self._bad_blocks(todo, owner)
         if bad.any():
-            for i in np.unique(owner[bad]).tolist():  # its own check names the block (or recovers: a stale copy)
+            for i in sorted_unique(owner[bad]).tolist():  # its own check names the block (or recovers: a stale copy)
                 self._check_blocks(i, todo[owner == i] - int(block_base[i]))
         done[todo] = True
 
