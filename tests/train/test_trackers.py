@@ -129,3 +129,25 @@ def test_missing_package_names_the_extra(sample_store, tmp_path, capsys, monkeyp
     code, _, err = run_cli(["train", "--store", str(sample_store), "--out", str(tmp_path / "r"), "--log", "wandb"],
                            capsys)
     assert code == 1 and "pip install 'lmdata[track]'" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_wandb_without_a_login_is_one_line_and_leaves_no_run(sample_store, tmp_path):
+    """W&B online with no API key anywhere (no WANDB_API_KEY, no netrc, no terminal to ask on): W&B raises
+    its UsageError at ``wandb.init``, after the run directory was made; the user gets one line saying
+    what to do, and the directory this run created is gone. A fresh process: W&B keeps global state
+    from an earlier ``wandb.init`` in the same interpreter (the offline test's)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path / "home"), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+               NETRC=str(tmp_path / "home" / ".netrc"))
+    out = tmp_path / "r"
+    done = subprocess.run([sys.executable, "-m", "lmdata", "train", "--store", str(sample_store), "--out", str(out),
+                           "--steps", "2", "--log", "wandb", "--no-progress", *FLAGS],
+                          capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--log wandb: W&B did not start" in last and "wandb login" in last and "WANDB_MODE=offline" in last, last
+    assert "Traceback" not in done.stderr and not out.exists()

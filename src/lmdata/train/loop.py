@@ -56,7 +56,7 @@ from lmdata.train.loss import cross_entropy
 from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics
 from lmdata.train.optim import AdamW, clip_gradients
 from lmdata.train.schedule import cosine_lr
-from lmdata.train.trackers import Trackers, check_installed
+from lmdata.train.trackers import check_installed, start_trackers
 
 
 @dataclass
@@ -401,6 +401,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     run = TrainingRun(cfg, dist, say)
     start = run.resume()
     cfg = run.cfg  # the preset's defaults filled in (and --grad-accum of an elastic resume)
+    created = dist.main and not run.out.exists()  # removed again if a tracker cannot start
     if dist.main:
         claim_run_dir(run.out)
         truncate_metrics(run.out / METRICS, start)
@@ -417,7 +418,6 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     if run.mix is not None:
         say("mixture: " + ", ".join(f"{m['store']}:{m['split']} {w:.1%}" for m, w in
                                     zip(run.mix, run.train_ds.fractions())))
-
     model: torch.nn.Module = run.model
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
@@ -431,7 +431,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     result = TrainResult(out=run.out, start_step=start, steps=run.steps)
     batches = forever(run.loader)
     bar = progress(cfg.progress and dist.main, total=run.steps, initial=start, unit="step", desc="train")
-    trackers = Trackers(cfg.log, run.out, start, asdict(cfg), main=dist.main)  # metrics.jsonl, TensorBoard, W&B
+    trackers = start_trackers(cfg.log, run.out, start, asdict(cfg), dist.main, created)  # metrics.jsonl, TB, W&B
     if not isinstance(bar, PlainProgress):  # a terminal's bar: log lines go above it
         say = bar.write
     window = dict(loss=0.0, wait=0.0, time=0.0, n=0)

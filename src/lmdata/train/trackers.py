@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,8 +105,13 @@ class WandbTracker:
         run_id = id_file.read_text().strip() if start and id_file.is_file() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id + "\n")
         settings = wandb.Settings(console="off", silent=True, x_disable_stats=True)
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "lmdata", name=out.resolve().name,
-                              id=run_id, resume="allow", dir=str(out), config=config, settings=settings)
+        try:
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "lmdata", name=out.resolve().name,
+                                  id=run_id, resume="allow", dir=str(out), config=config, settings=settings)
+        except wandb.errors.Error as exc:  # no API key, no network, a refused project: one line, no traceback
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise LmdataError(f"--log wandb: W&B did not start ({first}); run `wandb login` or set WANDB_API_KEY, "
+                              "or set WANDB_MODE=offline to keep the run on this machine") from None
 
     def log(self, rec: dict) -> None:
         self.run.log(scalars(rec), step=rec["step"])
@@ -151,3 +157,14 @@ class Trackers:
         for tracker in self.trackers:
             tracker.close()
         self.trackers = []
+
+
+def start_trackers(names: list[str], out: Path, start: int, config: dict, main: bool, created: bool) -> Trackers:
+    """The run's ``Trackers``; one that cannot start (W&B without a login) is the run's error, and a run
+    directory this run ``created`` is removed again: no half-made run left behind."""
+    try:
+        return Trackers(names, out, start, config, main=main)
+    except LmdataError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
