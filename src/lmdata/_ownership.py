@@ -75,12 +75,19 @@ def claim_output_dir(directory: Path, kind: str, names: frozenset[str], *, flag:
     directory without the marker is taken only when empty, or when ``legacy(directory)``
     recognises output written before the marker existed. Writes the marker and returns the path.
     """
+    check_output_dir(directory, kind, names, flag=flag, legacy=legacy)
+    return mark(directory, kind)
+
+
+def check_output_dir(directory: Path, kind: str, names: frozenset[str], *, flag: str,
+                     legacy: Callable[[Path], bool] = lambda d: False) -> None:
+    """``claim_output_dir``'s refusals, nothing created: a command that checks its other inputs after
+    this claims the directory once they pass (no half-made output left by a bad input)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise LmdataError(f"{flag} {directory}: exists and is not a directory; choose another {flag}")
     if directory.is_dir() and any(directory.iterdir()):
         check_owned_dir(directory, kind, names, flag=flag, legacy=legacy)
-    return mark(directory, kind)
 
 
 def mark(directory: Path, kind: str) -> Path:

@@ -67,3 +67,17 @@ def test_local_only_outputs_refuse_s3_and_take_file_uris(command, sample_store, 
     assert os.listdir(tmp_path) == []
     main(argv + ["--out", f"file://{tmp_path}/out"])
     assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out")
+
+
+@pytest.mark.parametrize("bad,words", [
+    (["--store", "{tmp}/nope-store"], ("nope-store", "no such store")),
+    (["--store", "{store}", "--format", "feather"], ("--format 'feather'",)),
+    (["--store", "{store}", "--batch-size", "100000"], ("--batch-size 100000", "fewer than 2 batches")),
+])
+def test_bench_with_a_bad_input_leaves_no_out(sample_store, tmp_path, capsys, bad, words):
+    """The inputs are checked before `--out` is made: a bad one left `--out/lmdata.json` behind."""
+    out = tmp_path / "bench-out"
+    argv = ["bench", *[a.format(tmp=tmp_path, store=sample_store) for a in bad], "--out", str(out), "--steps", "2",
+            "--step-ms", "1", "--loader-workers", "0"]
+    _fails(argv, capsys, *words)
+    assert not out.exists()

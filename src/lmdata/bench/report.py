@@ -223,11 +223,11 @@ def _legacy_bench_dir(out: Path) -> bool:
 
 
 def check_out(out: Path, flag: str = "--out") -> None:
-    """Refuse a bench ``out`` that holds files a bench did not write (missing or empty is fine)."""
-    from lmdata._ownership import check_owned_dir
+    """Refuse a bench ``out`` that holds files a bench did not write, or is a file (missing or empty is
+    fine); nothing is created: the directory is made when the results are written (``write_all``)."""
+    from lmdata._ownership import check_output_dir
 
-    if Path(out).is_dir() and any(Path(out).iterdir()):
-        check_owned_dir(Path(out), "bench", frozenset(OUT_FILES), flag=flag, legacy=_legacy_bench_dir)
+    check_output_dir(Path(out), "bench", frozenset(OUT_FILES), flag=flag, legacy=_legacy_bench_dir)
 
 
 def claim_out(out: Path, flag: str = "--out") -> Path:

@@ -34,7 +34,7 @@ def bench(ctx: click.Context, pipeline: str | None, progress: bool, quiet: bool,
     if not cfg.store:
         raise LmdataError("--store: no store given; pass --store DIR or a PIPELINE.toml with [ingest].out")
     if cfg.out:
-        report.claim_out(cfg.out)  # refuse a folder of user files before the bench, not after it
+        report.check_out(cfg.out)  # refuse a folder of user files before the bench; made when written
     result = run_bench(cfg, progress=echo_unless(quiet or not progress, err=True))
     if not quiet:
         click.echo("\n".join(report.header_lines(result)))
