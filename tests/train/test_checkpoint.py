@@ -83,3 +83,13 @@ def test_a_crafted_checkpoint_is_refused_as_unsafe_not_truncated(tmp_path, how):
         load_checkpoint(crafted)
     msg = str(err.value)
     assert "ckpt-00000001.pt" in msg and "unsafe" in msg and "system" in msg and "truncated" not in msg
+
+
+def test_a_text_file_given_as_a_checkpoint_is_not_a_checkpoint_not_unsafe(tmp_path):
+    """A text file read by torch's unpickler had been reported as pickled code ("Unsupported operand 70")."""
+    text = tmp_path / "sample.txt"
+    text.write_text("Once upon a time there was a checkpoint.\n")
+    with pytest.raises(LmdataError) as err:
+        load_checkpoint(text)
+    msg = str(err.value)
+    assert "sample.txt: not a checkpoint" in msg and "unsafe" not in msg

@@ -204,6 +204,11 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise LmdataError(f"checkpoint {path}: no such file")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save writes a zip file (a pickle, legacy)
+        raise LmdataError(f"checkpoint {path}: not a checkpoint (torch.save writes a zip file; this is neither "
+                          "that nor a pickle); give a run directory or its checkpoints/ckpt-*.pt")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, bad pickle opcode, disallowed global, ...
