@@ -190,6 +190,8 @@ class TrainConfig:
                      "d_model", "layers", "heads", "d_ff", "context"):
             if getattr(self, name) < 0:
                 raise LmdataError(f"--{flag(name, TrainConfig)}: must be >= 0, got {getattr(self, name)}")
+        if self.steps == 0 and self.tokens == 0:
+            raise LmdataError("--steps: must be >= 1, got 0 (or give --tokens)")
         if bad := [name for name in self.log if name not in TRACKERS]:
             raise LmdataError(f"--log {bad[0]!r}: not a tracker; choose from {', '.join(TRACKERS)} (comma-separated)")
         if self.warmup < -1:
@@ -397,14 +399,17 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
     """Values that parse but cannot work: name the key and the allowed values."""
     from lmdata.store.manifest import check_split_name  # here: it imports numpy
 
+    def key(name: str) -> str:  # the command line's flag, or the pipeline's key
+        return f"--{flag(name, IngestConfig)}" if where == "ingest" else name
+
     if cfg.shard_tokens < 1:
-        raise LmdataError(f"{where}: shard_tokens must be positive, got {cfg.shard_tokens}")
+        raise LmdataError(f"{where}: {key('shard_tokens')} must be positive, got {cfg.shard_tokens}")
     if cfg.workers < 0:
-        raise LmdataError(f"{where}: workers must be >= 0 (0 = all cores), got {cfg.workers}")
+        raise LmdataError(f"{where}: {key('workers')} must be >= 0 (0 = all cores), got {cfg.workers}")
     if cfg.engine not in ENGINES:
-        raise LmdataError(f"{where}: engine must be local or ray, got {cfg.engine!r}")
+        raise LmdataError(f"{where}: {key('engine')} must be local or ray, got {cfg.engine!r}")
     if cfg.errors not in ERRORS:
-        raise LmdataError(f"{where}: errors must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
+        raise LmdataError(f"{where}: {key('errors')} must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
     for name, split in cfg.splits.items():
         check_split_name(name, f"{where}: splits.{name}")
         if split.kind not in KINDS:

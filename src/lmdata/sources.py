@@ -126,7 +126,7 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
                 files.extend(location(p) for p in saved_dataset_files(path))
                 continue
             if path.is_dir():
-                raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern}/*.txt'")
+                raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern.rstrip('/')}/*.txt'")
             files.append(loc)
     return files
 
@@ -135,6 +135,11 @@ def _expand_remote(pattern: str) -> list[Location]:
     """The objects an ``s3://`` path or glob names (one LIST); none is an error naming it."""
     matches = remote_glob(pattern, flag="input")
     if not matches:
+        loc = location(pattern, flag="input")
+        if not Location(loc.scheme, loc.bucket).exists():
+            from lmdata.io.s3 import remote_error
+
+            raise remote_error(OSError("NoSuchBucket"), loc.uri) from None
         if glob.has_magic(pattern):
             raise LmdataError(f"input glob {pattern!r} matches no objects; check the pattern and the bucket")
         raise LmdataError(f"input {pattern}: no such object")

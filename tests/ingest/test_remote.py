@@ -324,7 +324,9 @@ def test_inputs_from_s3_objects_and_globs(s3, sample_store, tokenizer_dir, tmp_p
     np.testing.assert_array_equal(a.windows(np.array([0]), a.n_tokens), b.windows(np.array([0]), b.n_tokens))
     plan = (out / "ingest-plan.json").read_text()
     assert s3.uri("in", "a.txt") in plan and s3.uri("in", "sub", "b.txt.gz") in plan
-    for missing, match in ((s3.uri("in", "nope.txt"), "no such object"), (s3.uri("in", "*.json"), "matches no objects")):
+    no_bucket = "s3://no-such-bucket-lmdata/in/a.txt"
+    for missing, match in ((s3.uri("in", "nope.txt"), "no such object"), (s3.uri("in", "*.json"), "matches no objects"),
+                           (no_bucket, "no-such-bucket-lmdata.*the bucket does not exist")):
         with pytest.raises(LmdataError, match=match):
             ingest({"train": SourceSpec((missing,))}, tokenizer_dir, tmp_path / "x", progress=False, log=None)
 

@@ -139,7 +139,7 @@ def test_a_glob_matching_nothing_is_one_line(s3, tmp_path, capsys):
 
 def test_a_missing_bucket_is_one_line(s3, tmp_path, capsys):
     uri = f"s3://{s3.bucket}-gone/raw/a.txt"
-    _train_fails([uri], capsys, tmp_path, uri, "no such object")  # what ingest says of it too
+    _train_fails([uri], capsys, tmp_path, uri, "the bucket does not exist")  # what ingest says of it too
 
 
 def test_a_wrong_endpoint_is_one_line(s3, tmp_path, capsys, monkeypatch):

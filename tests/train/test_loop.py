@@ -148,6 +148,7 @@ def test_existing_run_needs_resume(sample_store, tmp_path):
     (dict(val_split="nope"), "--val-split: .* no split 'nope'"),
     (dict(device="tpu"), "--device: 'tpu'"),
     (dict(batches_per_read=0), "--batches-per-read: must be >= 1"),
+    (dict(steps=0), r"--steps: must be >= 1, got 0 \(or give --tokens\)"),
 ])
 def test_bad_input(sample_store, tmp_path, change, match):
     with pytest.raises(LmdataError, match=match):

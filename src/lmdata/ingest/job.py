@@ -67,6 +67,9 @@ def engine_class(name: str) -> Any:
 def _load_tokenizer(tokenizer_dir: Path) -> Any:
     from lmdata.tokenizer import Tokenizer
 
+    if Path(tokenizer_dir).is_file():
+        raise LmdataError(f"tokenizer {tokenizer_dir}: a file, not a tokenizer directory; give the directory that "
+                          "holds it (`lmdata tokenizer train --out DIR` writes one)")
     if not Path(tokenizer_dir).is_dir():
         raise LmdataError(f"tokenizer {tokenizer_dir}: no such directory; train one with `lmdata tokenizer train`")
     return Tokenizer.load(tokenizer_dir)

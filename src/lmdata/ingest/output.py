@@ -91,6 +91,8 @@ def remove_output(out: Path, created: Path | None) -> None:
 def open_output(out: Path) -> Path:
     """Create ``out`` (and parents) or explain why it cannot be written."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise LmdataError(f"--out {out}: exists and is not a directory; choose another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"

@@ -45,14 +45,19 @@ class SplitReport:
         bpt = self.text_bytes / max(1, self.tokens - self.documents)
         rate = self.text_bytes / 1e6 / max(self.seconds, 1e-9)
         s = (
-            f"{self.name}: {self.documents:,} documents, {self.tokens:,} tokens, {bpt:.2f} bytes/token, "
-            f"{self.shards} shards, {self.seconds:.1f} s ({rate:.2f} MB/s)"
+            f"{self.name}: {counted(self.documents, 'document')}, {self.tokens:,} tokens, {bpt:.2f} bytes/token, "
+            f"{counted(self.shards, 'shard')}, {self.seconds:.1f} s ({rate:.2f} MB/s)"
         )
         if self.reused_shards:
-            s += f" ({self.reused_shards} shards reused from the interrupted run)"
+            s += f" ({counted(self.reused_shards, 'shard')} reused from the interrupted run)"
         if self.replaced:
             s += f", {self.replaced:,} invalid UTF-8 sequences replaced by U+FFFD"
         return s
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``, ``1,024 documents``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 class ShardCutter:

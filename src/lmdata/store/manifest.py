@@ -388,6 +388,8 @@ def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
         if (loc / PLAN_NAME).exists():  # only an interrupted ingest's folder has one: then --resume helps
             raise LmdataError(f"{loc}: not a store yet, an interrupted ingest ({PLAN_NAME}, no {MANIFEST_NAME}); "
                               "finish it with `lmdata ingest ... --resume` (the same flags) before reading it") from None
+        if loc.name == MANIFEST_NAME:  # the manifest itself given: its directory is the store
+            raise LmdataError(f"{loc}: give the store directory that holds {MANIFEST_NAME}, not the file") from None
         raise LmdataError(f"{loc}: not a store (no {MANIFEST_NAME}); give a store directory `lmdata ingest` "
                           "wrote") from None
     with no_gc_pass():

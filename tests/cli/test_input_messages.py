@@ -1,0 +1,56 @@
+"""What a newcomer's slips are told: one line naming the argument and what to give instead, exit 1,
+nothing written (a directory given as input, a file given for a directory and the other way round)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmdata.cli import main
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample.txt"
+
+
+def _one_line(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 1 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err
+
+
+def test_a_directory_as_input_suggests_a_glob_without_a_double_slash(tokenizer_dir, tmp_path, capsys):
+    err = _one_line(["ingest", "--input", str(SAMPLE.parent) + "/", "--tokenizer", str(tokenizer_dir),
+                     "--out", str(tmp_path / "s"), "-q"], capsys)
+    assert f"pass a glob such as '{SAMPLE.parent}/*.txt'" in err and not (tmp_path / "s").exists()
+
+
+def test_a_tokenizer_file_is_not_a_tokenizer_directory(tokenizer_dir, tmp_path, capsys):
+    some_file = next(p for p in sorted(Path(tokenizer_dir).iterdir()) if p.is_file())
+    err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(some_file), "--out", str(tmp_path / "s"),
+                     "-q"], capsys)
+    assert f"{some_file}: a file, not a tokenizer directory" in err and not (tmp_path / "s").exists()
+
+
+def test_an_out_that_is_a_file_is_named_as_one(tokenizer_dir, tmp_path, capsys):
+    out = tmp_path / "taken.txt"
+    out.write_text("mine\n")
+    err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--out", str(out), "-q"],
+                    capsys)
+    assert f"--out {out}: exists and is not a directory" in err and out.read_text() == "mine\n"
+
+
+def test_a_manifest_given_for_its_store_says_give_the_directory(sample_store, capsys):
+    err = _one_line(["inspect", str(Path(sample_store) / "manifest.json")], capsys)
+    assert "give the store directory that holds manifest.json, not the file" in err
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--shard-tokens", "0", "ingest: --shard-tokens must be positive, got 0"),
+    ("--workers", "-1", "ingest: --workers must be >= 0 (0 = all cores), got -1"),
+])
+def test_ingest_values_are_named_by_their_flags(tokenizer_dir, tmp_path, capsys, flag, value, message):
+    err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--out",
+                     str(tmp_path / "s"), flag, value, "-q"], capsys)
+    assert message in err and not (tmp_path / "s").exists()
