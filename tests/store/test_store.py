@@ -101,6 +101,26 @@ def test_symlink_out_of_the_store_is_refused(make_store, tmp_path):
         open_store(syn.path)
 
 
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_open_names_a_missing_or_short_shard_file_and_follows_a_link_inside(make_store, fmt):
+    """``check_sizes`` (every file of every format, at open): a missing file and a short one are named;
+    a symlink to a file inside the store is followed (its target has the size)."""
+    syn = make_store([fmt])
+    victim = sorted((syn.path / "train" / fmt).glob("*-00001.*"))[0]
+    data = victim.read_bytes()
+    moved = syn.path / "train" / f"moved-{victim.name}"  # inside the store, outside the format directory
+    victim.rename(moved)
+    with pytest.raises(LmdataError, match=rf"{victim.name}: shard \S+ file is missing"):
+        open_store(syn.path)
+    victim.symlink_to(moved)
+    assert open_store(syn.path).manifest.splits["train"].n_tokens > 0
+    victim.unlink()
+    victim.write_bytes(data[:-1])
+    with pytest.raises(LmdataError, match=rf"{victim.name}: shard \S+ file has {len(data) - 1} bytes, the manifest "
+                                          rf"says {len(data)}"):
+        open_store(syn.path)
+
+
 def test_a_format_directory_linked_out_of_the_store_is_refused(make_store, tmp_path):
     """Files are checked with one realpath per format directory: a linked directory is still caught."""
     syn = make_store(["memmap"])
