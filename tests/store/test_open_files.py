@@ -97,10 +97,11 @@ MAPPED_LIMIT = 4096  # the pool moves descriptors above 1,024 at this limit: the
 
 @pytest.mark.parametrize("fmt", ["memmap", "parquet"])
 def test_mapped_shards_hold_no_descriptor_and_the_descriptor_table_never_grows(many_shards, fmt):
-    """Mapped (the default), a shard's first touch maps it and closes its descriptor, a few dozen at a time:
-    every window of 1,000+ shards is read, none is held, and the process's descriptor table does not
-    grow (each growth in a process with threads waits for an RCU grace period: 7-15 ms here).
-    Parquet: the machine's decoded copies, made by a process before (the one making them holds them)."""
+    """Mapped (the default), a memmap shard's first touch maps it and closes its descriptor, a few dozen
+    at a time: every window of 1,000+ shards is read, none is held, and the process's descriptor table
+    does not grow (each growth in a process with threads waits for an RCU grace period: 7-15 ms here).
+    Parquet's decoded copies (made by a process before) keep their descriptors in the pool: another
+    process may evict or remake a copy, and a pread must read the file a mapping was made through."""
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -112,7 +113,8 @@ def test_mapped_shards_hold_no_descriptor_and_the_descriptor_table_never_grows(m
         done = subprocess.run(run, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
     shards, mapped, held, grown = map(int, done.stdout.split())
-    assert shards >= 1000 and (mapped, held, grown) == (shards, 0, 0)
+    assert shards >= 1000
+    assert (mapped, held, grown) == (shards, 0, 0) if fmt == "memmap" else held == shards
 
 
 HELD = textwrap.dedent("""

@@ -99,6 +99,33 @@ def test_a_decoded_parquet_copy_evicted_under_the_reader_is_decoded_again(make_s
     assert list(Path(os.environ["LMDATA_CACHE_DIR"]).rglob("*.bin"))  # made again
 
 
+def test_a_damaged_copy_remade_by_another_process_never_serves_the_damaged_bytes(make_store):
+    """A decoded copy damaged in place, opened and mapped by this reader's first touch, then remade by
+    another process (a new file renamed over it): every read of it is the store's tokens. A first touch
+    that closed copies' descriptors after mapping them let a pread open the new file, check its blocks
+    and mark them, after which the damaged mapping served them unchecked."""
+    syn = make_store(["parquet"], shard_tokens=2_000)
+    store = open_store(syn.path)
+    first = store.reader("train", "parquet")
+    first.windows(np.array([s.first_token for s in first.shards]), 1)  # every copy made
+    descriptors().close_all()
+    reader = store.reader("train", "parquet")
+    victim = 3
+    path = reader.copies.path_of(reader._copy_key(victim), reader.dtype)
+    good = Path(path).read_bytes()
+    damaged = bytearray(good)
+    damaged[len(good) // 2] ^= 0xFF
+    Path(path).write_bytes(bytes(damaged))  # in place: the same inode
+    reader.windows(np.array([reader.shards[0].first_token]), 8)  # the first touch opens every copy
+    tmp = Path(path).with_name(Path(path).name + ".remade")
+    tmp.write_bytes(good)
+    os.replace(tmp, path)  # another process remakes it
+    mid = reader.shards[victim].first_token + (len(good) // 2) // reader.dtype.itemsize - 4
+    starts = np.array([mid])
+    for _ in range(2):
+        np.testing.assert_array_equal(reader.windows(starts, 8), _expected(syn, starts, 8))
+
+
 def _in_threads(read, n: int) -> None:
     """``read(seed)`` on ``n`` threads at once, seeds 0..n-1; returns when all have ended."""
     threads = [threading.Thread(target=read, args=(s,)) for s in range(n)]

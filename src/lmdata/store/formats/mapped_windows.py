@@ -67,12 +67,12 @@ class MappedWindows:
 
     def _open_and_map(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
                       sidecar_bytes: list[int] | None) -> tuple[list[int], memoryview, list[int]]:
-        """``RawWindows._open_at_once`` when shards are mapped: ``OPEN_TO_MAP`` at a time opened and sized,
-        their sidecars' CRCs loaded (``open_shards``), mapped and closed again, so the first touch
-        holds no descriptor and the process's descriptor table never grows for the store. In a
-        process with threads each growth of the table waits for an RCU grace period (7-15 ms here,
-        once per process and per worker, ~12 us a shard of a 1,160-shard store's first touch: 42-44 ->
-        30 us a shard). A pread later opens what it reads through the pool (``_fd_array``)."""
+        """``RawWindows._open_at_once`` for the store's own shards, mapped: ``OPEN_TO_MAP`` at a time
+        opened and sized, their sidecars' CRCs loaded (``open_shards``), mapped and closed again, so
+        the first touch holds no descriptor and the process's descriptor table never grows for the
+        store. In a process with threads each growth of the table waits for an RCU grace period
+        (7-15 ms here, once per process and per worker: a 1,160-shard store's first touch went
+        42-44 -> 30 us a shard). A pread later opens what it reads through the pool (``_fd_array``)."""
         n, idx = len(shards), np.asarray(shards, dtype=np.int64)
         ends = np.zeros(n + 1, dtype=np.int64)
         if sidecars is not None:
@@ -85,9 +85,9 @@ class MappedWindows:
             b = min(n, a + OPEN_TO_MAP)
             open_shards(names[a:b], sides[a:b], sizes[a:b], 0, b - a, fds[a:b], self._crcs,
                         self._block_base[idx[a:b]], raw, ends[a:b + 1], status[a:b])
-            opened = a + np.flatnonzero(status[a:b] != 1)
-            try:
-                self._mappings.map(idx[opened].tolist(), [names[k] for k in opened.tolist()], fds[opened], sizes[opened])
+            opened, ready = a + np.flatnonzero(status[a:b] != 1), a + np.flatnonzero(status[a:b] == 0)
+            try:  # mapped: those with their CRCs loaded (a bad sidecar is named by the pread path)
+                self._mappings.map(idx[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
             finally:
                 for fd in fds[opened].tolist():
                     os.close(fd)

@@ -125,6 +125,9 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
         path, _ = open_shard_file(self._dir, shard, info)
         return RawFile(path, info.bytes)
 
+    def _own_files(self) -> bool:
+        return self.copies is None  # remote: the machine's copies (``RawWindows._own_files``)
+
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
 
     def _first_touch(self, shards: list[int], sums: bool) -> None:

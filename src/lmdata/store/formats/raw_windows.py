@@ -78,6 +78,13 @@ class RawWindows(MappedWindows):
     def _block_sums(self, i: int) -> BlockSums | None:
         raise NotImplementedError
 
+    def _own_files(self) -> bool:
+        """Whether the shards are the store's own files, which no other process replaces while this one
+        reads: a first touch then maps them and keeps no descriptor. A machine's decoded copies are not
+        (another process may evict or remake one): their descriptors stay in the pool, so a ``pread``
+        and the mapping made through it always read the same file."""
+        return False
+
     def _where(self, i: int) -> str:
         raise NotImplementedError
 
@@ -107,8 +114,8 @@ class RawWindows(MappedWindows):
         each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
         ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
         loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
-        Every descriptor opened is the pool's (mapped shards: none is kept, ``_open_and_map``)."""
-        if read_mapped is not None and mapping_on():
+        Every descriptor opened is the pool's (the store's own files, mapped: none is kept, ``_open_and_map``)."""
+        if read_mapped is not None and mapping_on() and self._own_files():
             return self._open_and_map(shards, paths, sidecars, sidecar_bytes)
         pool = descriptors()
         n = min(len(shards), pool.room())
@@ -223,7 +230,7 @@ class RawWindows(MappedWindows):
             if not self._opened_all:  # the process's first batch: every shard it can hold, opened at once
                 self._opened_all = True
                 self._first_touch(list(range(min(len(self.shards), OPEN_AT_ONCE))), sums=self.verify != "size")
-                out = self._read_mapped(starts, length) if mappable else None  # the first touch mapped them
+                out = self._read_mapped(starts, length) if mappable and self._own_files() else None  # mapped them
                 if out is not None:
                     return out
             self._prefetch(shard)
