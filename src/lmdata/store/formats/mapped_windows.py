@@ -1,12 +1,13 @@
 """Windows copied out of read-only mappings of a split's raw token files: ``RawWindows``' fast path.
 
-A process's first batch opens the split's shards (``RawWindows._first_touch``), maps them and
-closes their descriptors again (``_open_and_map``; ``_map_opened`` maps what the pool opened), and
-each batch is one ``io._preads.read_mapped`` call: no syscall per window, none of the kernel's per-file work that
-a ``pread`` pays (why, and what a mapping costs: ``io.mappings``). A shard a batch meets unmapped
-is mapped then (``_map_batch``); whatever cannot be mapped (not opened yet, in memory, past the
-mapping limit, ``LMDATA_MAP_SHARDS=0``) is left to ``RawWindows``' ``pread`` paths, which also
-name a failed block or a file cut short.
+A process's first batch opens the split's shards (``RawWindows._first_touch``); the store's own
+are mapped and their descriptors closed again (``_open_and_map``), a decoded copy is mapped through
+the pool's descriptor (``_map_opened``), and each batch is one ``io._preads.read_mapped`` call: no
+syscall per window, none of the kernel's per-file work that a ``pread`` pays (why, and what a
+mapping costs: ``io.mappings``). A shard a batch meets unmapped is mapped then (``_map_batch``);
+whatever cannot be mapped (not opened yet, in memory, past the mapping limit,
+``LMDATA_MAP_SHARDS=0``) is left to ``RawWindows``' ``pread`` paths, which also name a failed block
+or a file cut short.
 """
 
 from __future__ import annotations
@@ -65,33 +66,26 @@ class MappedWindows:
                            self._mappings.bases, self._mode, self._file_bytes(), self._block_base,
                            self._done.view(np.uint8), self._crcs)
 
-    def _open_and_map(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
-                      sidecar_bytes: list[int] | None) -> tuple[list[int], memoryview, list[int]]:
-        """``RawWindows._open_at_once`` for the store's own shards, mapped: ``OPEN_TO_MAP`` at a time
-        opened and sized, their sidecars' CRCs loaded (``open_shards``), mapped and closed again, so
-        the first touch holds no descriptor and the process's descriptor table never grows for the
-        store. In a process with threads each growth of the table waits for an RCU grace period
-        (7-15 ms here, once per process and per worker: a 1,160-shard store's first touch went
-        42-44 -> 30 us a shard). A pread later opens what it reads through the pool (``_fd_array``)."""
-        n, idx = len(shards), np.asarray(shards, dtype=np.int64)
-        ends = np.zeros(n + 1, dtype=np.int64)
-        if sidecars is not None:
-            np.cumsum(sidecar_bytes, out=ends[1:])
-        raw = np.empty(int(ends[-1]) + 1, dtype=np.uint8)
-        status, fds, sizes = np.ones(n, dtype=np.int8), np.full(n, -1, dtype=np.int32), self._file_bytes()[idx]
-        names = [os.fsencode(p) for p in paths]
-        sides = [os.fsencode(p) for p in sidecars] if sidecars is not None else [b""] * n
-        for a in range(0, n, OPEN_TO_MAP):
-            b = min(n, a + OPEN_TO_MAP)
-            open_shards(names[a:b], sides[a:b], sizes[a:b], 0, b - a, fds[a:b], self._crcs,
-                        self._block_base[idx[a:b]], raw, ends[a:b + 1], status[a:b])
+    def _open_and_map(self, shards: np.ndarray, names: list[bytes], sidecars: list[bytes], sizes: np.ndarray,
+                      fds: np.ndarray, raw: np.ndarray, ends: np.ndarray, status: np.ndarray) -> None:
+        """``RawWindows._open_at_once`` for the store's own shards, mapped: ``open_shards`` (each file
+        opened and sized, its sidecar's CRCs loaded) on ``OPEN_TO_MAP`` at a time, those with their CRCs
+        loaded mapped, and every descriptor closed again, so the first touch holds none and the
+        process's descriptor table never grows for the store. In a process with threads each growth
+        of the table waits for an RCU grace period (7-15 ms here, once per process and per worker: a
+        1,160-shard store's first touch went 42-44 -> 30 us a shard). A pread later opens what it
+        reads through the pool (``_fd_array``). The arguments are ``open_shards``' (``fds`` and
+        ``status`` filled here, ``ends`` the sidecars' offsets in ``raw``)."""
+        for a in range(0, len(shards), OPEN_TO_MAP):
+            b = min(len(shards), a + OPEN_TO_MAP)
+            open_shards(names[a:b], sidecars[a:b], sizes[a:b], 0, b - a, fds[a:b], self._crcs,
+                        self._block_base[shards[a:b]], raw, ends[a:b + 1], status[a:b])
             opened, ready = a + np.flatnonzero(status[a:b] != 1), a + np.flatnonzero(status[a:b] == 0)
             try:  # mapped: those with their CRCs loaded (a bad sidecar is named by the pread path)
-                self._mappings.map(idx[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
+                self._mappings.map(shards[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
             finally:
                 for fd in fds[opened].tolist():
                     os.close(fd)
-        return status.tolist(), memoryview(raw), ends.tolist()
 
     def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
         """Map the batch's shards that are not yet, each through this thread's descriptor if it holds

@@ -115,21 +115,23 @@ class RawWindows(MappedWindows):
         ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
         loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
         Every descriptor opened is the pool's (the store's own files, mapped: none is kept, ``_open_and_map``)."""
-        if read_mapped is not None and mapping_on() and self._own_files():
-            return self._open_and_map(shards, paths, sidecars, sidecar_bytes)
+        own = read_mapped is not None and mapping_on() and self._own_files()
         pool = descriptors()
-        n = min(len(shards), pool.room())
+        n = len(shards) if own else min(len(shards), pool.room())
         shards, paths = shards[:n], paths[:n]
-        fds, status = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int8)
+        fds, status = np.full(n, -1, dtype=np.int32), np.ones(n, dtype=np.int8)
         ends = np.zeros(n + 1, dtype=np.int64)
         if sidecars is not None:
             np.cumsum(sidecar_bytes[:n], out=ends[1:])
         raw = np.empty(int(ends[-1]) + 1, dtype=np.uint8)
         if n:
-            open_shards([os.fsencode(p) for p in paths],
-                        [os.fsencode(p) for p in sidecars[:n]] if sidecars is not None else [b""] * n,
-                        self._file_bytes()[shards], *pool.reserve(n), fds, self._crcs, self._block_base[shards],
-                        raw, ends, status)
+            files = ([os.fsencode(p) for p in paths],
+                     [os.fsencode(p) for p in sidecars[:n]] if sidecars is not None else [b""] * n,
+                     self._file_bytes()[shards])
+            if own:  # mapped and closed again, a few at a time: the pool keeps none of them
+                self._open_and_map(np.asarray(shards, dtype=np.int64), *files, fds, raw, ends, status)
+                return status.tolist(), memoryview(raw), ends.tolist()
+            open_shards(*files, *pool.reserve(n), fds, self._crcs, self._block_base[shards], raw, ends, status)
         got = status.tolist()
         for path, fd, st in zip(paths, fds.tolist(), got):
             if st != 1:
