@@ -135,11 +135,7 @@ def _expand_remote(pattern: str) -> list[Location]:
     """The objects an ``s3://`` path or glob names (one LIST); none is an error naming it."""
     matches = remote_glob(pattern, flag="input")
     if not matches:
-        loc = location(pattern, flag="input")
-        if not Location(loc.scheme, loc.bucket).exists():
-            from lmdata.io.s3 import remote_error
-
-            raise remote_error(OSError("NoSuchBucket"), loc.uri) from None
+        location(pattern, flag="input").check_bucket()
         if glob.has_magic(pattern):
             raise LmdataError(f"input glob {pattern!r} matches no objects; check the pattern and the bucket")
         raise LmdataError(f"input {pattern}: no such object")

@@ -198,6 +198,12 @@ class Location:
     def is_file(self) -> bool:
         return self.size() is not None
 
+    def check_bucket(self) -> None:
+        """Raise the one-line "the bucket does not exist" error naming this URI when its bucket is
+        missing (a local path: nothing): said instead of "no such object" or "not a store"."""
+        if self.remote and not Location(self.scheme, self.bucket).exists():
+            raise remote_error(OSError("NoSuchBucket"), self.uri)
+
     def exists(self) -> bool:
         """A file, a directory, a bucket or a prefix holding objects is here."""
         if not self.remote:

@@ -372,18 +372,15 @@ def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
 
     ``check_paths=False``: the caller checks that every file path stays inside the store itself
     (``check_table_paths``; ``open_store`` does it with the size check's own ``lstat``)."""
-    from lmdata.io.location import Location, location
+    from lmdata.io.location import location
 
     loc = location(store, flag="store")
     manifest_loc = loc / MANIFEST_NAME
     try:
         raw = manifest_loc.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        if not (Location(loc.scheme, loc.bucket) if loc.remote else loc).exists():
-            if loc.remote:
-                from lmdata.io.s3 import remote_error
-
-                raise remote_error(OSError("NoSuchBucket"), loc.uri) from None
+        loc.check_bucket()
+        if not loc.remote and not loc.exists():
             raise LmdataError(f"{loc}: no such store directory; create one with `lmdata ingest`") from None
         if (loc / PLAN_NAME).exists():  # only an interrupted ingest's folder has one: then --resume helps
             raise LmdataError(f"{loc}: not a store yet, an interrupted ingest ({PLAN_NAME}, no {MANIFEST_NAME}); "
