@@ -7,3 +7,8 @@ exception is a bug and keeps its traceback.
 
 class LmdataError(Exception):
     """Bad input or a broken store: the message says which file/argument and what to do."""
+
+
+class SettingError(LmdataError):
+    """A setting the user gave (an environment variable) is invalid: the message names it and its range.
+    Never a property of a store: ``lmdata verify`` raises it rather than listing it as a problem found."""

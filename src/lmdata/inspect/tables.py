@@ -68,12 +68,15 @@ def ingest_shard_docs(shards: list[ShardInfo]) -> np.ndarray:
     return np.array(firsts + [doc], dtype=np.int64)
 
 
+BATCH_DOCS = 1 << 16  # documents a docs batch gathers, from as many shards as that takes
+
+
 def doc_batches(store: Store, split: str) -> Iterator[Any]:
     """Record batches docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) of
-    one split, a shard at a time; ``source`` (input path or URI) and ``source_offset`` (byte, or
-    row of a Parquet/Arrow input) are NULL in a store ingested before lmdata recorded them."""
-    import pyarrow as pa
-
+    one split, each from consecutive shards up to ``BATCH_DOCS`` documents; ``source`` (input path or
+    URI) and ``source_offset`` (byte, or row of a Parquet/Arrow input) are NULL in a store ingested
+    before lmdata recorded them. A batch per shard had cost ~0.3 ms of Arrow calls a shard: 3.5 s
+    of ``lmdata inspect``'s 9 s over 11,761 shards."""
     from lmdata.store.provenance import origins
 
     if not store.manifest.splits[split].formats:
@@ -81,23 +84,40 @@ def doc_batches(store: Store, split: str) -> Iterator[Any]:
     shards, starts_of = _doc_starts_fn(store, split)
     shard_docs = ingest_shard_docs(shards)
     where = origins(store, split)
-    paths = np.array([str(s["path"]) for s in where.sources], dtype=object)
+    group: list[tuple[ShardInfo, np.ndarray, np.ndarray | None]] = []
+    n_docs = 0
     for i, shard in enumerate(shards):
         starts = np.asarray(starts_of(i), dtype=np.int64)
-        n = len(starts) - 1
-        doc_ids = np.arange(shard.first_doc, shard.first_doc + n, dtype=np.int64)
-        rows = where.span(shard.first_doc, n)
-        if rows is not None and len(rows) and rows[:, 0].max() >= len(paths):
+        group.append((shard, starts, where.span(shard.first_doc, len(starts) - 1)))
+        n_docs += len(starts) - 1
+        if n_docs >= BATCH_DOCS or i == len(shards) - 1:
+            yield _docs_batch(split, group, shard_docs, where)
+            group, n_docs = [], 0
+
+
+def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any) -> Any:
+    """One docs batch of the shards in ``group``: (shard, its document starts, its origins or None)."""
+    import pyarrow as pa
+
+    doc_ids = np.concatenate([np.arange(s.first_doc, s.first_doc + len(st) - 1, dtype=np.int64) for s, st, _ in group])
+    n = len(doc_ids)
+    if group[0][2] is None:  # a store ingested before provenance was recorded: all of it, or none
+        source, offset = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
+    else:
+        rows = np.concatenate([r for _, _, r in group]).reshape(-1, 2)
+        if len(rows) and rows[:, 0].max() >= len(where.sources):
             where.path(int(rows[:, 0].max()))  # one line: the record names a source the manifest lacks
-        yield pa.RecordBatch.from_pydict({
-            "split": pa.array([split] * n, pa.string()),
-            "doc_id": doc_ids,
-            "shard": np.searchsorted(shard_docs, doc_ids, side="right") - 1,
-            "n_tokens": np.diff(starts),
-            "token_offset": starts[:-1] + shard.first_token,
-            "source": pa.array(paths[rows[:, 0]] if rows is not None else [None] * n, pa.string()),
-            "source_offset": pa.array(rows[:, 1] if rows is not None else [None] * n, pa.int64()),
-        }, schema=docs_schema())
+        paths = pa.array([str(s["path"]) for s in where.sources], pa.string())
+        source, offset = paths.take(pa.array(rows[:, 0])), pa.array(rows[:, 1], pa.int64())
+    return pa.RecordBatch.from_arrays([
+        pa.array(np.full(n, split, dtype=object), pa.string()),
+        pa.array(doc_ids),
+        pa.array(np.searchsorted(shard_docs, doc_ids, side="right") - 1),
+        pa.array(np.concatenate([np.diff(st) for _, st, _ in group])),
+        pa.array(np.concatenate([st[:-1] + s.first_token for s, st, _ in group])),
+        source,
+        offset,
+    ], schema=docs_schema())
 
 
 def docs_schema() -> Any:

@@ -238,6 +238,32 @@ def verify_shard(format_dir: Path, shard: ShardInfo, verify: str, infos: list[Fi
             raise LmdataError(_verified[key])
 
 
+def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, verify: str) -> tuple[str, bytes]:
+    """A small shard file (document starts, a row index) read whole and once: its size checked and, with
+    ``verify="first-use"``, its bytes hashed against the manifest once per process and file identity,
+    taken from the descriptor the bytes were read through. ``verify_shard`` had hashed the file and
+    ``np.load`` then read it again: with the path resolved twice, ~0.2 ms a shard, 2.2 s of
+    ``lmdata inspect`` over 11,761 shards."""
+    path, _ = stat_shard_file(format_dir, shard, info)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        raw = os.read(fd, info.bytes + 1)
+    finally:
+        os.close(fd)
+    if len(raw) != info.bytes:  # changed since the stat: named as a wrong size all the same
+        _sized(path, shard, info, os.stat_result((*st[:6], len(raw), *st[7:])))
+    if verify == "first-use":
+        key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.sha256)
+        if key not in _verified:
+            _verified[key] = None if hashlib.sha256(raw).hexdigest() == info.sha256 else (
+                f"{path}: shard {shard.name} fails its sha256 checksum (the file is corrupt); "
+                "run `lmdata verify` and re-ingest with --overwrite")
+        if _verified[key] is not None:
+            raise LmdataError(_verified[key])
+    return path, raw
+
+
 def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:
     """A format library's failure reading a shard (e.g. pyarrow's bare OSError) as an error naming it."""
     if isinstance(exc, LmdataError):

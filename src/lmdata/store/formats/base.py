@@ -39,8 +39,8 @@ import numpy as np
 from lmdata.io import atomic
 from lmdata.io.atomic import TMP_MARK, fsync_dir
 from lmdata.io.location import location
-from lmdata.errors import LmdataError
-from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, shard_file_path, verify_shard
+from lmdata.errors import LmdataError, SettingError
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, read_small_file
 from lmdata.store.layout import RECORD_DIR
 from lmdata.store.protocol import FileInfo, ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
@@ -238,25 +238,25 @@ class ShardReader:
         if not self.remote:  # a remote object is checked when first read (``open_store``)
             check_sizes(self.format_dir, self.shards)
 
-    def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, Any]:
-        """(name for errors, something ``np.load``/readers take) of a small shard file, verified
-        as ``verify`` says: remote it is one GET whose sha256 is checked against the manifest."""
+    def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, bytes]:
+        """(name for errors, bytes) of a small shard file, verified as ``verify`` says: remote it is
+        one GET whose sha256 is checked against the manifest, local ``checksum.read_small_file``."""
+        if not self.remote:
+            return read_small_file(self.format_dir, shard, info, self.verify)
         path = self.format_dir / info.path
-        if self.remote:
-            raw = path.read_bytes()
-            if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
-                raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
-                                  "run `lmdata verify` and re-ingest with --overwrite")
-            return path, io.BytesIO(raw)
-        verify_shard(self.format_dir, shard, self.verify, [info])
-        path = shard_file_path(self.format_dir, shard, info)
-        return path, path
+        raw = path.read_bytes()
+        if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
+            raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
+                              "run `lmdata verify` and re-ingest with --overwrite")
+        return path, raw
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """[len(starts), length] in the store dtype: the stream's slices ``[s, s + length)``."""
         starts = check_windows(starts, length, self.n_tokens)
         try:
             return self._windows(starts, length)
+        except SettingError:  # the user's setting, not the windows': no offsets, and its own type
+            raise
         except LmdataError as exc:
             raise at_offsets(exc, starts, length) from exc
         except FileNotFoundError as exc:  # a shard file or object gone since the manifest was written

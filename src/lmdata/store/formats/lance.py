@@ -78,6 +78,7 @@ from lmdata.store.checksum import (
 )
 from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
 from lmdata.store.manifest import FILE_SPEC, Many
+from lmdata.store.npy import int64_array
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import concat_ranges, sorted_unique
 
@@ -264,13 +265,13 @@ class LanceReader(base.ShardReader):
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
         # the row index, sha256-checked (remote: one GET; never a download of the data file)
-        path, source = self._small_file(shard, shard.files[-1])
+        path, raw = self._small_file(shard, shard.files[-1])
         if not self.remote and not sidecar_only:
             # first touch of the fragment's data: with row CRCs only its size; else its whole sha256
             verify_shard(self.format_dir, shard, "size" if shard.extra.get("row_crc") else self.verify,
                          shard.files[:-1])
         try:
-            rows = np.load(source, allow_pickle=False)
+            rows = int64_array(raw)
         except (OSError, ValueError) as exc:
             raise read_error(path, shard, exc) from exc
         if rows.shape != (3 if shard.extra.get("row_crc") else 2, shard.extra["rows"] + 1) \

@@ -40,6 +40,7 @@ from lmdata.store.formats import base
 from lmdata.store.checksum import DEFAULT_VERIFY, inside_store, write_shard_parts, \
     open_shard_file, verify_shard
 from lmdata.store.manifest import FILE_SPEC, Many, plain_name
+from lmdata.store.npy import int64_array
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
 from lmdata.io.process_local import per_process
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
@@ -201,9 +202,9 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
     def doc_starts(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts (within the shard), then its length."""
         shard = self.shards[i]
-        path, source = self._small_file(shard, shard.files[1])
+        path, raw = self._small_file(shard, shard.files[1])
         try:
-            starts = np.load(source, allow_pickle=False)
+            starts = int64_array(raw)
         except (OSError, ValueError) as exc:
             raise LmdataError(
                 f"{path}: shard {shard.name} document index is unreadable ({exc}); run `lmdata verify`"
