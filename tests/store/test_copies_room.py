@@ -196,3 +196,43 @@ def test_a_shard_whose_copy_cannot_be_written_is_fetched_once_for_its_batch(samp
         got = reader.windows(starts, 65)
     assert np.array_equal(got, open_store(sample_store).reader("train", "memmap").windows(starts, 65))
     assert sorted(fetched) == [0, 1, 2]  # each shard once (twice before: the prefetch's tokens were dropped)
+
+
+def test_a_disk_without_room_is_not_listed_again_for_every_copy(tmp_path, monkeypatch):
+    """An 11,761-shard `lmdata verify` on a nearly full disk listed every copy for each new one (323 s)."""
+    copies, keys = _copies(tmp_path, 2)
+    _short_by(monkeypatch, 3 * TOKENS * 2)
+    listed = []
+    real = copies._by_age
+    monkeypatch.setattr(copies, "_by_age", lambda: listed.append(1) or real())
+    with pytest.warns(RuntimeWarning, match="the disk is nearly full"):
+        for k in range(50):
+            assert copies.put(f"{k + 16:02x}" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None
+    assert len(listed) == 1 and _here(copies, keys) == [True, True]
+    monkeypatch.setattr(copies, "_no_room_at", copies._no_room_at - 31)  # half a minute on: listed again
+    assert copies.put("ff" * 8, DTYPE, np.ones(TOKENS, DTYPE)) is None  # (warned once already)
+    assert len(listed) == 2
+
+
+def test_an_eviction_makes_room_for_more_than_one_copy(tmp_path, monkeypatch):
+    """At the disk's limit each copy had listed all the others to evict one."""
+    copies, keys = _copies(tmp_path, 32)
+    monkeypatch.setenv(cache.KEEP_FREE_ENV, "0.1")
+    freed = []  # the disk: half a copy short of the tenth kept free, and what eviction frees, less what is written
+    real_drop = copies.drop
+    monkeypatch.setattr(copies, "drop", lambda path: freed.append(TOKENS * 2) or real_drop(path))
+    written = []
+    usage = namedtuple("usage", "total used free")
+
+    def disk_usage(_):
+        free = 100_000 + TOKENS * 2 - TOKENS + sum(freed) - sum(written)
+        return usage(1_000_000, 1_000_000 - free, free)
+
+    monkeypatch.setattr(cache.shutil, "disk_usage", disk_usage)
+    listed = []
+    real = copies._by_age
+    monkeypatch.setattr(copies, "_by_age", lambda: listed.append(1) or real())
+    for k in range(3):
+        assert copies.put(f"{k + 64:02x}" * 8, DTYPE, np.zeros(TOKENS, DTYPE)) is not None
+        written.append(TOKENS * 2)
+    assert len(listed) == 1 and _here(copies, keys)[:2] == [False, False] and all(_here(copies, keys)[4:])
