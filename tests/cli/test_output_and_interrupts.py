@@ -135,3 +135,23 @@ def test_ctrl_c_during_bench(small_store, tmp_path):
     out, err = done.communicate(timeout=300)
     assert done.returncode == 0, err
     assert (tmp_path / "b" / "bench.json").is_file() and err == ""
+
+
+def test_a_warning_is_one_line(sample_store, tmp_path):
+    """A warning reaches the user as one `warning:` line, not Python's file, line and source line (the
+    nearly-full-disk warning had printed `tokens = self._ensure_copy(i)` after it)."""
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "verify", str(sample_store)], capture_output=True,
+                          text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), LMDATA_CACHE_KEEP_FREE="0.999"))
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "nearly full" in line]
+    assert warned and all(line.startswith("warning: ") for line in warned), proc.stderr
+    assert "_ensure_copy" not in proc.stderr and "RuntimeWarning" not in proc.stderr, proc.stderr
+
+
+def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path):
+    """`lmdata verify` had listed an out-of-range LMDATA_CACHE_KEEP_FREE among the store's problems, with
+    "re-ingest with --overwrite"."""
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "verify", str(sample_store)], capture_output=True,
+                          text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), LMDATA_CACHE_KEEP_FREE="1"))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: LMDATA_CACHE_KEEP_FREE='1': "), proc.stderr
+    assert "re-ingest" not in proc.stderr and "offsets" not in proc.stderr and len(proc.stderr.splitlines()) == 1

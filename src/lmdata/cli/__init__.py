@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import importlib
 import sys
+import warnings
 
 import click
 
@@ -80,7 +81,9 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script: LmdataError -> one line on stderr, exit 1."""
+    """Entry point of the console script: LmdataError -> one line on stderr, exit 1; a warning ->
+    one ``warning:`` line (``_warning_line``)."""
+    shown_before, warnings.showwarning = warnings.showwarning, _warning_line
     try:
         cli.main(args=argv, prog_name="lmdata", standalone_mode=False)
     except LmdataError as exc:
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    finally:
+        warnings.showwarning = shown_before
 
 
 # errno -> what to do about it, for an I/O error that reaches the top (the path comes first)
@@ -114,6 +119,13 @@ _FIXES = {
     errno.ENOTDIR: "give a directory, not a file",
     errno.EIO: "the device failed to read or write: check the disk",
 }
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file=None,
+                  line: str | None = None) -> None:
+    """A warning as the CLI prints it: one line on stderr. Python's own format adds the file and the
+    source line that raised it (``tokens = self._ensure_copy(i)``), which tell a user nothing."""
+    click.echo(f"warning: {_one_line(str(message))}", err=True)
 
 
 def _one_line(text: str) -> str:

@@ -6,12 +6,12 @@ import math
 import os
 from typing import Callable
 
-from lmdata.errors import LmdataError
+from lmdata.errors import SettingError
 
 
 def env_number(name: str, default: float, valid: Callable[[float], bool], expected: str) -> float:
     """``name``'s value as a float (``default`` when unset or blank); one that is not a number, or that
-    ``valid`` refuses, raises ``LmdataError("NAME='text': <expected>")``."""
+    ``valid`` refuses, raises ``SettingError("NAME='text': <expected>")``."""
     text = os.environ.get(name, "").strip()
     if not text:
         return default
@@ -20,5 +20,5 @@ def env_number(name: str, default: float, valid: Callable[[float], bool], expect
     except ValueError:
         value = math.nan  # refused by every range
     if not valid(value):
-        raise LmdataError(f"{name}={text!r}: {expected}")
+        raise SettingError(f"{name}={text!r}: {expected}")
     return value

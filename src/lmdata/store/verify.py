@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, SettingError
 from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
 from lmdata.store.checksum import mark_verified
 from lmdata.store.manifest import Manifest, read_manifest
@@ -113,6 +113,8 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
                     found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
                     if found is None or not np.array_equal(found, sums.crcs):
                         sums.check(0, (format_dir / data).read_bytes(), str(format_dir / data))
+                except SettingError:
+                    raise
                 except LmdataError as exc:
                     problems.append(f"{where} shard {s.name}: {exc}")
     return problems
@@ -139,6 +141,8 @@ def _open_readers(store: Any, split: str, formats: list[str], problems: list[str
             except TypeError:  # a plug-in reader without the built-ins' verify option
                 reader = store.reader(split, fmt)
             alternates = getattr(reader, "alternates", dict)()
+        except SettingError:
+            raise
         except LmdataError as exc:
             problems.append(f"split {split!r} format {fmt!r}: {exc}")
             continue
@@ -171,6 +175,8 @@ def _stream_problems(report: VerifyReport, path: Location, manifest: Manifest, s
         for fmt, reader in list(readers.items()):
             try:
                 chunks[fmt] = reader.windows(np.array([start]), n)[0]
+            except SettingError:
+                raise
             except LmdataError as exc:
                 problems.append(f"split {split!r} format {fmt!r}: {exc}")
                 del readers[fmt]
