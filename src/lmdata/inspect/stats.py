@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lmdata.inspect.tables import doc_table, ingest_shard_docs
+from lmdata.inspect.tables import doc_lengths, ingest_shard_docs
 from lmdata.store.store import open_store
 
 PERCENTILES = (0.5, 0.9, 0.99)
@@ -26,7 +26,7 @@ def inspect(store: str | Path) -> dict[str, Any]:
         "splits": {},
     }
     for split, info in manifest.splits.items():
-        lengths = pl.Series("n", doc_table(st, split).column("n_tokens").to_numpy())
+        lengths = pl.Series("n", doc_lengths(st, split))
         text_bytes = extra.get(split, {}).get("text_bytes")
         entry: dict[str, Any] = {
             "documents": info.n_docs,

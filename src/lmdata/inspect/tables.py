@@ -120,6 +120,16 @@ def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any) -> 
     ], schema=docs_schema())
 
 
+def doc_lengths(store: Store, split: str) -> np.ndarray:
+    """Every document's token count, in order: the docs view's ``n_tokens`` without its sources (what
+    ``lmdata inspect`` needs, in 8 bytes a document instead of the whole docs table)."""
+    if not store.manifest.splits[split].formats:
+        return np.zeros(0, dtype=np.int64)
+    shards, starts_of = _doc_starts_fn(store, split)
+    return np.concatenate([np.zeros(0, dtype=np.int64)] +
+                          [np.diff(np.asarray(starts_of(i), dtype=np.int64)) for i in range(len(shards))])
+
+
 def docs_schema() -> Any:
     import pyarrow as pa
 
