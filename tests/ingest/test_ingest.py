@@ -219,13 +219,55 @@ def test_existing_store_needs_a_flag(tmp_path, tokenizer_dir):
     ingest(_sample(), tokenizer_dir, tmp_path / "s", overwrite=True, **kw)
     ingest(_sample(), tokenizer_dir, tmp_path / "s", resume=True, **kw)  # complete: resume is a no-op re-check
     ingest(_sample(), tmp_path / "s" / "tokenizer", tmp_path / "s", overwrite=True, **kw)  # its own tokenizer
-    with pytest.raises(LmdataError, match="shard_tokens"):
+    with pytest.raises(LmdataError, match="--shard-tokens was"):
         ingest(_sample(), tokenizer_dir, tmp_path / "s", resume=True, **kw | {"shard_tokens": 777})
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "precious.txt").write_text("x")
     with pytest.raises(LmdataError, match="holds no lmdata store; refusing"):
         ingest(_sample(), tokenizer_dir, tmp_path / "other", overwrite=True, **kw)
     assert (tmp_path / "other" / "precious.txt").exists()
+
+
+@pytest.mark.parametrize("step", ["install_tokenizer", "prepare"])
+def test_a_ctrl_c_before_the_first_shard_leaves_a_store_resume_and_overwrite_take(tmp_path, tokenizer_dir,
+                                                                                  monkeypatch, step):
+    """The plan is written before the tokenizer is copied or the writers' imports run: a Ctrl-C there
+    had left `.lock` and `tokenizer/` alone, a folder `--resume`, `--overwrite` and a plain run refused."""
+    from lmdata.ingest import output
+    from lmdata.store.formats.parquet import ParquetWriter
+
+    kw = dict(formats=["memmap", "parquet"], workers=1, progress=False, log=None)
+    ingest(_sample(), tokenizer_dir, tmp_path / "whole", **kw)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for flag in ("resume", "overwrite"):
+        out = tmp_path / flag
+        with monkeypatch.context() as m:
+            m.setattr(output, "install_tokenizer", interrupt) if step == "install_tokenizer" else \
+                m.setattr(ParquetWriter, "prepare", classmethod(interrupt))
+            with pytest.raises(KeyboardInterrupt):
+                ingest(_sample(), tokenizer_dir, out, **kw)
+        assert (out / "ingest-plan.json").exists()
+        ingest(_sample(), tokenizer_dir, out, **kw, **{flag: True})
+        assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
+
+
+def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir):
+    """A resumed store's plan is compared field by field; what differs is said in the command line's terms
+    (a changed holdout had read `splits.train.documents[1]: 12150 vs 12160 differs`)."""
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    out = tmp_path / "s"
+    ingest(_sample(), tokenizer_dir, out, holdout=("train", "validation", 6), **kw)
+    cases = [(dict(holdout=("train", "validation", 4)), r"split 'train' took documents 0 to 55 of its input, "
+                                                          r"this run 0 to 57: a different --holdout"),
+             (dict(holdout=None), r"the splits were \['train', 'validation'\], now \['train'\]"),
+             (dict(holdout=("train", "validation", 6), shard_tokens=777), r"--shard-tokens was \d+, now 777"),
+             (dict(holdout=("train", "validation", 6), formats=["parquet"]), r"--format was \['memmap'\], now \['parquet'\]")]
+    for change, said in cases:
+        with pytest.raises(LmdataError, match=r"was started with different settings \(" + said):
+            ingest(_sample(), tokenizer_dir, out, resume=True, **(kw | change))
 
 
 def test_resume_with_another_tokenizer_is_refused(tmp_path, tokenizer_dir):
@@ -315,7 +357,7 @@ def test_bad_input_in_a_resumed_store_says_overwrite(tmp_path, tokenizer_dir):
     assert "\n" not in str(err.value)
     assert (out / "ingest-plan.json").is_file() and (out / "train" / "memmap").is_dir()
     bad.write_bytes(b"three\n<|endoftext|>\nfour\n")
-    with pytest.raises(LmdataError, match="different settings"):
+    with pytest.raises(LmdataError, match=r"different settings \(input .*bad.txt changed since the ingest started"):
         ingest(splits, tokenizer_dir, out, resume=True, log=None, **kw)
     ingest(splits, tokenizer_dir, out, overwrite=True, log=None, **kw)
     assert show_all(out, "dev") == ["three", "four"]

@@ -252,9 +252,9 @@ def test_resume_on_a_finished_store_ingests_and_uploads_nothing(remote_sample, t
     assert lines == [f"{uri} already holds this finished store; nothing to ingest or upload"]
     assert not publish.staging_dir(location(uri)).exists()
     assert _objects(uri) == before
-    with pytest.raises(LmdataError, match=r"was started with different settings \(shard_tokens: 30000 vs 4000"):
+    with pytest.raises(LmdataError, match=r"was started with different settings \(--shard-tokens was 30000, now 4000"):
         ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "shard_tokens": 4000})
-    with pytest.raises(LmdataError, match=r"different settings \(formats"):
+    with pytest.raises(LmdataError, match=r"different settings \(--format was"):
         ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "formats": ["memmap"]})
     with pytest.raises(LmdataError, match=r"unknown format 'feather'"):  # its own error, not "different settings"
         ingest(spec, tokenizer_dir, uri, resume=True, log=None, **{**kwargs, "formats": ["memmap", "feather"]})

@@ -178,19 +178,24 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         fresh = writing = False
         try:
             fresh = output.is_empty(out)  # started from nothing: a failure on bad input undoes it all
-            store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
-            for cls in writer_classes.values() if hashes is not None else ():  # while this process hashes the inputs
-                getattr(cls, "prepare", lambda dtype: None)(np.dtype(dtype))  # RecordedShardWriter.prepare
+
             def build(describe_all: Callable) -> dict[str, Any]:
                 return output.make_plan(plan, tok.hash, dtype, shard_tokens, formats, describe_all)
 
-            # a fresh store's plan is written pending (no sha256 yet) and completed as the hashes come in
+            # the plan first, before anything else is written there: it is what makes the folder a store
+            # being ingested, which --resume continues and --overwrite may delete (a Ctrl-C while the
+            # tokenizer was copied or pyarrow imported had left a folder both refused). A fresh store's
+            # plan is written pending (no sha256 yet) and completed as the hashes come in.
             pending = hashes is not None and not (out / PLAN_NAME).exists()
             plan_json = build(output.pending_records if pending
                               else getattr(runner, "describe_all", None) or hashes.describe_all)
+            output.check_tokenizer(out, tokenizer_dir, tok.hash, type(tok).load)
             output.check_plan(out, plan_json)
             if pending:
                 hashes.write_plan_when_hashed(out, build)
+            store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
+            for cls in writer_classes.values() if hashes is not None else ():  # while this process hashes the inputs
+                getattr(cls, "prepare", lambda dtype: None)(np.dtype(dtype))  # RecordedShardWriter.prepare
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)
             result = IngestResult(manifest)
             runner.start(store_tok, tok)  # the store's copy is tok's files (or has its hash)

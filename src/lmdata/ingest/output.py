@@ -265,16 +265,24 @@ def read_tokenizer_files(tokenizer_dir: Path) -> dict[str, bytes]:
 def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], tokenizer_hash: str, load: Any) -> Path:
     """Write the tokenizer into ``<store>/tokenizer`` or, if there, check it is the same one."""
     dest = Path(out) / TOKENIZER_DIR
-    if dest.exists():
-        have = load(dest).hash
-        if have != tokenizer_hash:
-            raise LmdataError(
-                f"tokenizer {tokenizer_dir} (hash {tokenizer_hash[:19]}) does not match the store being resumed "
-                f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
-            )
-        return dest
-    atomic.write_dir(dest, files)
+    if not check_tokenizer(out, tokenizer_dir, tokenizer_hash, load):
+        atomic.write_dir(dest, files)
     return dest
+
+
+def check_tokenizer(out: Path, tokenizer_dir: Path, tokenizer_hash: str, load: Any) -> bool:
+    """Whether ``<store>/tokenizer`` is there (refused unless it is this tokenizer): before the plan is
+    compared, so a resume with another tokenizer is told so in these words."""
+    dest = Path(out) / TOKENIZER_DIR
+    if not dest.exists():
+        return False
+    have = load(dest).hash
+    if have != tokenizer_hash:
+        raise LmdataError(
+            f"tokenizer {tokenizer_dir} (hash {tokenizer_hash[:19]}) does not match the store being resumed "
+            f"(hash {have[:19]} in {dest}); pass the tokenizer the store was started with, or --overwrite"
+        )
+    return True
 
 
 class BackgroundHashes:
@@ -393,11 +401,49 @@ def same_plan(old: Any, plan: dict[str, Any], where: str) -> None:
             "nothing tells that its shards came from these inputs; start over with --overwrite"
         )
     if old != plan:
-        key = _first_difference(old, plan)
         raise LmdataError(
-            f"{where} was started with different settings ({key} differs); rerun with the original "
-            "inputs and options, or start over with --overwrite"
+            f"{where} was started with different settings ({_plan_difference(old, plan)}); rerun with the "
+            "original inputs and options, or start over with --overwrite"
         )
+
+
+_FLAGS = {"shard_tokens": "--shard-tokens", "formats": "--format", "kind": "--kind", "separator": "--separator",
+          "text_field": "--text-field", "errors": "--errors"}
+
+
+def _plan_difference(old: Any, new: dict[str, Any]) -> str:
+    """What differs between a store's plan and this run's, in the terms of the command line (a changed
+    holdout had read ``splits.train.documents[1]: 12150 vs 12160 differs``)."""
+    try:
+        for key, flag in _FLAGS.items():
+            if key in new and old.get(key) != new[key]:
+                return f"{flag} was {_short(old.get(key))}, now {_short(new[key])}"
+        for key, flag in _FLAGS.items():
+            for name, split in new["splits"].items():
+                if key in split and name in old["splits"] and old["splits"][name].get(key) != split[key]:
+                    return f"split {name!r}: {flag} was {_short(old['splits'][name].get(key))}, now {_short(split[key])}"
+        if set(old["splits"]) != set(new["splits"]):
+            return f"the splits were {sorted(old['splits'])}, now {sorted(new['splits'])}"
+        for name, split in new["splits"].items():
+            before = old["splits"][name]
+            if before["documents"] != split["documents"]:
+                return (f"split {name!r} took documents {_span(before['documents'])} of its input, this run "
+                        f"{_span(split['documents'])}: a different --holdout")
+            paths = [s["path"] for s in before["sources"]], [s["path"] for s in split["sources"]]
+            if paths[0] != paths[1]:
+                return f"split {name!r}: its inputs were {_short(paths[0])}, now {_short(paths[1])}"
+            for was, now in zip(before["sources"], split["sources"]):
+                if was != now:
+                    return (f"input {now['path']} changed since the ingest started ({was.get('bytes')} bytes then, "
+                            f"{now.get('bytes')} now, or another sha256)")
+    except (AttributeError, KeyError, TypeError, ValueError):
+        pass  # a plan of another shape: its first difference, as it is
+    return f"{_first_difference(old, new)} differs"
+
+
+def _span(documents: Any) -> str:
+    start, stop = documents
+    return f"{start:,} to {'the end' if stop is None else f'{stop:,}'}"
 
 
 def write_plan(out: Path, plan: dict[str, Any]) -> None:
