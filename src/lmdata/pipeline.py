@@ -31,6 +31,7 @@ from typing import Any, Callable
 from lmdata.io import atomic
 from lmdata.config import (
     BenchConfig,
+    IngestConfig,
     PipelineConfig,
     SampleConfig,
     TokenizerConfig,
@@ -72,7 +73,8 @@ class RunResult:
 # ---------------------------------------------------------------------------- the steps
 
 
-def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str], None]) -> Path:
+def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str], None],
+                     ingest: IngestConfig | None = None) -> Path:
     """The pipeline's tokenizer directory, trained first (as `lmdata tokenizer train`) when missing."""
     from lmdata.tokenizer.saved import check_replaceable, is_lmdata_tokenizer_dir
 
@@ -88,7 +90,10 @@ def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str
     from lmdata.tokenizer.train import train_bpe_stats
 
     files = resolve_inputs(cfg.train_files)  # files, s3:// objects and globs of either, as ingest takes them
-    vocab, merges, stats = train_bpe_stats(files, cfg.vocab_size, cfg.special_tokens, progress=progress)
+    # a JSONL/Parquet/Arrow file is read as its documents (by its name), with the splits' text field
+    fields = {s.text_field for s in (ingest.splits.values() if ingest is not None else ())}
+    vocab, merges, stats = train_bpe_stats(files, cfg.vocab_size, cfg.special_tokens, progress=progress,
+                                           text_field=fields.pop() if len(fields) == 1 else "text")
     tok = Tokenizer(vocab, merges, cfg.special_tokens)
     tok.save(d)
     log(f"tokenizer: wrote {d}: {tok.vocab_size:,} ids; {stats.summary()}")
@@ -263,7 +268,7 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
 
     log(f"== 1/6 tokenizer ({pipe.tokenizer.dir})")
     tok_reused = is_lmdata_tokenizer_dir(Path(pipe.tokenizer.dir))
-    tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log)
+    tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log, ingest=pipe.ingest)
     reused += ["tokenizer"] if tok_reused else []
     log(f"== 2/6 ingest -> {pipe.ingest.out}")
     if ensure_store(pipe, tok_dir, overwrite=fresh, progress=progress, log=log):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -29,11 +30,11 @@ def _split_arg(values: tuple[str, ...]) -> dict[str, list[str]]:
     return splits
 
 
-def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool, quiet: bool) -> Path:
+def _tokenizer_from_config(cfg: TokenizerConfig, progress: bool, quiet: bool, ingest: Any = None) -> Path:
     """The pipeline's tokenizer directory, trained first if it does not exist yet (as ``lmdata run`` does)."""
     from lmdata.pipeline import ensure_tokenizer
 
-    return ensure_tokenizer(cfg, progress=progress, log=echo_unless(quiet, err=True))
+    return ensure_tokenizer(cfg, progress=progress, log=echo_unless(quiet, err=True), ingest=ingest)
 
 
 @click.command("ingest")
@@ -64,7 +65,7 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
             raise LmdataError(f"pipeline {pipeline}: no [ingest] section")
         cfg = pc.ingest
         if tok is None and pc.tokenizer is not None:
-            tok = _tokenizer_from_config(pc.tokenizer, progress=progress, quiet=quiet)
+            tok = _tokenizer_from_config(pc.tokenizer, progress=progress, quiet=quiet, ingest=pc.ingest)
     cli_splits = _split_arg(split_args)
     if inputs:
         cli_splits.setdefault("train", []).extend(inputs)

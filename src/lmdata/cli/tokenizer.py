@@ -12,6 +12,7 @@ import click
 from lmdata._eot import EOT
 from lmdata.cli.options import LocalOut, progress_options
 from lmdata.errors import LmdataError
+from lmdata.sources import KINDS
 
 _READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
 
@@ -32,20 +33,26 @@ def tokenizer() -> None:
 @click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Invalid UTF-8: stop with its byte offset, or replace it with U+FFFD and count it.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenizer: gpt2, cl100k, o200k or a regex.")
+@click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
+              help="How to read an input, as `lmdata ingest --kind` (auto: by its name; JSONL, Parquet and Arrow "
+                   "inputs are read as their documents' text).")
+@click.option("--text-field", default="text", show_default=True,
+              help="JSONL, Parquet or Arrow: the field or column holding the document text.")
 @progress_options
 def train(inputs: tuple[str, ...], vocab_size: int, special_tokens: tuple[str, ...], out: Path,
-          workers: int, errors: str, progress: bool, quiet: bool, pattern: str) -> None:
+          workers: int, errors: str, progress: bool, quiet: bool, pattern: str, kind: str, text_field: str) -> None:
     """Train on INPUTS and write the tokenizer directory --out (Hugging Face's tokenizer.json included).
 
     An input is what `lmdata ingest --input` takes: a file, s3://bucket/key, or a glob of
-    either ('s3://bucket/raw/*.txt'), plain or .gz/.zst.
+    either ('s3://bucket/raw/*.txt'), plain or .gz/.zst; JSONL, Parquet and Arrow inputs are
+    read as their documents' text (--text-field), each ended by the first --special-token.
     """
     from lmdata.tokenizer.encoder import Tokenizer
     from lmdata.tokenizer.train import train_bpe_stats
 
     vocab, merges, stats = train_bpe_stats(list(inputs), vocab_size, list(special_tokens), workers=workers or None,
                                            errors=errors, progress=progress and not quiet,
-                                           pattern=pattern)
+                                           pattern=pattern, kind=kind, text_field=text_field)
     tok = Tokenizer(vocab, merges, list(special_tokens), pattern)
     digest = tok.save(out)
     click.echo(f"wrote {out}: {tok.vocab_size:,} ids; {stats.summary()}; {digest}")

@@ -7,13 +7,21 @@ input once before any counting, so a bad one is one line naming it:
 
     check_inputs(["s3://b/raw/*.txt"])  # [Location('s3://b/raw/a.txt'), Location('s3://b/raw/b.txt')]
     check_inputs(["s3://b/nope.txt"])   # LmdataError: input s3://b/nope.txt: no such object
+
+A JSONL, Parquet or Arrow input (by its name, or ``kind``), and a ``lines`` one, is read as its
+documents' text, as ingest cuts it (``--text-field``), each followed by a separator: the first special
+token, which training never merges across. Read raw, a JSONL file had taught the tokenizer its
+quotes and ``\\n`` escapes, and a Parquet file its binary pages.
 """
 
 from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import io
+from collections.abc import Iterator
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, is_uri, location
@@ -22,24 +30,77 @@ from lmdata.io.streams import READ_ERRORS, open_binary, read_error, strip_compre
 Input = Location  # a local file or an s3:// object
 
 
-def resolve_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
+class DocumentsInput(Location):
+    """An input read as its documents (``sources.iter_documents``), each text followed by ``separator``."""
+
+    __slots__ = ("kind", "text_field", "separator", "errors")
+
+    def __init__(self, loc: Location, kind: str, text_field: str, separator: str, errors: str) -> None:
+        super().__init__(loc.scheme, loc.path)
+        self.kind, self.text_field, self.separator, self.errors = kind, text_field, separator, errors
+
+    def __getstate__(self) -> tuple:
+        return (*super().__getstate__(), self.kind, self.text_field, self.separator, self.errors)
+
+    def __setstate__(self, state: tuple) -> None:
+        super().__setstate__(state[:3])
+        self.kind, self.text_field, self.separator, self.errors = state[3:]
+
+    def chunks(self) -> Iterator[bytes]:
+        from lmdata.sources import SourceSpec, iter_documents
+
+        spec = SourceSpec((self.uri,), self.kind, text_field=self.text_field, errors=self.errors)
+        sep = self.separator.encode("utf-8")
+        for doc in iter_documents(spec, files=[Location(self.scheme, self.path)]):
+            yield doc.text.encode("utf-8") + sep
+
+
+class _ChunkStream(io.RawIOBase):
+    """A readable stream over byte chunks (the documents of a ``DocumentsInput``)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._left = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self._left:
+            self._left = next(self._chunks, b"")
+            if not self._left:
+                return 0
+        n = min(len(buf), len(self._left))
+        buf[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
+
+
+def resolve_inputs(inputs: str | Path | Location | list | tuple, kind: str = "auto", text_field: str = "text",
+                   separator: str = "\n\n", errors: str = "strict") -> list[Input]:
     """Inputs as files: a URI or a glob (a ``str``) expands as ingest's do; a plain local path stays as given,
-    so ``check_inputs`` can say what is wrong with it."""
+    so ``check_inputs`` can say what is wrong with it. One that is not plain text (``kind``, by its name
+    when ``auto``) is a ``DocumentsInput``."""
+    from lmdata.sources import kind_of
+
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     files: list[Input] = []
     for item in items:
-        if isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):  # file://PATH: expand's local PATH
+        if isinstance(item, DocumentsInput):
+            files.append(item)
+        elif isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):  # file://PATH: expand's local PATH
             from lmdata.sources import expand
 
             files.extend(expand([item]))
         else:
             files.append(location(item))
-    return files
+    return [f if isinstance(f, DocumentsInput) or kind_of(f, kind) == "text"
+            else DocumentsInput(f, kind_of(f, kind), text_field, separator, errors) for f in files]
 
 
-def check_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
+def check_inputs(inputs: str | Path | Location | list | tuple, kind: str = "auto", text_field: str = "text",
+                 separator: str = "\n\n", errors: str = "strict") -> list[Input]:
     """Fail early, naming the input, on a missing, unreadable, empty or directory input (local or s3://)."""
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs, kind, text_field, separator, errors)
     if not files:
         raise LmdataError("no INPUT given; name at least one text file or s3:// object")
     for path in files:
@@ -53,7 +114,10 @@ def check_inputs(inputs: str | Path | Location | list | tuple) -> list[Input]:
 
 
 def open_input(path: Input) -> IO[bytes]:
-    """The input's (decompressed) bytes as a stream, or one line saying why it cannot be opened."""
+    """The input's (decompressed) bytes as a stream, or one line saying why it cannot be opened; a
+    ``DocumentsInput``'s documents, each followed by its separator."""
+    if isinstance(path, DocumentsInput):
+        return io.BufferedReader(_ChunkStream(path.chunks()), 1 << 20)
     return open_binary(path)
 
 

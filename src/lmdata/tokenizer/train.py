@@ -105,13 +105,17 @@ def train_bpe_stats(
     progress: bool = False,
     block_bytes: int | None = None,
     pattern: str | Pattern | None = None,
+    kind: str = "auto",
+    text_field: str = "text",
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], TrainStats]:
     """Train and also return the run's ``TrainStats``.
 
     ``workers`` threads (C path; processes on the pure-Python path) count pre-tokens
     (default: all cores; the result never depends on it); ``errors="replace"`` turns invalid UTF-8 into U+FFFD and counts it;
     ``pattern`` is the pre-tokenizer (gpt2, cl100k, o200k or a regex; GPT-2's by default);
-    ``block_bytes``: the input is read this much at a time (default: 256 KB on the C path, 4 MB else).
+    ``block_bytes``: the input is read this much at a time (default: 256 KB on the C path, 4 MB else);
+    ``kind`` / ``text_field``: how a JSONL, Parquet or Arrow input yields its documents, as ingest's
+    (``tokenizer.inputs``: by the file's name when ``auto``).
     """
     pattern = Pattern.get(pattern)
     start = time.perf_counter()
@@ -123,7 +127,7 @@ def train_bpe_stats(
         )
     if workers is not None and workers < 1:
         raise LmdataError(f"--workers must be at least 1, got {workers}")
-    paths = check_inputs(input_path)
+    paths = check_inputs(input_path, kind, text_field, specials[0] if specials else "\n\n", errors)
     stats = TrainStats()
     workers = workers or os.cpu_count() or 1
     num_merges = vocab_size - 256 - len(specials)
