@@ -276,6 +276,9 @@ def test_truncated_shard_is_found_and_refused(sample_store, tmp_path):
         open_store(store)
     r = _lmdata("verify", str(store))
     assert r.returncode == 1 and "shard 00002" in r.stderr
+    assert len(r.stderr.splitlines()) == 1 and f"(and {len(report.problems) - 1} more problem" in r.stderr
+    listed = r.stdout.splitlines()  # every problem, one a line (the error line names the first)
+    assert len(listed) == len(report.problems) > 1 and any("parquet" in line for line in listed), r.stdout
 
 
 def test_bit_flipped_shard_is_found(sample_store, tmp_path):

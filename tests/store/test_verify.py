@@ -120,3 +120,22 @@ def test_a_lance_dataset_that_cannot_be_opened_is_named_once_and_the_rest_compar
     report = verify_store(syn.path)
     assert len(report.problems) == 1 and "format 'lance'" in report.problems[0] and "cannot be opened" in report.problems[0]
     assert report.tokens["train"] == len(syn.stream)  # memmap was still read through
+
+
+def test_provenance_and_the_tokenizer_copy_are_verified(sample_store, tmp_path):
+    """`verify` had passed a store whose provenance failed its sha256 (and `inspect`, `sql` and `show`
+    then said to run `verify`), and one without its tokenizer's vocab.json."""
+    import shutil
+
+    store = tmp_path / "s"
+    shutil.copytree(sample_store, store)
+    assert verify_store(store).ok
+    origins = sorted((store / "train" / "_provenance").glob("*.npy"))[1]
+    clean = origins.read_bytes()
+    origins.write_bytes(clean[:-16] + bytes(16))
+    report = verify_store(store)
+    assert any("provenance shard" in p and origins.name in p and "sha256" in p for p in report.problems), report.problems
+    origins.write_bytes(clean)
+    (store / "tokenizer" / "vocab.json").unlink()
+    report = verify_store(store)
+    assert report.problems and report.problems[-1].startswith("tokenizer: ") and "vocab.json" in report.problems[-1]

@@ -56,5 +56,8 @@ def verify_command(store: str) -> None:
     from lmdata.store.verify import verify_store
 
     report = verify_store(store)
+    if len(report.problems) > 1:  # every problem on stdout, one a line; the error line names the first
+        for problem in report.problems:
+            click.echo(f"{store}: {problem}")
     report.raise_if_bad()  # exit 1 naming the first bad shard
     click.echo(f"{store}: ok ({report.files:,} files, {report.bytes:,} bytes checked; every format holds the same tokens)")

@@ -28,6 +28,7 @@ import numpy as np
 from lmdata.errors import LmdataError, SettingError
 from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
 from lmdata.store.checksum import mark_verified
+from lmdata.store.layout import PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.protocol import ShardInfo
 from lmdata.io.location import Location, location
@@ -51,7 +52,8 @@ class VerifyReport:
 
     def raise_if_bad(self) -> None:
         if self.problems:
-            more = f" (and {len(self.problems) - 1} more problems)" if len(self.problems) > 1 else ""
+            rest = len(self.problems) - 1
+            more = f" (and {rest} more problem{'s' if rest > 1 else ''})" if rest else ""
             raise LmdataError(f"{self.store}: {self.problems[0]}{more}; re-ingest with --overwrite")
 
 
@@ -70,7 +72,32 @@ def verify_store(path: str | Path) -> VerifyReport:
             if len(report.problems) == before:
                 readable.append(fmt)
         report.problems += _stream_problems(report, path, manifest, split, readable)
+        if info.provenance is not None:  # each document's source: what inspect, sql and show read
+            where = f"split {split!r} provenance"
+            report.problems += _count_problems(where, info.provenance, info.n_docs, info.n_tokens)
+            report.problems += _file_problems(report, path / split / PROVENANCE_DIR, where, info.provenance)
+    report.problems += _tokenizer_problems(path, manifest)
     return report
+
+
+def _tokenizer_problems(path: Location, manifest: Manifest) -> list[str]:
+    """The store's copy of its tokenizer, where it has one: whole, unchanged, and the one the manifest
+    names (`show`, `sample` and training decode with it). A store written without one (a plug-in's
+    writer, a test's) has nothing here to check."""
+    from lmdata.store.store import fetch_tokenizer
+    from lmdata.tokenizer.saved import read_dir
+
+    copy = path / TOKENIZER_DIR
+    if not (copy.list(recursive=True) if path.remote else copy.exists()):
+        return []
+    try:
+        directory = fetch_tokenizer(path) if path.remote else path.local_path / TOKENIZER_DIR
+        digest = read_dir(directory)[4]
+    except LmdataError as exc:
+        return [f"tokenizer: {exc}"]
+    if digest != manifest.tokenizer_hash:
+        return [f"tokenizer: {directory} is tokenizer {digest[:19]}, the manifest names {manifest.tokenizer_hash[:19]}"]
+    return []
 
 
 def _count_problems(where: str, shards: list[ShardInfo], n_docs: int, n_tokens: int) -> list[str]:
