@@ -270,6 +270,19 @@ def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir
             ingest(_sample(), tokenizer_dir, out, resume=True, **(kw | change))
 
 
+def test_an_input_given_twice_is_warned_about(tmp_path, tokenizer_dir, recwarn):
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    ingest({"train": SourceSpec((str(SAMPLE),)), "validation": SourceSpec((str(SAMPLE),))}, tokenizer_dir,
+           tmp_path / "a", **kw)
+    ingest({"train": SourceSpec((str(SAMPLE), str(SAMPLE)))}, tokenizer_dir, tmp_path / "b", **kw)
+    said = [str(w.message) for w in recwarn if issubclass(w.category, UserWarning)]
+    assert any(f"input {SAMPLE} is in splits 'train' and 'validation'" in m for m in said), said
+    assert any(f"input {SAMPLE} is given twice in split 'train'" in m for m in said), said
+    recwarn.clear()
+    ingest(_sample(), tokenizer_dir, tmp_path / "c", holdout=("train", "validation", 6), **kw)
+    assert not [w for w in recwarn if "given twice" in str(w.message) or "is in splits" in str(w.message)]
+
+
 def test_resume_with_another_tokenizer_is_refused(tmp_path, tokenizer_dir):
     from lmdata.tokenizer import Tokenizer, train_bpe
 

@@ -36,7 +36,7 @@ from lmdata.io.atomic import NoSpaceError
 from lmdata.errors import LmdataError
 from lmdata.ingest import output
 from lmdata.ingest.shards import SplitReport
-from lmdata.ingest.splits import SplitSource, plan_splits
+from lmdata.ingest.splits import SplitSource, plan_splits, warn_repeated_inputs
 from lmdata.sources import SourceSpec, expand, iter_documents
 from lmdata.store.layout import PLAN_NAME
 from lmdata.store.manifest import Manifest, SplitInfo, check_split_name, write_manifest
@@ -157,6 +157,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         expand(spec.paths)
         if next(iter_documents(spec), None) is None:
             raise LmdataError(f"split {name!r}: the input holds no documents ({', '.join(spec.paths)})")
+    warn_repeated_inputs(splits)
     plan = plan_splits(splits, holdout)
     hashes = output.BackgroundHashes(plan) if getattr(engine_cls, "describe_all", None) is None else None
     runner = None

@@ -7,10 +7,11 @@ split's ``SplitSource``: the last N documents of one split become another (e.g.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from lmdata.errors import LmdataError
-from lmdata.sources import SourceSpec, iter_documents
+from lmdata.sources import SourceSpec, expand, iter_documents
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,20 @@ def plan_splits(splits: dict[str, SourceSpec], holdout: tuple[str, str, int] | N
     plan[src] = SplitSource(splits[src], 0, total - n)
     plan[dst] = SplitSource(splits[src], total - n, total)
     return plan
+
+
+def warn_repeated_inputs(splits: dict[str, SourceSpec]) -> None:
+    """One warning line for an input file given twice in a split (its documents are ingested twice) or
+    in two splits (a validation split that holds training documents). Either may be meant (repeating
+    data to weight it), so it is said, not refused; ``--holdout`` carves a disjoint split from one input."""
+    seen: dict[str, str] = {}
+    for name, spec in splits.items():
+        for path in map(str, expand(spec.paths)):
+            if path not in seen:
+                seen[path] = name
+            elif seen[path] == name:
+                warnings.warn(f"input {path} is given twice in split {name!r}: its documents are ingested twice",
+                              UserWarning, stacklevel=3)
+            else:
+                warnings.warn(f"input {path} is in splits {seen[path]!r} and {name!r}: they share its documents "
+                              f"(--holdout N takes a disjoint split from one input)", UserWarning, stacklevel=3)
