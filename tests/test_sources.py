@@ -282,3 +282,21 @@ def test_the_block_text_reader_equals_the_line_reader_on_any_bytes(tmp_path_fact
                 return str(exc), None
 
     assert read(sources._text_documents, TEXT_BLOCK_BYTES=block) == read(sources._text_documents_by_line)
+
+
+def test_a_datasetdict_directory_names_its_splits(tmp_path):
+    """`datasets.DatasetDict.save_to_disk` writes one directory per split: the error says how to pass them
+    (it had suggested a '*.txt' glob)."""
+    import json
+
+    from lmdata.errors import LmdataError
+    from lmdata.sources import expand
+
+    root = tmp_path / "hfdd"
+    for name in ("train", "test"):
+        (root / name).mkdir(parents=True)
+        (root / name / "state.json").write_text("{}")
+    (root / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    with pytest.raises(LmdataError, match=rf"DatasetDict \(splits test, train\); give each split its own: "
+                                          rf"--split test={root}/test --split train={root}/train"):
+        expand([str(root)])

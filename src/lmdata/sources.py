@@ -125,6 +125,11 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
             if path.is_dir() and (path / "state.json").is_file():
                 files.extend(location(p) for p in saved_dataset_files(path))
                 continue
+            if path.is_dir() and (path / "dataset_dict.json").is_file():  # datasets.DatasetDict.save_to_disk
+                names = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
+                hint = " ".join(f"--split {n}={pattern.rstrip('/')}/{n}" for n in names) or "--split NAME=DIR/NAME"
+                raise LmdataError(f"input {pattern} is a Hugging Face DatasetDict (splits {', '.join(names)}); "
+                                  f"give each split its own: {hint}")
             if path.is_dir():
                 raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern.rstrip('/')}/*.txt'")
             files.append(loc)

@@ -270,6 +270,13 @@ def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir
             ingest(_sample(), tokenizer_dir, out, resume=True, **(kw | change))
 
 
+def test_resume_with_overwrite_is_refused_before_out_is_made(tmp_path, tokenizer_dir):
+    with pytest.raises(LmdataError, match="--resume and --overwrite exclude each other"):
+        ingest(_sample(), tokenizer_dir, tmp_path / "new" / "s", formats=["memmap"], resume=True, overwrite=True,
+               workers=1, progress=False, log=None)
+    assert not (tmp_path / "new").exists()
+
+
 def test_an_input_given_twice_is_warned_about(tmp_path, tokenizer_dir, recwarn):
     kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
     ingest({"train": SourceSpec((str(SAMPLE),)), "validation": SourceSpec((str(SAMPLE),))}, tokenizer_dir,

@@ -149,6 +149,8 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     writer_classes = _writer_classes(formats)  # unknown format names fail before any work
     if shard_tokens < 1:
         raise LmdataError(f"--shard-tokens must be positive, got {shard_tokens}")
+    if resume and overwrite:  # before --out is made (prepare says the same for a remote store)
+        raise LmdataError("--resume and --overwrite exclude each other; pick one")
     if not splits:
         raise LmdataError("no input given; pass --input PATH or --split NAME=PATH")
     for name in [*splits, *([holdout[1]] if holdout else [])]:  # a split is a directory of the store

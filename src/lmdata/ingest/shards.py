@@ -49,7 +49,7 @@ class SplitReport:
             f"{counted(self.shards, 'shard')}, {self.seconds:.1f} s ({rate:.2f} MB/s)"
         )
         if self.reused_shards:
-            s += f" ({counted(self.reused_shards, 'shard')} reused from the interrupted run)"
+            s += f" ({counted(self.reused_shards, 'shard')} reused from the earlier run)"
         if self.replaced:
             s += f", {self.replaced:,} invalid UTF-8 sequences replaced by U+FFFD"
         return s
