@@ -70,7 +70,7 @@ def format_inspect(report: dict[str, Any]) -> str:
             lines.append(f"    {s['replaced_utf8']:,} invalid UTF-8 sequences were replaced by U+FFFD")
         for fmt, f in s["formats"].items():
             grouped = "" if f["fragments"] == f["shards"] else f" in {f['fragments']} fragment{'s' * (f['fragments'] > 1)}"
-            lines.append(f"    {fmt:8s} {f['shards']:5d} shards{grouped:<17s} {f['bytes']:>14,} bytes  "
+            lines.append(f"    {fmt:8s} {f['shards']:5d} {'shard ' if f['shards'] == 1 else 'shards'}{grouped:<17s} {f['bytes']:>14,} bytes  "
                          f"{f['bytes_per_token']:.3f} bytes/token")
     return "\n".join(lines)
 

@@ -176,7 +176,7 @@ def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
     """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe,
     special-token flags)."""
     path = Path(path)
-    if not path.is_dir():
+    if not path.is_dir() or not any((path / name).exists() for name in (*FILES[:3], "tokenizer.json")):
         raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES[:3])})")
     found = _read_meta(path)
     if found is None:
