@@ -300,3 +300,17 @@ def test_a_datasetdict_directory_names_its_splits(tmp_path):
     with pytest.raises(LmdataError, match=rf"DatasetDict \(splits test, train\); give each split its own: "
                                           rf"--split test={root}/test --split train={root}/train"):
         expand([str(root)])
+
+
+def test_a_null_text_is_no_document_in_jsonl_as_in_parquet(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lmdata.sources import SourceSpec, iter_documents
+
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in ["a", None, "", "b"]) + "\n")
+    pq.write_table(pa.table({"text": ["a", None, "", "b"]}), tmp_path / "d.parquet")
+    for name in ("d.jsonl", "d.parquet"):
+        assert [d.text for d in iter_documents(SourceSpec((str(tmp_path / name),)))] == ["a", "b"], name

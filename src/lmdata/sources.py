@@ -375,6 +375,8 @@ def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, sourc
         if not isinstance(obj, dict) or spec.text_field not in obj:
             raise LmdataError(f"{where}: no field {spec.text_field!r}; set text_field (--text-field) to the field holding the text")
         value = obj[spec.text_field]
+        if value is None:  # no document, as a null Parquet or Arrow row and an empty text are none
+            continue
         if not isinstance(value, str):
             raise LmdataError(f"{where}: field {spec.text_field!r} is {type(value).__name__}, not a string")
         if value:
