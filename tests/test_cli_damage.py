@@ -107,6 +107,8 @@ def test_every_store_command_refuses_damage_in_one_line(sample_store, tmp_path, 
     for name, argv in store_commands(store, tmp_path).items():
         if name == "bench" and damage is flipped_bytes:
             continue  # bench reads with verify="size" by design (it measures reads): sizes only
+        if name == "sql tokens" and damage in (truncated_shard, missing_shard):
+            continue  # the tokens view reads Parquet's rows, which are sound: a format is checked when it is read
         line = one_line_error(capsys, argv)
         assert str(store) in line, (name, line)
 

@@ -232,7 +232,8 @@ def test_existing_store_needs_a_flag(tmp_path, tokenizer_dir):
 def test_a_ctrl_c_before_the_first_shard_leaves_a_store_resume_and_overwrite_take(tmp_path, tokenizer_dir,
                                                                                   monkeypatch, step):
     """The plan is written before the tokenizer is copied or the writers' imports run: a Ctrl-C there
-    had left `.lock` and `tokenizer/` alone, a folder `--resume`, `--overwrite` and a plain run refused."""
+    had left `.lock` and `tokenizer/` alone, a folder `--resume`, `--overwrite` and a plain run refused.
+    A plan still waiting for its inputs' hashes, with no shard written, is simply replaced on resume."""
     from lmdata.ingest import output
     from lmdata.store.formats.parquet import ParquetWriter
 
@@ -250,6 +251,10 @@ def test_a_ctrl_c_before_the_first_shard_leaves_a_store_resume_and_overwrite_tak
             with pytest.raises(KeyboardInterrupt):
                 ingest(_sample(), tokenizer_dir, out, **kw)
         assert (out / "ingest-plan.json").exists()
+        if flag == "resume":  # as if stopped before the inputs' hashes were in (a large input)
+            plan = json.loads((out / "ingest-plan.json").read_text())
+            plan["splits"]["train"]["sources"][0]["sha256"] = None
+            (out / "ingest-plan.json").write_text(json.dumps(plan))
         ingest(_sample(), tokenizer_dir, out, **kw, **{flag: True})
         assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
 

@@ -166,7 +166,7 @@ def test_truncated_shard_is_refused_naming_the_file(make_store, fmt):
     with open(victim, "r+b") as fh:
         fh.truncate(victim.stat().st_size - 2)
     with pytest.raises(LmdataError, match=shard.files[0].path):
-        open_store(syn.path)
+        open_store(syn.path).reader("train", fmt)
     from lmdata.store.manifest import read_manifest
 
     m = read_manifest(syn.path)

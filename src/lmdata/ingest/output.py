@@ -388,9 +388,16 @@ def check_plan(out: Path, plan: dict[str, Any]) -> None:
             old = json.loads(path.read_text())
         except ValueError:
             raise LmdataError(f"{path}: unreadable ingest plan; start over with --overwrite") from None
-        same_plan(old, plan, str(out))
-        return
+        if not (pending(old) and not _has_shards(out)):  # stopped before any shard: nothing to check against
+            same_plan(old, plan, str(out))
+            return
     write_plan(out, plan)
+
+
+def _has_shards(out: Path) -> bool:
+    """Whether the run that wrote ``out``'s plan wrote any shard file (a split's directory holds a file)."""
+    return any(f.is_file() for d in Path(out).iterdir() if d.is_dir() and d.name != TOKENIZER_DIR
+               for f in d.rglob("*"))
 
 
 def same_plan(old: Any, plan: dict[str, Any], where: str) -> None:

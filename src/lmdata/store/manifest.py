@@ -407,6 +407,17 @@ def tables(info: SplitInfo) -> dict[str, list[ShardInfo]]:
     return {**info.formats, **({PROVENANCE_DIR: info.provenance} if info.provenance is not None else {})}
 
 
+def refuse_escaping_names(loc: Any, tables_of: dict[str, dict[str, list[ShardInfo]]]) -> None:
+    """No recorded path is absolute or climbs out with ``..`` (by its text alone: a symlink is checked
+    where the file is stat-ed, ``checksum.check_sizes``). ``{split: {table: shards}}``."""
+    for by_table in tables_of.values():
+        for shards in by_table.values():
+            for shard in shards:
+                for f in shard.files:
+                    if not plain_name(f.path):
+                        _refuse_escape(loc, f.path)
+
+
 def check_table_paths(loc: Any, split: str, table: str, shards: list[ShardInfo]) -> None:
     """Every file of ``shards`` (``<store>/<split>/<table>``) stays inside the store, else an error naming it."""
     names = [f.path for shard in shards for f in shard.files]
