@@ -86,14 +86,16 @@ def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str
     if not cfg.train_files:
         raise LmdataError(f"[tokenizer] dir {d} holds no tokenizer and train_files is empty; set one of them")
     from lmdata.tokenizer import Tokenizer
-    from lmdata.tokenizer.inputs import resolve_inputs
     from lmdata.tokenizer.train import train_bpe_stats
 
-    files = resolve_inputs(cfg.train_files)  # files, s3:// objects and globs of either, as ingest takes them
-    # a JSONL/Parquet/Arrow file is read as its documents (by its name), with the splits' text field
-    fields = {s.text_field for s in (ingest.splits.values() if ingest is not None else ())}
-    vocab, merges, stats = train_bpe_stats(files, cfg.vocab_size, cfg.special_tokens, progress=progress,
-                                           text_field=fields.pop() if len(fields) == 1 else "text")
+    # files, s3:// objects and globs of either, as ingest takes them; a JSONL/Parquet/Arrow file is read
+    # as its documents, with the splits' kind and text field where they agree (train_bpe_stats resolves them)
+    splits = list(ingest.splits.values()) if ingest is not None else []
+    kinds, fields = {s.kind for s in splits}, {s.text_field for s in splits}
+    vocab, merges, stats = train_bpe_stats(list(cfg.train_files), cfg.vocab_size, cfg.special_tokens,
+                                           progress=progress, kind=kinds.pop() if len(kinds) == 1 else "auto",
+                                           text_field=fields.pop() if len(fields) == 1 else "text",
+                                           errors=ingest.errors if ingest is not None else "strict")
     tok = Tokenizer(vocab, merges, cfg.special_tokens)
     tok.save(d)
     log(f"tokenizer: wrote {d}: {tok.vocab_size:,} ids; {stats.summary()}")

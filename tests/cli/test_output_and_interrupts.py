@@ -148,10 +148,13 @@ def test_a_warning_is_one_line(sample_store, tmp_path):
     assert "_ensure_copy" not in proc.stderr and "RuntimeWarning" not in proc.stderr, proc.stderr
 
 
-def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path):
+@pytest.mark.parametrize("setting", ["LMDATA_CACHE_KEEP_FREE=1", "LMDATA_PARQUET_CACHE_BYTES=abc",
+                                     "LMDATA_MAP_SHARDS=2", "LMDATA_LANCE_IO=zz"])
+def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path, setting):
     """`lmdata verify` had listed an out-of-range LMDATA_CACHE_KEEP_FREE among the store's problems, with
-    "re-ingest with --overwrite"."""
+    "re-ingest with --overwrite" (and the window offsets it was reading)."""
+    name, value = setting.split("=")
     proc = subprocess.run([sys.executable, "-m", "lmdata", "verify", str(sample_store)], capture_output=True,
-                          text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), LMDATA_CACHE_KEEP_FREE="1"))
-    assert proc.returncode == 1 and proc.stderr.startswith("error: LMDATA_CACHE_KEEP_FREE='1': "), proc.stderr
+                          text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), **{name: value}))
+    assert proc.returncode == 1 and ("error: " + name in proc.stderr or "$" + name in proc.stderr), proc.stderr
     assert "re-ingest" not in proc.stderr and "offsets" not in proc.stderr and len(proc.stderr.splitlines()) == 1

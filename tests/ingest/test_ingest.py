@@ -273,6 +273,15 @@ def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir
     for change, said in cases:
         with pytest.raises(LmdataError, match=r"was started with different settings \(" + said):
             ingest(_sample(), tokenizer_dir, out, resume=True, **(kw | change))
+    text = tmp_path / "grown.txt"  # an input that changed moves the holdout's span too: the input is named
+    text.write_bytes(SAMPLE.read_bytes())
+    grown = tmp_path / "g"
+    ingest({"train": SourceSpec((str(text),))}, tokenizer_dir, grown, holdout=("train", "validation", 6), **kw)
+    (grown / "manifest.json").unlink()
+    text.write_bytes(SAMPLE.read_bytes() + b"\n<|endoftext|>\none more document\n")
+    with pytest.raises(LmdataError, match=r"different settings \(input .*grown.txt changed since the ingest started"):
+        ingest({"train": SourceSpec((str(text),))}, tokenizer_dir, grown, holdout=("train", "validation", 6),
+               resume=True, **kw)
 
 
 def test_resume_with_overwrite_is_refused_before_out_is_made(tmp_path, tokenizer_dir):

@@ -63,3 +63,30 @@ def test_cli_takes_kind_and_text_field(trainer, tmp_path, capsys):
     code, _, err = run_cli(["tokenizer", "train", str(tmp_path / "d.parquet"), "--vocab-size", "400",
                             "--out", str(tmp_path / "tok2"), "--workers", "1", "--no-progress"], capsys)
     assert code == 1 and err.startswith("error: ") and "text" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_pipeline_trains_on_its_splits_text_field(tmp_path):
+    """[tokenizer] train_files of JSONL take the [ingest] splits' text_field (it had read field 'text')."""
+    from lmdata.config import IngestConfig, SplitConfig, TokenizerConfig
+    from lmdata.pipeline import ensure_tokenizer
+
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"body": d, "text": "x"}) + "\n" for d in DOCS))
+    cfg = TokenizerConfig(dir=str(tmp_path / "tok"), train_files=[str(tmp_path / "d.jsonl")], vocab_size=400,
+                          special_tokens=[EOT])
+    ingest = IngestConfig(out=str(tmp_path / "store"), splits={"train": SplitConfig([str(tmp_path / "d.jsonl")],
+                                                                                    text_field="body")})
+    ensure_tokenizer(cfg, progress=False, log=lambda line: None, ingest=ingest)
+    assert Tokenizer.load(tmp_path / "tok").merges == train_bpe(_as_text(tmp_path), 400, [EOT], workers=1)[1]
+
+
+def test_a_document_longer_than_a_read_and_replaced_utf8_are_counted(tmp_path):
+    """A document is served in 1 MiB reads (through a view, not by copying what is left); invalid UTF-8
+    replaced while the documents are read is counted in the training's stats."""
+    big = " ".join(DOCS) * 12
+    assert len(big.encode()) > 3 << 20
+    (tmp_path / "big.jsonl").write_text(json.dumps({"text": big}) + "\n")
+    (tmp_path / "big.txt").write_text(big + EOT)
+    assert train_bpe_stats(tmp_path / "big.jsonl", 300, [EOT], workers=1)[:2] == train_bpe(tmp_path / "big.txt", 300, [EOT], workers=1)
+    (tmp_path / "bad.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "bro\xffken"}\n')
+    stats = train_bpe_stats(tmp_path / "bad.jsonl", 270, [EOT], workers=1, errors="replace")[2]
+    assert stats.replacements == 1

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
-from lmdata.errors import LmdataError
+from lmdata.errors import SettingError
 
 ENV = "LMDATA_CHECK_AHEAD"
 GROUP = 8  # reads handed over together, every GROUP reads: the thread is woken once for them (below)
@@ -38,7 +38,7 @@ def check_ahead_on() -> bool:
     """``LMDATA_CHECK_AHEAD``: 1 (the default) or 0."""
     value = os.environ.get(ENV, "1").strip()
     if value not in ("0", "1", ""):
-        raise LmdataError(f"{ENV}={value!r}: give 1 (check the next read's blocks on a thread of their own, the "
+        raise SettingError(f"{ENV}={value!r}: give 1 (check the next read's blocks on a thread of their own, the "
                           "default) or 0 (the training thread checks them as it reads)")
     return value != "0"
 

@@ -432,10 +432,7 @@ def _plan_difference(old: Any, new: dict[str, Any]) -> str:
         if set(old["splits"]) != set(new["splits"]):
             return f"the splits were {sorted(old['splits'])}, now {sorted(new['splits'])}"
         for name, split in new["splits"].items():
-            before = old["splits"][name]
-            if before["documents"] != split["documents"]:
-                return (f"split {name!r} took documents {_span(before['documents'])} of its input, this run "
-                        f"{_span(split['documents'])}: a different --holdout")
+            before = old["splits"][name]  # the inputs first: a changed input moves a holdout's span too
             paths = [s["path"] for s in before["sources"]], [s["path"] for s in split["sources"]]
             if paths[0] != paths[1]:
                 return f"split {name!r}: its inputs were {_short(paths[0])}, now {_short(paths[1])}"
@@ -443,6 +440,9 @@ def _plan_difference(old: Any, new: dict[str, Any]) -> str:
                 if was != now:
                     return (f"input {now['path']} changed since the ingest started ({was.get('bytes')} bytes then, "
                             f"{now.get('bytes')} now, or another sha256)")
+            if before["documents"] != split["documents"]:
+                return (f"split {name!r} took documents {_span(before['documents'])} of its input, this run "
+                        f"{_span(split['documents'])}: a different --holdout")
     except (AttributeError, KeyError, TypeError, ValueError):
         pass  # a plan of another shape: its first difference, as it is
     return f"{_first_difference(old, new)} differs"

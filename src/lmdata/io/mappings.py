@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from lmdata.errors import LmdataError
+from lmdata.errors import SettingError
 
 try:
     from lmdata.io._preads import map_files, read_mapped, unmap
@@ -64,7 +64,7 @@ def mapping_on() -> bool:
     if not _switch:
         value = os.environ.get("LMDATA_MAP_SHARDS", "1").strip()
         if value not in ("0", "1", ""):
-            raise LmdataError(f"LMDATA_MAP_SHARDS={value!r}: give 1 (map shards, the default) or 0 (read every "
+            raise SettingError(f"LMDATA_MAP_SHARDS={value!r}: give 1 (map shards, the default) or 0 (read every "
                               "window with pread)")
         _switch.append(value != "0")
     return _switch[0]

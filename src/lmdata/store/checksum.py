@@ -248,7 +248,7 @@ def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, ve
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        raw = os.read(fd, info.bytes + 1)
+        raw = read_up_to(fd, info.bytes + 1)
     finally:
         os.close(fd)
     if len(raw) != info.bytes:  # changed since the stat: named as a wrong size all the same
@@ -262,6 +262,19 @@ def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, ve
         if _verified[key] is not None:
             raise LmdataError(_verified[key])
     return path, raw
+
+
+def read_up_to(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from ``fd``, fewer only at its end (a read may return less: a network
+    filesystem, or 2 GiB and more)."""
+    parts, got = [], 0
+    while got < n:
+        part = os.read(fd, min(n - got, 1 << 30))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:

@@ -26,7 +26,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, location
-from lmdata.store.checksum import write_shard_parts
+from lmdata.store.checksum import read_up_to, write_shard_parts
 from lmdata.store.formats import base
 from lmdata.store.layout import PROVENANCE_DIR, RECORD_DIR
 from lmdata.store.npy import int64_array
@@ -111,7 +111,7 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
 def _read_whole(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return os.read(fd, os.fstat(fd).st_size + 1)
+        return read_up_to(fd, os.fstat(fd).st_size + 1)
     finally:
         os.close(fd)
 

@@ -158,6 +158,8 @@ def iter_text_blocks(
             offset += len(raw)
             stats.bytes += len(raw)
             if not raw:
+                # a document input's invalid UTF-8 was replaced as its documents were read
+                stats.replacements += getattr(getattr(getattr(f, "raw", None), "source_stats", None), "replaced", 0)
                 if text:
                     yield text
                 return

@@ -247,7 +247,7 @@ class LanceReader(base.ShardReader):
         io: str | None = None, column: str | None = None,
     ) -> None:
         super().__init__(format_dir, shards, dtype, verify=verify)
-        self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io)
+        self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io, from_env=io is None)
         if column not in (None, "tokens"):
             raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None: the loader's own)")
         self.column = column

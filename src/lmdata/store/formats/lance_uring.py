@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, SettingError
 
 IO_ENV = "LMDATA_LANCE_IO"
 IO_MODES = ("auto", "uring", "file")
@@ -22,9 +22,11 @@ IO_MODES = ("auto", "uring", "file")
 _uring: bool | None = None
 
 
-def check_io_mode(io: str) -> str:
+def check_io_mode(io: str, from_env: bool = False) -> str:
+    """``io`` if it is a mode; else an error (a ``SettingError`` when it came from ``$LMDATA_LANCE_IO``)."""
     if io not in IO_MODES:
-        raise LmdataError(f"Lance io {io!r} (argument io= or ${IO_ENV}) is not one of {', '.join(IO_MODES)}")
+        raise (SettingError if from_env else LmdataError)(
+            f"Lance io {io!r} (argument io= or ${IO_ENV}) is not one of {', '.join(IO_MODES)}")
     return io
 
 

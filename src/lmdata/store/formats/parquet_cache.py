@@ -35,7 +35,7 @@ from typing import ContextManager
 
 import numpy as np
 
-from lmdata.errors import LmdataError
+from lmdata.errors import SettingError
 from lmdata.io.atomic import TMP_MARK, temp_path
 from lmdata.io.cache import by_age, bytes_short, cache_root, evict_oldest, held_lock, keep_free
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
@@ -58,7 +58,7 @@ def cache_budget(kind: str) -> int:
     try:
         return DEFAULT_CACHE_BYTES if limit in (None, "") else int(limit)
     except ValueError:
-        raise LmdataError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
+        raise SettingError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
 
 
 def copy_key(sha256: str, source: str) -> str:
