@@ -155,11 +155,11 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         raise LmdataError("no input given; pass --input PATH or --split NAME=PATH")
     for name in [*splits, *([holdout[1]] if holdout else [])]:  # a split is a directory of the store
         check_split_name(name, "--split" if name in splits else "--holdout split")
-    for name, spec in splits.items():  # missing files, empty globs: before the store is touched
-        expand(spec.paths)
-        if next(iter_documents(spec), None) is None:
+    files = {name: expand(spec.paths) for name, spec in splits.items()}  # missing files, empty globs: first
+    for name, spec in splits.items():
+        if next(iter_documents(spec, files=files[name]), None) is None:
             raise LmdataError(f"split {name!r}: the input holds no documents ({', '.join(spec.paths)})")
-    warn_repeated_inputs(splits)
+    warn_repeated_inputs(files)
     plan = plan_splits(splits, holdout)
     hashes = output.BackgroundHashes(plan) if getattr(engine_cls, "describe_all", None) is None else None
     runner = None
@@ -192,11 +192,11 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             pending = hashes is not None and not (out / PLAN_NAME).exists()
             plan_json = build(output.pending_records if pending
                               else getattr(runner, "describe_all", None) or hashes.describe_all)
-            output.check_tokenizer(out, tokenizer_dir, tok.hash, type(tok).load)
+            have_tok = output.check_tokenizer(out, tokenizer_dir, tok.hash, type(tok).load)
             output.check_plan(out, plan_json)
             if pending:
                 hashes.write_plan_when_hashed(out, build)
-            store_tok = output.install_tokenizer(out, tokenizer_dir, tok_files, tok.hash, type(tok).load)
+            store_tok = output.install_tokenizer(out, tok_files, present=have_tok)
             for cls in writer_classes.values() if hashes is not None else ():  # while this process hashes the inputs
                 getattr(cls, "prepare", lambda dtype: None)(np.dtype(dtype))  # RecordedShardWriter.prepare
             manifest = Manifest(tok.hash, vocab_size, dtype, eot, shard_tokens, lmdata_version=__version__)

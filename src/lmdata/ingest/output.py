@@ -262,10 +262,11 @@ def read_tokenizer_files(tokenizer_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(Path(tokenizer_dir).iterdir()) if p.is_file()}
 
 
-def install_tokenizer(out: Path, tokenizer_dir: Path, files: dict[str, bytes], tokenizer_hash: str, load: Any) -> Path:
-    """Write the tokenizer into ``<store>/tokenizer`` or, if there, check it is the same one."""
+def install_tokenizer(out: Path, files: dict[str, bytes], *, present: bool) -> Path:
+    """``<store>/tokenizer``, written unless it is ``present`` (``check_tokenizer`` said so, and that it is
+    the same tokenizer)."""
     dest = Path(out) / TOKENIZER_DIR
-    if not check_tokenizer(out, tokenizer_dir, tokenizer_hash, load):
+    if not present:
         atomic.write_dir(dest, files)
     return dest
 

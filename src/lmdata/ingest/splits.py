@@ -11,7 +11,8 @@ import warnings
 from dataclasses import dataclass
 
 from lmdata.errors import LmdataError
-from lmdata.sources import SourceSpec, expand, iter_documents
+from lmdata.io.location import Location
+from lmdata.sources import SourceSpec, iter_documents
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,13 @@ def plan_splits(splits: dict[str, SourceSpec], holdout: tuple[str, str, int] | N
     return plan
 
 
-def warn_repeated_inputs(splits: dict[str, SourceSpec]) -> None:
+def warn_repeated_inputs(files: dict[str, list[Location]]) -> None:
     """One warning line for an input file given twice in a split (its documents are ingested twice) or
     in two splits (a validation split that holds training documents). Either may be meant (repeating
     data to weight it), so it is said, not refused; ``--holdout`` carves a disjoint split from one input."""
     seen: dict[str, str] = {}
-    for name, spec in splits.items():
-        for path in map(str, expand(spec.paths)):
+    for name, paths in files.items():  # each split's files, as ``sources.expand`` found them
+        for path in map(str, paths):
             if path not in seen:
                 seen[path] = name
             elif seen[path] == name:

@@ -84,6 +84,7 @@ def doc_batches(store: Store, split: str) -> Iterator[Any]:
     shards, starts_of = _doc_starts_fn(store, split)
     shard_docs = ingest_shard_docs(shards)
     where = origins(store, split)
+    paths = [str(s["path"]) for s in where.sources]
     group: list[tuple[ShardInfo, np.ndarray, np.ndarray | None]] = []
     n_docs = 0
     for i, shard in enumerate(shards):
@@ -91,12 +92,13 @@ def doc_batches(store: Store, split: str) -> Iterator[Any]:
         group.append((shard, starts, where.span(shard.first_doc, len(starts) - 1)))
         n_docs += len(starts) - 1
         if n_docs >= BATCH_DOCS or i == len(shards) - 1:
-            yield _docs_batch(split, group, shard_docs, where)
+            yield _docs_batch(split, group, shard_docs, where, paths)
             group, n_docs = [], 0
 
 
-def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any) -> Any:
-    """One docs batch of the shards in ``group``: (shard, its document starts, its origins or None)."""
+def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any, paths: list[str]) -> Any:
+    """One docs batch of the shards in ``group``: (shard, its document starts, its origins or None);
+    ``paths``: the split's sources."""
     import pyarrow as pa
 
     doc_ids = np.concatenate([np.arange(s.first_doc, s.first_doc + len(st) - 1, dtype=np.int64) for s, st, _ in group])
@@ -105,10 +107,10 @@ def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any) -> 
         source, offset = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
     else:
         rows = np.concatenate([r for _, _, r in group]).reshape(-1, 2)
-        if len(rows) and rows[:, 0].max() >= len(where.sources):
+        if len(rows) and rows[:, 0].max() >= len(paths):
             where.path(int(rows[:, 0].max()))  # one line: the record names a source the manifest lacks
-        paths = pa.array([str(s["path"]) for s in where.sources], pa.string())
-        source, offset = paths.take(pa.array(rows[:, 0])), pa.array(rows[:, 1], pa.int64())
+        source = pa.array(paths, pa.string()).take(pa.array(rows[:, 0]))
+        offset = pa.array(rows[:, 1], pa.int64())
     return pa.RecordBatch.from_arrays([
         pa.array(np.full(n, split, dtype=object), pa.string()),
         pa.array(doc_ids),

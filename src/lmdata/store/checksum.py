@@ -227,15 +227,18 @@ def verify_shard(format_dir: Path, shard: ShardInfo, verify: str, infos: list[Fi
         return
     for info in shard.files if infos is None else infos:
         path = shard_file_path(format_dir, shard, info)
-        key = _identity(path, info)
-        if key not in _verified:
-            bad = sha256_file(path) != info.sha256
-            _verified[key] = (
-                f"{path}: shard {shard.name} fails its sha256 checksum (the file is corrupt); "
-                "run `lmdata verify` and re-ingest with --overwrite"
-            ) if bad else None
-        if _verified[key] is not None:
-            raise LmdataError(_verified[key])
+        _check_once(_identity(path, info), path, shard, info, lambda: sha256_file(path))
+
+
+def _check_once(key: tuple, path: Any, shard: ShardInfo, info: FileInfo, digest: Callable[[], str]) -> None:
+    """The file at ``path`` (identity ``key``) against its sha256, hashed once per process and identity:
+    its error, remembered, is raised again."""
+    if key not in _verified:
+        _verified[key] = None if digest() == info.sha256 else (
+            f"{path}: shard {shard.name} fails its sha256 checksum (the file is corrupt); "
+            "run `lmdata verify` and re-ingest with --overwrite")
+    if _verified[key] is not None:
+        raise LmdataError(_verified[key])
 
 
 def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, verify: str) -> tuple[str, bytes]:
@@ -245,36 +248,32 @@ def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, ve
     ``np.load`` then read it again: with the path resolved twice, ~0.2 ms a shard, 2.2 s of
     ``lmdata inspect`` over 11,761 shards."""
     path, _ = stat_shard_file(format_dir, shard, info)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        raw = read_up_to(fd, info.bytes + 1)
-    finally:
-        os.close(fd)
+    st, raw = read_whole(path, info.bytes + 1)
     if len(raw) != info.bytes:  # changed since the stat: named as a wrong size all the same
         _sized(path, shard, info, os.stat_result((*st[:6], len(raw), *st[7:])))
     if verify == "first-use":
         key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.sha256)
-        if key not in _verified:
-            _verified[key] = None if hashlib.sha256(raw).hexdigest() == info.sha256 else (
-                f"{path}: shard {shard.name} fails its sha256 checksum (the file is corrupt); "
-                "run `lmdata verify` and re-ingest with --overwrite")
-        if _verified[key] is not None:
-            raise LmdataError(_verified[key])
+        _check_once(key, path, shard, info, lambda: hashlib.sha256(raw).hexdigest())
     return path, raw
 
 
-def read_up_to(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes from ``fd``, fewer only at its end (a read may return less: a network
-    filesystem, or 2 GiB and more)."""
-    parts, got = [], 0
-    while got < n:
-        part = os.read(fd, min(n - got, 1 << 30))
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+def read_whole(path: str, limit: int | None = None) -> tuple[os.stat_result, bytes]:
+    """``fstat`` of the file at ``path`` and its bytes (at most ``limit``), read until its end: a read
+    may return less (a network filesystem, or 2 GiB and more)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        n = st.st_size + 1 if limit is None else limit
+        parts, got = [], 0
+        while got < n:
+            part = os.read(fd, min(n - got, 1 << 30))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    finally:
+        os.close(fd)
+    return st, parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:

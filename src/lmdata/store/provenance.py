@@ -26,7 +26,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, location
-from lmdata.store.checksum import read_up_to, write_shard_parts
+from lmdata.store.checksum import read_whole, write_shard_parts
 from lmdata.store.formats import base
 from lmdata.store.layout import PROVENANCE_DIR, RECORD_DIR
 from lmdata.store.npy import int64_array
@@ -94,7 +94,7 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
     path: Any = (location(split_dir) / PROVENANCE_DIR / info.path) if local_dir is None \
         else os.path.join(local_dir, info.path)
     try:
-        raw = path.read_bytes() if local_dir is None else _read_whole(path)
+        raw = path.read_bytes() if local_dir is None else read_whole(path)[1]
     except (OSError, LmdataError) as exc:
         raise LmdataError(f"{path}: provenance of shard {shard.name} cannot be read ({exc}); "
                           "run `lmdata verify` and re-ingest with --overwrite") from None
@@ -106,14 +106,6 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
         raise LmdataError(f"{path}: provenance of shard {shard.name} holds {origins.dtype} {origins.shape}, "
                           f"not int64 ({shard.n_docs}, 2); re-ingest with --overwrite")
     return origins
-
-
-def _read_whole(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return read_up_to(fd, os.fstat(fd).st_size + 1)
-    finally:
-        os.close(fd)
 
 
 class Origins:

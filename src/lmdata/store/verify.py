@@ -91,7 +91,7 @@ def _tokenizer_problems(path: Location, manifest: Manifest) -> list[str]:
     if not (copy.list(recursive=True) if path.remote else copy.exists()):
         return []
     try:
-        directory = fetch_tokenizer(path) if path.remote else path.local_path / TOKENIZER_DIR
+        directory = fetch_tokenizer(path) if path.remote else copy.local_path
         digest = read_dir(directory)[4]
     except LmdataError as exc:
         return [f"tokenizer: {exc}"]
@@ -140,8 +140,6 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
                     found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
                     if found is None or not np.array_equal(found, sums.crcs):
                         sums.check(0, (format_dir / data).read_bytes(), str(format_dir / data))
-                except SettingError:
-                    raise
                 except LmdataError as exc:
                     problems.append(f"{where} shard {s.name}: {exc}")
     return problems

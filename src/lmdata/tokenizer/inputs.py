@@ -17,11 +17,10 @@ quotes and ``\\n`` escapes, and a Parquet file its binary pages.
 from __future__ import annotations
 
 import glob
-from pathlib import Path
-from typing import IO, Any
-
 import io
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, is_uri, location
@@ -58,13 +57,11 @@ class DocumentsInput(Location):
 
 
 class _ChunkStream(io.RawIOBase):
-    """A readable stream over byte chunks (the documents of a ``DocumentsInput``); ``source_stats``:
-    what reading them replaced. A chunk is served through a view: copying the rest of a 256 MB
-    document at each 1 MiB read had taken 20 s."""
+    """A readable stream over byte chunks (the documents of a ``DocumentsInput``). A chunk is served
+    through a view: copying the rest of a 256 MB document at each 1 MiB read had taken 20 s."""
 
-    def __init__(self, chunks: Iterator[bytes], source_stats: Any) -> None:
+    def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks, self._left = chunks, memoryview(b"")
-        self.source_stats = source_stats
 
     def readable(self) -> bool:
         return True
@@ -91,16 +88,14 @@ def resolve_inputs(inputs: str | Path | Location | list | tuple, kind: str = "au
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     files: list[Input] = []
     for item in items:
-        if isinstance(item, DocumentsInput):
-            files.append(item)
-        elif isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):  # file://PATH: expand's local PATH
+        if isinstance(item, str) and (is_uri(item) or glob.has_magic(item)):  # file://PATH: expand's local PATH
             from lmdata.sources import expand
 
             files.extend(expand([item]))
         else:
             files.append(location(item))
-    return [f if isinstance(f, DocumentsInput) or kind_of(f, kind) == "text"
-            else DocumentsInput(f, kind_of(f, kind), text_field, separator, errors) for f in files]
+    return [f if kind_of(f, kind) == "text" else DocumentsInput(f, kind_of(f, kind), text_field, separator, errors)
+            for f in files]
 
 
 def check_inputs(inputs: str | Path | Location | list | tuple, kind: str = "auto", text_field: str = "text",
@@ -119,14 +114,20 @@ def check_inputs(inputs: str | Path | Location | list | tuple, kind: str = "auto
     return files
 
 
-def open_input(path: Input) -> IO[bytes]:
+def open_input(path: Input, stats: Any = None) -> IO[bytes]:
     """The input's (decompressed) bytes as a stream, or one line saying why it cannot be opened; a
-    ``DocumentsInput``'s documents, each followed by its separator."""
+    ``DocumentsInput``'s documents, each followed by its separator, the invalid UTF-8 their reading
+    replaced added to ``stats.replacements`` (a ``pretokenize.ReadStats``) once they are all read."""
     if isinstance(path, DocumentsInput):
         from lmdata.sources import SourceStats
 
-        stats = SourceStats()
-        return io.BufferedReader(_ChunkStream(path.chunks(stats), stats), 1 << 20)
+        def chunks() -> Iterator[bytes]:
+            read = SourceStats()
+            yield from path.chunks(read)
+            if stats is not None:
+                stats.replacements += read.replaced
+
+        return io.BufferedReader(_ChunkStream(chunks()), 1 << 20)
     return open_binary(path)
 
 

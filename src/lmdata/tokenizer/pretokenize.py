@@ -147,7 +147,7 @@ def iter_text_blocks(
     handler = "strict" if errors == "strict" else _counting_handler(stats)
     decoder = codecs.getincrementaldecoder("utf-8")(errors=handler)
     carry, offset = "", 0
-    with open_input(path) as f:
+    with open_input(path, stats) as f:  # (a document input counts what its reading replaced)
         while True:
             raw = read_block(f, path, block_bytes)
             pending = len(decoder.getstate()[0])
@@ -158,8 +158,6 @@ def iter_text_blocks(
             offset += len(raw)
             stats.bytes += len(raw)
             if not raw:
-                # a document input's invalid UTF-8 was replaced as its documents were read
-                stats.replacements += getattr(getattr(getattr(f, "raw", None), "source_stats", None), "replaced", 0)
                 if text:
                     yield text
                 return
