@@ -40,7 +40,10 @@ Optional reader method, for formats that hold rows (Parquet, Lance; not memmap):
         documents cut into pieces, for the ``tokens`` view of ``lmdata sql``: a
         ``pyarrow.dataset.Dataset`` (DuckDB pushes WHERE down to it) or any object whose
         ``__arrow_c_stream__`` gives a fresh stream per call (DuckDB may scan it twice in
-        one query). A format without it is simply absent from the ``tokens`` view.
+        one query). An object that also has ``shards`` (the ``ShardInfo`` its rows come
+        from) and ``batches(range_of_shard_indexes)`` (as ``parquet.VerifiedRows``) is
+        registered as groups of shards, so a WHERE on doc_id reads one group. A format
+        without ``arrow_rows`` is simply absent from the ``tokens`` view.
 
 A reader written before ``doc_starts`` existed still works: ``inspect`` then measures each
 document with ``document`` (slow: it reads every token).
