@@ -139,3 +139,49 @@ def test_provenance_and_the_tokenizer_copy_are_verified(sample_store, tmp_path):
     (store / "tokenizer" / "vocab.json").unlink()
     report = verify_store(store)
     assert report.problems and report.problems[-1].startswith("tokenizer: ") and "vocab.json" in report.problems[-1]
+
+
+def _copies(cache) -> list:
+    """Decoded copies (and their CRC sidecars) in the machine's cache."""
+    return sorted(p for p in cache.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def test_verify_fills_no_cache_and_reads_the_copies_that_are_there(make_store, tmp_path, monkeypatch):
+    """Verify reads each shard once: it decodes in memory and leaves the machine's cache as it was (it had
+    filled it with a store's worth of copies: 464 MB at 1,160 shards); copies the loader made are read."""
+    from lmdata.store import open_store
+    from lmdata.store.formats.parquet import ParquetReader
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(cache))
+    syn = make_store(FORMATS)
+    report = verify_store(syn.path)
+    assert report.ok and report.tokens["train"] == len(syn.stream), report.problems
+    assert _copies(cache) == []  # nothing written
+    store = open_store(syn.path)
+    for fmt in ("parquet", "lance"):  # the loader's reads make the copies
+        reader = store.reader("train", fmt)
+        assert np.array_equal(reader.windows(np.array([0]), len(syn.stream))[0], syn.stream)
+    made = _copies(cache)
+    assert made
+    stamps = {p: (p.stat().st_ino, p.stat().st_size) for p in made}  # (reading marks a copy used: its mtime)
+    decoded: list[int] = []
+    real = ParquetReader._decode
+    monkeypatch.setattr(ParquetReader, "_decode", lambda self, i: decoded.append(i) or real(self, i))
+    assert verify_store(syn.path).ok
+    assert decoded == []  # Parquet's copies were read, not decoded again
+    assert {p: (p.stat().st_ino, p.stat().st_size) for p in _copies(cache)} == stamps  # none made again
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_reader_that_fills_no_cache_reads_the_same_tokens(make_store, tmp_path, monkeypatch, fmt):
+    from lmdata.store import open_store
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(cache))
+    syn = make_store([fmt])
+    reader = open_store(syn.path).reader("train", fmt, fill_cache=False)
+    starts = np.arange(0, len(syn.stream) - 64, 37)
+    got = reader.windows(starts, 64)
+    assert np.array_equal(got, np.lib.stride_tricks.sliding_window_view(syn.stream, 64)[starts])
+    assert _copies(cache) == []

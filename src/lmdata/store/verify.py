@@ -19,6 +19,7 @@ Checks, per split and format, in this order (each problem names the shard):
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from lmdata.store.checksum import mark_verified
 from lmdata.store.layout import PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.protocol import ShardInfo
+from lmdata.store.registry import get_format
 from lmdata.io.location import Location, location
 
 CHUNK_TOKENS = 1 << 22  # tokens compared per read (32 MiB as int64)
@@ -155,16 +157,29 @@ def _digest(full: Location) -> tuple[str, Any]:
     return digest.hexdigest(), np.concatenate(crcs) if crcs else np.zeros(0, np.uint32)
 
 
+def _read_once_options(fmt: str) -> dict[str, Any]:
+    """The reader options of a built-in format for one pass over the stream: ``verify="size"`` (the
+    file pass above checked every byte) and ``fill_cache=False``: the machine's decoded copies that
+    exist are read (the loader's, checked by their block CRCs), the other shards are decoded in memory,
+    and none is written: a verify had filled the cache with a store's worth of copies nobody might
+    read (1,160 shards: 464 MB). A plug-in reader gets the options its class takes."""
+    try:
+        params = inspect.signature(get_format(fmt).reader).parameters
+    except (LmdataError, TypeError, ValueError):
+        return {}
+    wanted = {"verify": "size", "fill_cache": False}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return wanted
+    return {k: v for k, v in wanted.items() if k in params}
+
+
 def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Each format's reader and its alternate encodings' ("fmt (label)"), and the format of each."""
     readers: dict[str, Any] = {}  # "fmt" or "fmt (alternate)" -> reader
     fmt_of: dict[str, str] = {}
     for fmt in formats:
         try:
-            try:
-                reader = store.reader(split, fmt, verify="size")  # the file pass above checked every byte
-            except TypeError:  # a plug-in reader without the built-ins' verify option
-                reader = store.reader(split, fmt)
+            reader = store.reader(split, fmt, **_read_once_options(fmt))
             alternates = getattr(reader, "alternates", dict)()
         except SettingError:
             raise

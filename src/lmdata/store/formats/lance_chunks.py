@@ -88,10 +88,13 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     def of(cls, lance: Any) -> "LanceChunks | None":
         """The chunks of a split read through its loader's column; None: read by takes (a column asked
         for, as ``lmdata verify`` does; the budget 0; a remote store written before row CRCs, whose
-        rows a take cannot check, and which no copy may then trust)."""
+        rows a take cannot check, and which no copy may then trust). ``fill_cache=False``: the copies that
+        exist, the rest decoded into memory, none made."""
         if lance.remote and not all(s.extra.get("row_crc") for s in lance.shards):
             return None
         copies = None if lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
+        if copies is not None and not lance.fill_cache:
+            copies.writable = False
         return cls(lance, copies) if copies is not None else None
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))

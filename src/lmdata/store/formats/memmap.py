@@ -89,12 +89,17 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
     MANIFEST_SHARD = {"files": Many(FILE_SPEC, 2)}  # tokens-NNNNN.bin, docs-NNNNN.npy
 
     def __init__(
-        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY
+        self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
+        fill_cache: bool = True,
     ) -> None:
+        """``fill_cache=False``: remote shards are read from the machine's copies that exist, else fetched
+        into this process's memory, and no copy is made (``lmdata verify``, which reads each shard once)."""
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
         self.copies = self._remote_copies() if self.remote else None
+        if self.copies is not None and not fill_cache:
+            self.copies.writable = False
         self.cache_bytes = 1 << 30  # fetched shards kept in memory when the machine's copies cannot be written
 
     def _remote_copies(self) -> DecodedShards | None:

@@ -256,11 +256,16 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
-        verify: str = DEFAULT_VERIFY,
+        verify: str = DEFAULT_VERIFY, fill_cache: bool = True,
     ) -> None:
+        """``fill_cache=False``: the machine's decoded copies that exist are read, other shards are decoded
+        into this process's memory (up to ``cache_bytes``), and no copy is made (``lmdata verify``, which
+        reads each shard once: a store's worth of copies nobody may read)."""
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.cache_bytes = cache_bytes  # decoded shards kept in memory when the machine's cache is off
         self.copies = DecodedShards.from_env("parquet")
+        if self.copies is not None and not fill_cache:
+            self.copies.writable = False
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
@@ -306,14 +311,16 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
 
     def _decode(self, i: int) -> np.ndarray:
         """Shard ``i``'s tokens, from its bytes checked against the manifest: sha256, unless verify="size" and
-        the tokens stay in this process (a decoded copy is the machine's: every later reader trusts it)."""
+        the tokens stay in this process (a decoded copy is the machine's: every later reader trusts it;
+        a copy that could not be written leaves them here too)."""
         shard, path = self.shards[i], self._path(i)
         info = shard.files[0]
         raw = path.read_bytes()
         if len(raw) != info.bytes:
             raise LmdataError(f"{path}: shard {shard.name} has {len(raw)} bytes, the manifest says {info.bytes}; "
                               "the store is damaged (run `lmdata verify`; re-ingest with --overwrite)")
-        if (self.verify != "size" or self.copies is not None) and hashlib.sha256(raw).hexdigest() != info.sha256:
+        trusted_later = self.copies is not None and self.copies.writable  # a copy every later reader trusts
+        if (self.verify != "size" or trusted_later) and hashlib.sha256(raw).hexdigest() != info.sha256:
             raise LmdataError(f"{path}: shard {shard.name} fails its sha256 checksum (the file is not the one "
                               "ingested); run `lmdata verify` and re-ingest with --overwrite")
         try:
