@@ -140,7 +140,8 @@ def test_ctrl_c_during_bench(small_store, tmp_path):
 def test_a_warning_is_one_line(sample_store, tmp_path):
     """A warning reaches the user as one `warning:` line, not Python's file, line and source line (the
     nearly-full-disk warning had printed `tokens = self._ensure_copy(i)` after it)."""
-    proc = subprocess.run([sys.executable, "-m", "lmdata", "verify", str(sample_store)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "show", str(sample_store), "--doc", "0", "--format", "parquet"],
+                          capture_output=True,
                           text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), LMDATA_CACHE_KEEP_FREE="0.999"))
     assert proc.returncode == 0, proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "nearly full" in line]
@@ -154,7 +155,8 @@ def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path
     """`lmdata verify` had listed an out-of-range LMDATA_CACHE_KEEP_FREE among the store's problems, with
     "re-ingest with --overwrite" (and the window offsets it was reading)."""
     name, value = setting.split("=")
-    proc = subprocess.run([sys.executable, "-m", "lmdata", "verify", str(sample_store)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "show", str(sample_store), "--doc", "0", "--format", "parquet"],
+                          capture_output=True,
                           text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), **{name: value}))
     assert proc.returncode == 1 and ("error: " + name in proc.stderr or "$" + name in proc.stderr), proc.stderr
     assert "re-ingest" not in proc.stderr and "offsets" not in proc.stderr and len(proc.stderr.splitlines()) == 1
