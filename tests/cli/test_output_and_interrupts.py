@@ -39,6 +39,9 @@ def small_store(tmp_path_factory) -> Path:
     return store
 
 
+SHOW_PARQUET = ["show", "--doc", "0", "--format", "parquet"]  # makes a decoded copy (verify makes none)
+
+
 def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO / "src"), **extra}
 
@@ -140,7 +143,7 @@ def test_ctrl_c_during_bench(small_store, tmp_path):
 def test_a_warning_is_one_line(sample_store, tmp_path):
     """A warning reaches the user as one `warning:` line, not Python's file, line and source line (the
     nearly-full-disk warning had printed `tokens = self._ensure_copy(i)` after it)."""
-    proc = subprocess.run([sys.executable, "-m", "lmdata", "show", str(sample_store), "--doc", "0", "--format", "parquet"],
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "show", str(sample_store), *SHOW_PARQUET[1:]],
                           capture_output=True,
                           text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), LMDATA_CACHE_KEEP_FREE="0.999"))
     assert proc.returncode == 0, proc.stderr
@@ -149,14 +152,15 @@ def test_a_warning_is_one_line(sample_store, tmp_path):
     assert "_ensure_copy" not in proc.stderr and "RuntimeWarning" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("setting", ["LMDATA_CACHE_KEEP_FREE=1", "LMDATA_PARQUET_CACHE_BYTES=abc",
-                                     "LMDATA_MAP_SHARDS=2", "LMDATA_LANCE_IO=zz"])
-def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path, setting):
+@pytest.mark.parametrize("setting, command", [("LMDATA_CACHE_KEEP_FREE=1", SHOW_PARQUET),
+                                              ("LMDATA_PARQUET_CACHE_BYTES=abc", ["verify"]),
+                                              ("LMDATA_MAP_SHARDS=2", ["verify"]), ("LMDATA_LANCE_IO=zz", ["verify"])])
+def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path, setting, command):
     """`lmdata verify` had listed an out-of-range LMDATA_CACHE_KEEP_FREE among the store's problems, with
     "re-ingest with --overwrite" (and the window offsets it was reading)."""
     name, value = setting.split("=")
-    proc = subprocess.run([sys.executable, "-m", "lmdata", "show", str(sample_store), "--doc", "0", "--format", "parquet"],
-                          capture_output=True,
+    argv = [command[0], str(sample_store), *command[1:]]
+    proc = subprocess.run([sys.executable, "-m", "lmdata", *argv], capture_output=True,
                           text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), **{name: value}))
     assert proc.returncode == 1 and ("error: " + name in proc.stderr or "$" + name in proc.stderr), proc.stderr
     assert "re-ingest" not in proc.stderr and "offsets" not in proc.stderr and len(proc.stderr.splitlines()) == 1

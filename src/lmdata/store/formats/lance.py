@@ -40,9 +40,8 @@ fragment its row index is checked against its sha256 in the manifest (so the CRC
 the data file only by size. A store without row CRCs falls back to a whole-file sha256 on first
 touch (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
 checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
-``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (for
-``lmdata sql``) is a fresh dataset scanner per scan. Remote: the same copies, each made by one
-remote take of the shard's rows (budget 0: a remote take per batch).
+``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (``lmdata
+sql``): a fragment scan per shard. Remote: the same copies, each made by one remote take (budget 0: a take per batch).
 """
 
 from __future__ import annotations
@@ -245,9 +244,7 @@ class LanceReader(base.ShardReader):
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
         io: str | None = None, column: str | None = None, fill_cache: bool = True,
-    ) -> None:
-        """``fill_cache=False``: windows come from the machine's decoded copies that exist, else from takes
-        into this process's memory, and no copy is made (``lmdata verify``, which reads each shard once)."""
+    ) -> None:  # fill_cache=False: read the machine's decoded copies that exist, make none (lance_chunks)
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.fill_cache = fill_cache
         self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io, from_env=io is None)
