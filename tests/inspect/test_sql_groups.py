@@ -153,3 +153,29 @@ def test_the_docs_view_does_not_import_pandas(sample_store):
               "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[1] == "False", out
+
+
+def test_a_split_in_a_format_not_installed_here_fails_only_the_scans_of_it(tmp_path):
+    """Opening the views reads nothing: a store held in a plug-in format this process lacks still answers
+    what needs none of its rows (``SELECT 1``, ``SHOW TABLES``); a scan of its docs says why, in one line."""
+    import subprocess
+    import sys
+
+    from lmdata.store.registry import register_format, unregister_format
+    from toyformat import ToyReader, ToyWriter, build_store
+
+    register_format("toy", ToyWriter, ToyReader)
+    try:
+        store = tmp_path / "store"
+        build_store(store, ["toy"])
+    finally:
+        unregister_format("toy")
+    script = ("import sys; from lmdata.inspect import sql; from lmdata.errors import LmdataError\n"
+              "print(sql(sys.argv[1], 'SELECT 42')[1])\n"
+              "print(len(sql(sys.argv[1], 'SHOW TABLES')[1]) > 0)\n"
+              "try: sql(sys.argv[1], 'SELECT count(*) FROM docs')\n"
+              "except LmdataError as exc: print(exc)")  # a fresh process: the plug-in is not registered there
+    out = subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["[(42,)]", "True"], out
+    assert lines[2].startswith("sql: ") and "holds no format installed here (toy)" in lines[2], lines

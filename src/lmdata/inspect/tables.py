@@ -34,19 +34,24 @@ def formats_with(store: Store, split: str, method: str) -> list[str]:
     return [f for f in dict.fromkeys(order) if hasattr(_reader_class(f), method)]
 
 
+def _docs_format(store: Store, split: str) -> str | None:
+    """The format the per-document index is read from: the first offering ``doc_starts`` (the store's
+    default first), else the first installed here; None when none is."""
+    fmts = formats_with(store, split, "doc_starts")
+    return fmts[0] if fmts else next((f for f in store.formats(split) if _reader_class(f) is not None), None)
+
+
 def _doc_starts_fn(store: Store, split: str) -> tuple[list[ShardInfo], Callable[[int], np.ndarray]]:
     """A format's shards and, per shard index, its document starts then its length: from
     ``doc_starts`` where a reader has it, else (a plug-in written before it) by measuring each
     document with ``document``."""
-    formats = store.manifest.splits[split].formats
-    fmts = formats_with(store, split, "doc_starts")
-    if fmts:
-        return formats[fmts[0]], store.reader(split, fmts[0]).doc_starts
-    fmt = next((f for f in store.formats(split) if _reader_class(f) is not None), None)
+    formats, fmt = store.manifest.splits[split].formats, _docs_format(store, split)
     if fmt is None:
         raise LmdataError(f"{store.path}: split {split!r} holds no format installed here "
                           f"({', '.join(store.formats(split))}); install its plug-in")
     reader, shards = store.reader(split, fmt), formats[fmt]
+    if hasattr(reader, "doc_starts"):
+        return shards, reader.doc_starts
 
     def measured(i: int) -> np.ndarray:
         s = shards[i]
@@ -84,27 +89,32 @@ def doc_batches(store: Store, split: str) -> Iterator[Any]:
 class SplitDocs:
     """A split's docs batches, of all its shards or of a range of them (``lmdata sql`` registers the
     split as groups of shards, so that a WHERE on doc_id reads only the group that holds it).
-    ``shards``: the shards ``batches`` indexes, with their doc_id and token ranges; the rest (every
-    shard's first document, the provenance) is made once, at the first batch."""
+    ``shards``: what ``batches`` indexes, from the manifest (the format ``doc_starts`` will read);
+    the reader, every shard's first document and the provenance are made at the first batch, so a
+    query that never scans the docs view opens nothing (and a split held only in a plug-in format not
+    installed here fails only a scan of it)."""
 
     def __init__(self, store: Store, split: str) -> None:
         self.store, self.split = store, split
-        self.shards, self._starts_of = _doc_starts_fn(store, split)
-        self._shared: tuple[np.ndarray, Any, list[str]] | None = None
+        formats, fmt = store.manifest.splits[split].formats, _docs_format(store, split)
+        # no format installed here: the first's shards, for the groups; a scan then says why it cannot read them
+        self.shards: list[ShardInfo] = formats[fmt] if fmt is not None else next(iter(formats.values()), [])
+        self._shared: tuple[Callable[[int], np.ndarray], np.ndarray, Any, list[str]] | None = None
 
     def batches(self, shards: range | None = None) -> Iterator[Any]:
         from lmdata.store.provenance import origins
 
         if self._shared is None:
+            _, starts_of = _doc_starts_fn(self.store, self.split)  # the same format's shards
             where = origins(self.store, self.split)
-            self._shared = ingest_shard_docs(self.shards), where, [str(s["path"]) for s in where.sources]
-        shard_docs, where, paths = self._shared
+            self._shared = starts_of, ingest_shard_docs(self.shards), where, [str(s["path"]) for s in where.sources]
+        starts_of, shard_docs, where, paths = self._shared
         todo = range(len(self.shards)) if shards is None else shards
         group: list[tuple[ShardInfo, np.ndarray, np.ndarray | None]] = []
         n_docs = 0
         for i in todo:
             shard = self.shards[i]
-            starts = np.asarray(self._starts_of(i), dtype=np.int64)
+            starts = np.asarray(starts_of(i), dtype=np.int64)
             group.append((shard, starts, where.span(shard.first_doc, len(starts) - 1)))
             n_docs += len(starts) - 1
             if n_docs >= BATCH_DOCS or i == todo[-1]:

@@ -158,19 +158,16 @@ def _digest(full: Location) -> tuple[str, Any]:
 
 
 def _read_once_options(fmt: str) -> dict[str, Any]:
-    """The reader options of a built-in format for one pass over the stream: ``verify="size"`` (the
-    file pass above checked every byte) and ``fill_cache=False``: the machine's decoded copies that
-    exist are read (the loader's, checked by their block CRCs), the other shards are decoded in memory,
-    and none is written: a verify had filled the cache with a store's worth of copies nobody might
-    read (1,160 shards: 464 MB). A plug-in reader gets the options its class takes."""
+    """The reader options for one pass over the stream: ``verify="size"`` (the file pass above checked
+    every byte) and, for a reader that names it (the built-ins), ``use_cache=False``: the tokens come
+    from the store's files, decoded in memory, never from the machine's decoded copies (a copy is no
+    part of the store, and one damaged in place would be blamed on the store) and into none (a verify
+    had filled the cache with a store's worth of copies nobody might read: 1,160 shards, 464 MB)."""
     try:
         params = inspect.signature(get_format(fmt).reader).parameters
     except (LmdataError, TypeError, ValueError):
-        return {}
-    wanted = {"verify": "size", "fill_cache": False}
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return wanted
-    return {k: v for k, v in wanted.items() if k in params}
+        return {"verify": "size"}
+    return {"verify": "size", **({"use_cache": False} if "use_cache" in params else {})}
 
 
 def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -179,7 +176,10 @@ def _open_readers(store: Any, split: str, formats: list[str], problems: list[str
     fmt_of: dict[str, str] = {}
     for fmt in formats:
         try:
-            reader = store.reader(split, fmt, **_read_once_options(fmt))
+            try:
+                reader = store.reader(split, fmt, **_read_once_options(fmt))
+            except TypeError:  # a plug-in reader without the built-ins' verify option
+                reader = store.reader(split, fmt)
             alternates = getattr(reader, "alternates", dict)()
         except SettingError:
             raise

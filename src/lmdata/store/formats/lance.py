@@ -243,10 +243,10 @@ class LanceReader(base.ShardReader):
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
-        io: str | None = None, column: str | None = None, fill_cache: bool = True,
-    ) -> None:  # fill_cache=False: read the machine's decoded copies that exist, make none (lance_chunks)
+        io: str | None = None, column: str | None = None, use_cache: bool = True,
+    ) -> None:  # use_cache=False: never the machine's decoded copies, each chunk taken into memory (lance_chunks)
         super().__init__(format_dir, shards, dtype, verify=verify)
-        self.fill_cache = fill_cache
+        self.use_cache = use_cache
         self.io = check_io_mode(os.environ.get(IO_ENV, "auto") if io is None else io, from_env=io is None)
         if column not in (None, "tokens"):
             raise LmdataError(f"Lance column {column!r}: only 'tokens' can be asked for (None: the loader's own)")

@@ -36,7 +36,7 @@ from lmdata.store.checksum import stat_shard_file
 from lmdata.store.formats import base
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
-from lmdata.store.formats.shard_copies import CopiedShards
+from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
 from lmdata.store.protocol import ShardInfo
 
 CACHE_KIND = "lance"  # the budget's variable: LMDATA_LANCE_CACHE_BYTES
@@ -88,14 +88,18 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     def of(cls, lance: Any) -> "LanceChunks | None":
         """The chunks of a split read through its loader's column; None: read by takes (a column asked
         for, as ``lmdata verify`` does; the budget 0; a remote store written before row CRCs, whose
-        rows a take cannot check, and which no copy may then trust). ``fill_cache=False``: the copies that
-        exist, the rest decoded into memory, none made."""
+        rows a take cannot check, and which no copy may then trust). ``use_cache=False``: no copy found or
+        made, each chunk taken into memory."""
         if lance.remote and not all(s.extra.get("row_crc") for s in lance.shards):
             return None
         copies = None if lance.column is not None else DecodedShards.from_env(CACHE_KIND, CACHE_SUBDIR)
-        if copies is not None and not lance.fill_cache:
-            copies.writable = False
-        return cls(lance, copies) if copies is not None else None
+        if copies is None:
+            return None
+        chunks = cls(lance, copies)
+        if not lance.use_cache:
+            copies.bypassed()
+            chunks.cache_bytes = READ_ONCE_BYTES
+        return chunks
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))
     _opening = per_process(lambda self: threading.Lock())

@@ -46,7 +46,7 @@ from lmdata.io.process_local import per_process
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
-from lmdata.store.formats.shard_copies import CopiedShards
+from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments
 
@@ -90,16 +90,18 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, verify: str = DEFAULT_VERIFY,
-        fill_cache: bool = True,
+        use_cache: bool = True,
     ) -> None:
-        """``fill_cache=False``: remote shards are read from the machine's copies that exist, else fetched
-        into this process's memory, and no copy is made (``lmdata verify``, which reads each shard once)."""
+        """``use_cache=False``: remote shards are fetched into this process's memory, never read from or
+        written to the machine's copies (``lmdata verify``: the store's own bytes, each read once)."""
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
         self.copies = self._remote_copies() if self.remote else None
-        if self.copies is not None and not fill_cache:
-            self.copies.writable = False
+        if not use_cache:
+            self.cache_bytes = READ_ONCE_BYTES
+            if self.copies is not None:
+                self.copies.bypassed()
         self.cache_bytes = 1 << 30  # fetched shards kept in memory when the machine's copies cannot be written
 
     def _remote_copies(self) -> DecodedShards | None:

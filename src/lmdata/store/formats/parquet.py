@@ -36,7 +36,7 @@ from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
-from lmdata.store.formats.shard_copies import CopiedShards
+from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.parquet_encode import Part, encode_rows, prepare as prepare_encoder
 from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_parts, \
@@ -256,16 +256,18 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
 
     def __init__(
         self, format_dir: Path, shards: list[ShardInfo], dtype: np.dtype, *, cache_bytes: int = DEFAULT_CACHE_BYTES,
-        verify: str = DEFAULT_VERIFY, fill_cache: bool = True,
+        verify: str = DEFAULT_VERIFY, use_cache: bool = True,
     ) -> None:
-        """``fill_cache=False``: the machine's decoded copies that exist are read, other shards are decoded
-        into this process's memory (up to ``cache_bytes``), and no copy is made (``lmdata verify``, which
-        reads each shard once: a store's worth of copies nobody may read)."""
+        """``use_cache=False``: shards are decoded from the store's files into this process's memory,
+        never read from or written to the machine's decoded copies (``lmdata verify``: the store's own
+        bytes, each read once; a verify had left a store's worth of copies nobody might read)."""
         super().__init__(format_dir, shards, dtype, verify=verify)
         self.cache_bytes = cache_bytes  # decoded shards kept in memory when the machine's cache is off
         self.copies = DecodedShards.from_env("parquet")
-        if self.copies is not None and not fill_cache:
-            self.copies.writable = False
+        if not use_cache:
+            self.cache_bytes = min(cache_bytes, READ_ONCE_BYTES)
+            if self.copies is not None:
+                self.copies.bypassed()
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))

@@ -79,6 +79,7 @@ class DecodedShards:
         self._root = os.fspath(self.root)
         self._added = 0
         self.writable = True  # False once a copy could not be written here: this process stops trying
+        self.readable = True  # False: no copy is found either (``bypassed``)
         self._warned = False  # ``_warn`` has warned
         self._no_room_at = -NO_ROOM_RETRY_S  # when evicting every copy last could not make room
 
@@ -88,6 +89,12 @@ class DecodedShards:
         ``LMDATA_<KIND>_CACHE_BYTES`` (default 64 GiB; 0: off)."""
         limit_bytes = cache_budget(kind)
         return cls(cache_root() / (subdir or kind), limit_bytes, kind) if limit_bytes > 0 else None
+
+    def bypassed(self) -> "DecodedShards":
+        """These copies neither found nor made: a reader that takes its tokens from the store's files
+        (``use_cache=False``) still fetches a batch's shards at once, into its memory."""
+        self.readable = self.writable = False
+        return self
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self.path_of(key, dtype))
@@ -111,6 +118,8 @@ class DecodedShards:
 
     def get(self, key: str, dtype: np.dtype, n_bytes: int) -> str | None:
         """The copy of the shard with this key, if it is here whole (its use recorded for eviction)."""
+        if not self.readable:
+            return None
         path = self.path_of(key, dtype)
         try:
             if os.stat(path).st_size != n_bytes or not os.path.exists(path + SIDECAR_SUFFIX):

@@ -43,6 +43,7 @@ from lmdata.store.formats.raw_windows import _FAST, RawFile
 
 FETCHES = 8  # shards a batch waits for, fetched at once by one process
 MIRROR_FETCHES = 4  # shards fetched at once in the background by one process
+READ_ONCE_BYTES = 64 << 20  # fetched shards a reader that fills no cache keeps in memory (it reads each once)
 USED_EVERY_S = 600.0  # how often a reader marks the copies it reads used (eviction takes the least recently used)
 
 
@@ -168,7 +169,7 @@ class CopiedShards:
         shard whose copy is missing, or whose source the key's ``stat`` refuses, is left to the batch
         that meets it (``_copied_tokens``: made, or the error naming it). 1,160 shards, a fresh process:
         ~55-60 us a shard one by one as batches meet them, 17-20 us a shard here at its first batch."""
-        if open_shards is None or self.copies is None:
+        if open_shards is None or self.copies is None or not self.copies.readable:
             return
         held, sources, size = descriptors().fds, self._sources, self._file_bytes()
         todo, paths, keys = [], [], []
@@ -216,9 +217,9 @@ class CopiedShards:
         """Make the machine's copies of ``shards`` that are missing, ``FETCHES`` at a time (remote:
         and start fetching the rest in the background). A failed fetch is raised when the shard is
         opened, naming it."""
-        if self.copies is None or not self.copies.writable:  # (not writable: each batch fetches what it needs)
-            return
-        if self.remote and not self._mirroring:
+        if self.copies is None or (not self.copies.writable and not self.remote):
+            return  # (local, not writable: each batch decodes what it needs, when it needs it)
+        if self.remote and not self._mirroring and self.copies.writable:
             self._mirroring = True
             if self._split_fits():  # else only what batches need, least recently used evicted
                 self._start_mirror()
@@ -232,7 +233,7 @@ class CopiedShards:
                     todo.append(i)
                 else:
                     found[i] = (key, path)  # for ``_copied_tokens``, moments later
-        if len(todo) > 1 or (todo and self._mirroring):
+        if len(todo) > 1 or (todo and self._mirroring):  # (not writable: fetched into memory, kept for the batch)
             list(self._fetcher.map(functools.partial(self._fetch_once, keep=True), todo))
 
     def _fetch_once(self, i: int, keep: bool = False) -> None:
