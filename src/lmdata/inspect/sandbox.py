@@ -15,7 +15,7 @@ scans them, so DuckDB itself never opens a file and nothing is read up front:
 Each view is a UNION ALL of streams over groups of consecutive shards (``shard_groups``),
 each under its doc_id and token_offset ranges: DuckDB drops the groups a WHERE on either
 column cannot match without reading them, so ``WHERE doc_id = 1000`` reads one group of
-shards, not the store (11,761 shards: 13 s -> see README).
+shards, not the store (11,761 shards: 13 s -> about 1 s).
 
 After the views exist, ``enable_external_access`` is switched off and the configuration
 locked: the user's SQL (one statement, run as given, never spliced into other SQL) can
