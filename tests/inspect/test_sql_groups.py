@@ -16,7 +16,7 @@ from lmdata.inspect import sql
 from lmdata.inspect.sandbox import MAX_GROUPS, connect, shard_groups
 from lmdata.inspect.tables import SplitDocs, doc_table, formats_with
 from lmdata.store import open_store
-from lmdata.store.formats.parquet import VerifiedRows
+from lmdata.store.formats.rows import VerifiedRows
 
 
 @dataclass
@@ -76,8 +76,8 @@ def test_a_where_on_doc_id_reads_one_group_a_split_and_answers_exactly(sample_st
     store = open_store(sample_store)
     fmt = {split: view.removeprefix("tokens_") if view != "tokens" else formats_with(store, split, "arrow_rows")[0]
            for split in store.splits}
-    shards = {split: store.reader(split, fmt[split]).shards for split in store.splits}
-    assert len(shard_groups(store.reader("train", "parquet").shards)) > 1  # groups to skip (14 shards: 4)
+    shards = {split: store.reader(split, fmt[split]).arrow_rows().shards for split in store.splits}  # row units
+    assert len(shard_groups(shards["train"])) > 1  # groups to skip (14 ingest shards: 4; Lance: its members)
     reads = _group_reads(monkeypatch)
     con = connect(sample_store)
     try:
@@ -179,3 +179,36 @@ def test_a_split_in_a_format_not_installed_here_fails_only_the_scans_of_it(tmp_p
     lines = out.stdout.splitlines()
     assert lines[:2] == ["[(42,)]", "True"], out
     assert lines[2].startswith("sql: ") and "holds no format installed here (toy)" in lines[2], lines
+
+
+def test_lance_rows_are_served_by_ingest_shard_not_by_fragment(sample_store):
+    """A fragment holds up to 256 Mi tokens: its ingest shards (``members``) are the units a WHERE skips."""
+    from lmdata.store.formats.rows import member_units
+
+    store = open_store(sample_store)
+    fragments = store.manifest.splits["train"].formats["lance"]
+    units = member_units(fragments)
+    assert len(fragments) == 1 and len(units) == len(store.manifest.splits["train"].formats["parquet"]) > 1
+    for parquet_shard, unit in zip(store.manifest.splits["train"].formats["parquet"], units):
+        assert (unit.first_doc, unit.n_docs, unit.first_token, unit.n_tokens) == (
+            parquet_shard.first_doc, parquet_shard.n_docs, parquet_shard.first_token, parquet_shard.n_tokens)
+    assert [u.row for u in units] == list(np.cumsum([0] + [u.rows for u in units[:-1]]))
+    assert sum(u.rows for u in units) == fragments[0].extra["rows"]
+    # a fragment recorded without its members (or their rows) is one unit
+    bare = [type(fragments[0])(**{**fragments[0].__dict__, "extra": {"rows": fragments[0].extra["rows"]}})]
+    (whole,) = member_units(bare)
+    assert (whole.row, whole.rows, whole.n_tokens) == (0, fragments[0].extra["rows"], fragments[0].n_tokens)
+
+
+def test_consecutive_units_of_a_fragment_are_scanned_as_one():
+    from lmdata.store.formats.rows import RowUnit, runs
+
+    a = [RowUnit(0, f"f0 ({k})", 10 * k, 10, 1000 * k, 1000, 7 * k, 7) for k in range(3)]
+    b = [RowUnit(1, "f1 (3)", 30, 10, 3000, 1000, 0, 7), RowUnit(2, "p", 40, 5, 4000, 500, 0, None),
+         RowUnit(2, "q", 45, 5, 4500, 500, 0, None)]
+    merged = runs(a + b)
+    assert [(u.shard, u.first_doc, u.n_docs, u.first_token, u.n_tokens, u.row, u.rows) for u in merged] == [
+        (0, 0, 30, 0, 3000, 0, 21), (1, 30, 10, 3000, 1000, 0, 7), (2, 40, 5, 4000, 500, 0, None),
+        (2, 45, 5, 4500, 500, 0, None)]  # rows unknown: never merged (each is a whole file)
+    assert merged[0].name == "f0 (0) to f0 (2)"
+    assert runs(a[::2]) == a[::2]  # not adjacent rows: two scans

@@ -75,7 +75,8 @@ from lmdata.store.checksum import (
     shard_file_path,
     verify_shard,
 )
-from lmdata.store.formats.parquet import ROW_COLUMNS, VerifiedRows, pieces, row_doc_starts, rows_table
+from lmdata.store.formats.parquet import pieces, row_doc_starts, rows_table
+from lmdata.store.formats.rows import ROW_COLUMNS, RowUnit, VerifiedRows, member_units
 from lmdata.store.manifest import FILE_SPEC, Many
 from lmdata.store.npy import int64_array
 from lmdata.store.protocol import ShardInfo
@@ -480,14 +481,13 @@ class LanceReader(base.ShardReader):
         return starts
 
     def arrow_rows(self) -> VerifiedRows:
-        """The split's rows for ``lmdata sql``: a fresh fragment scan per shard, each verified
-        before it is served (``VerifiedRows``); a registered Lance dataset would need DuckDB's
-        lance extension, and a plain Arrow dataset of it fails on WHERE."""
-        def scan(i: int) -> Any:
+        """``lmdata sql``'s rows: an ingest shard's rows of its fragment per scan, the fragment verified first
+        (a registered Lance dataset would need DuckDB's lance extension; an Arrow dataset of it fails on WHERE)."""
+        def scan(unit: RowUnit) -> Any:
             self._open()
-            return self._fragments[i].to_batches(columns=list(ROW_COLUMNS), batch_size=4096)
-
-        return VerifiedRows(self, scan)
+            return self._fragments[unit.shard].to_batches(columns=list(ROW_COLUMNS), batch_size=4096,
+                                                          offset=unit.row, limit=unit.rows)
+        return VerifiedRows(self, scan, member_units(self.shards))
 
 
 def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:

@@ -36,6 +36,7 @@ from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
+from lmdata.store.formats.rows import ROW_COLUMNS, RowUnit, VerifiedRows
 from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.parquet_encode import Part, encode_rows, prepare as prepare_encoder
@@ -156,69 +157,6 @@ def numpy_values(array: Any) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=values, count=len(array), offset=array.offset * values.itemsize)
 
 
-ROW_COLUMNS = ("doc_id", "token_offset", "tokens")
-
-
-class VerifiedRows:
-    """A split's rows (doc_id, token_offset, tokens) for DuckDB and other tools, served as
-    strictly as the loader serves windows: each shard is checked against the
-    manifest (``verify``: sha256 or size) before its first row, and its row and token counts
-    after its last; a damaged shard is an ``LmdataError`` naming it, never fewer rows.
-
-    ``scan(i)`` yields shard ``i``'s record batches (the format's own read); ``batches()``
-    is a fresh pass, and ``__arrow_c_stream__`` a fresh stream per call (DuckDB may scan a
-    view twice in one query). ``batches(shards)`` serves a range of shards alone: ``lmdata sql``
-    registers the split as groups of consecutive shards, each bounded by its doc_id and
-    token_offset range, so a query's WHERE on either skips every group it cannot match
-    (without that, a 10-document WHERE read and hashed all 11,761 shards of a store: ~13 s).
-    """
-
-    def __init__(self, reader: Any, scan: Any) -> None:
-        import pyarrow as pa
-
-        self.reader, self.scan = reader, scan
-        self.schema = pa.schema([("doc_id", pa.int64()), ("token_offset", pa.int64()),
-                                 ("tokens", pa.list_(pa.from_numpy_dtype(reader.dtype)))])
-
-    @property
-    def shards(self) -> list[ShardInfo]:
-        """The shards ``batches`` indexes (``lmdata sql`` groups them by their doc_id ranges)."""
-        return self.reader.shards
-
-    def batches(self, shards: range | None = None) -> Any:
-        """Record batches of ``shards`` (indexes into the reader's shards; all of them by default)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        r, want = self.reader, self.schema.field("tokens").type
-        for i in range(len(r.shards)) if shards is None else shards:
-            shard = r.shards[i]
-            if r.remote:  # an object is not hashed whole: page CRCs (Parquet) and row CRCs (Lance) check it
-                path = r.format_dir / shard.files[0].path
-            else:
-                verify_shard(r.format_dir, shard, r.verify)
-                path = shard_file_path(r.format_dir, shard, shard.files[0])
-            rows = tokens = 0
-            try:
-                for batch in self.scan(i):
-                    columns = [batch.column(name) for name in ROW_COLUMNS]
-                    if columns[2].type != want:
-                        columns[2] = columns[2].cast(want)
-                    rows += batch.num_rows
-                    tokens += int(pc.sum(pc.list_value_length(columns[2])).as_py() or 0)
-                    yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
-            except LmdataError:
-                raise
-            except Exception as exc:  # pyarrow/Lance decode errors, a missing column: name the shard
-                raise read_error(path, shard, exc) from exc
-            if (rows, tokens) != (shard.extra.get("rows", rows), shard.n_tokens):
-                raise LmdataError(f"{path}: shard {shard.name} holds {rows} rows of {tokens} tokens, the manifest "
-                                  f"says {shard.extra.get('rows')} of {shard.n_tokens}; run `lmdata verify`")
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        import pyarrow as pa
-
-        return pa.RecordBatchReader.from_batches(self.schema, self.batches()).__arrow_c_stream__(requested_schema)
 
 
 class ParquetWriter(base.RecordedShardWriter):
@@ -376,8 +314,8 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
 
     def arrow_rows(self) -> VerifiedRows:
         """The split's rows for ``lmdata sql``, each shard verified before it is served (``VerifiedRows``)."""
-        def scan(i: int) -> Any:
-            pf = self._file(i)
+        def scan(unit: RowUnit) -> Any:
+            pf = self._file(unit.shard)
             try:
                 yield from pf.iter_batches(batch_size=4096, columns=list(ROW_COLUMNS), use_threads=False)
             finally:
