@@ -7,9 +7,10 @@ scans them, so DuckDB itself never opens a file and nothing is read up front:
     docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset)   every store;
         from a reader's ``doc_starts`` (memmap: docs-*.npy, Lance: its row sidecar,
         Parquet: the doc_id/token_offset columns), the store's default format first
-    tokens(split, doc_id, token_offset, tokens)   per split, the rows of its first format
-        that offers ``arrow_rows`` (each shard verified before its rows are served); a long
-        document spans several rows of <= 1,024 tokens, in order of ``token_offset``
+    tokens(split, doc_id, token_offset, tokens)   per split, the rows of the format that offers
+        ``arrow_rows`` in the fewest files (Lance's fragments before Parquet's shards: its whole
+        view reads 11,761 shards in 1.8 s against 9.5 s; each shard verified before its rows are
+        served); a long document spans several rows of <= 1,024 tokens, in order of ``token_offset``
     tokens_<format>    the same, per format that offers rows (e.g. tokens_parquet)
 
 Each view is a UNION ALL of streams over groups of consecutive shards (``shard_groups``),
@@ -141,7 +142,8 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None, sources:
     per_format: dict[str, list[str]] = {}
     first: list[str] = []
     for j, split in enumerate(splits):
-        for k, fmt in enumerate(formats_with(st, split, "arrow_rows")):
+        fmts = formats_with(st, split, "arrow_rows")  # the fewest files first: the `tokens` view scans it
+        for k, fmt in enumerate(sorted(fmts, key=lambda f: len(st.manifest.splits[split].formats[f]))):
             reader = st.reader(split, fmt)
             rows = reader.arrow_rows()
             if hasattr(rows, "shards") and hasattr(rows, "batches"):  # ours: by groups of shards
