@@ -217,8 +217,10 @@ class CopiedShards:
         """Make the machine's copies of ``shards`` that are missing, ``FETCHES`` at a time (remote:
         and start fetching the rest in the background). A failed fetch is raised when the shard is
         opened, naming it."""
-        if self.copies is None or (not self.copies.writable and not self.remote):
-            return  # (local, not writable: each batch decodes what it needs, when it needs it)
+        copies = self.copies
+        if copies is None or (not copies.writable and (copies.readable or not self.remote)):
+            return  # not writable: each batch fetches what it needs, when it needs it (bypassed and remote:
+            #        a batch's shards at once, into memory, as ``lmdata verify`` reads them)
         if self.remote and not self._mirroring and self.copies.writable:
             self._mirroring = True
             if self._split_fits():  # else only what batches need, least recently used evicted
