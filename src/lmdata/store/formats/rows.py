@@ -2,8 +2,8 @@
 ``arrow_rows``, served as strictly as the loader serves windows.
 
 Rows are served in units of one ingest shard (``RowUnit``): a Parquet file, or the rows of one
-ingest shard inside a Lance fragment (a fragment holds up to 256 Mi tokens: ``lmdata sql``'s
-groups would otherwise be whole fragments, and a WHERE on one document read one).
+ingest shard inside a Lance fragment (a fragment holds up to 32 Mi tokens: ``lmdata sql``'s
+groups would otherwise be whole fragments, and a WHERE on one document read several).
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ def shard_units(shards: list[ShardInfo]) -> list[RowUnit]:
 
 def member_units(shards: list[ShardInfo]) -> list[RowUnit]:
     """A unit per ingest shard of each fragment (``extra["members"]``: their documents, tokens and rows,
-    in order); a fragment without members is one unit."""
+    in order); a fragment without members, or whose members do not add up to it, is one unit."""
     units = []
     for i, s in enumerate(shards):
         members = s.extra.get("members")
-        if not members or any("rows" not in m for m in members):
+        if not members or any("rows" not in m for m in members) or (
+                sum(int(m["n_docs"]) for m in members), sum(int(m["n_tokens"]) for m in members),
+                sum(int(m["rows"]) for m in members)) != (s.n_docs, s.n_tokens, s.extra.get("rows")):
             units.append(RowUnit(i, s.name, s.first_doc, s.n_docs, s.first_token, s.n_tokens, 0, s.extra.get("rows")))
             continue
         doc, token, row = s.first_doc, s.first_token, 0
