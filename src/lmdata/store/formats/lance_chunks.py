@@ -36,7 +36,7 @@ from lmdata.store.checksum import stat_shard_file
 from lmdata.store.formats import base
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
-from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
+from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.protocol import ShardInfo
 
 CACHE_KIND = "lance"  # the budget's variable: LMDATA_LANCE_CACHE_BYTES
@@ -97,8 +97,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
             return None
         chunks = cls(lance, copies)
         if not lance.use_cache:
-            copies.bypassed()
-            chunks.cache_bytes = READ_ONCE_BYTES
+            chunks._read_once()
         return chunks
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))

@@ -46,7 +46,7 @@ from lmdata.io.process_local import per_process
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
-from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
+from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.windows import Segments
 
@@ -98,11 +98,9 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
         self.segments = Segments(self._shard_bounds)
         self.blocks = BlockReads(self.format_dir, self.shards, self.dtype)
         self.copies = self._remote_copies() if self.remote else None
-        if not use_cache:
-            self.cache_bytes = READ_ONCE_BYTES
-            if self.copies is not None:
-                self.copies.bypassed()
         self.cache_bytes = 1 << 30  # fetched shards kept in memory when the machine's copies cannot be written
+        if not use_cache:
+            self._read_once()
 
     def _remote_copies(self) -> DecodedShards | None:
         """The machine's copies of remote shards, when the split fits their budget and the disk (see the

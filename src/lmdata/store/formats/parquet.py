@@ -37,7 +37,7 @@ from lmdata.store.blocks import BlockSums
 from lmdata.store.formats import base
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.rows import ROW_COLUMNS, RowUnit, VerifiedRows
-from lmdata.store.formats.shard_copies import READ_ONCE_BYTES, CopiedShards
+from lmdata.store.formats.shard_copies import CopiedShards
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key, file_identity
 from lmdata.store.formats.parquet_encode import Part, encode_rows, prepare as prepare_encoder
 from lmdata.store.checksum import DEFAULT_VERIFY, write_shard_parts, \
@@ -203,9 +203,7 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
         self.cache_bytes = cache_bytes  # decoded shards kept in memory when the machine's cache is off
         self.copies = DecodedShards.from_env("parquet")
         if not use_cache:
-            self.cache_bytes = min(cache_bytes, READ_ONCE_BYTES)
-            if self.copies is not None:
-                self.copies.bypassed()
+            self._read_once()
 
     _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))

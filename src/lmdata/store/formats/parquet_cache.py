@@ -90,11 +90,10 @@ class DecodedShards:
         limit_bytes = cache_budget(kind)
         return cls(cache_root() / (subdir or kind), limit_bytes, kind) if limit_bytes > 0 else None
 
-    def bypassed(self) -> "DecodedShards":
+    def bypassed(self) -> None:
         """These copies neither found nor made: a reader that takes its tokens from the store's files
         (``use_cache=False``) still fetches a batch's shards at once, into its memory."""
         self.readable = self.writable = False
-        return self
 
     def path(self, key: str, dtype: np.dtype) -> Path:
         return Path(self.path_of(key, dtype))

@@ -66,6 +66,13 @@ class CopiedShards:
     def _fetch(self, i: int) -> np.ndarray:
         raise NotImplementedError
 
+    def _read_once(self) -> None:
+        """``use_cache=False`` (``lmdata verify``): the machine's copies neither found nor made, and at most
+        ``READ_ONCE_BYTES`` of fetched shards kept in memory (each shard is read once)."""
+        self.cache_bytes = min(self.cache_bytes, READ_ONCE_BYTES)
+        if self.copies is not None:
+            self.copies.bypassed()
+
     def _copy_key(self, i: int) -> str:
         raise NotImplementedError
 
@@ -221,7 +228,7 @@ class CopiedShards:
         if copies is None or (not copies.writable and (copies.readable or not self.remote)):
             return  # not writable: each batch fetches what it needs, when it needs it (bypassed and remote:
             #        a batch's shards at once, into memory, as ``lmdata verify`` reads them)
-        if self.remote and not self._mirroring and self.copies.writable:
+        if self.remote and not self._mirroring and copies.writable:
             self._mirroring = True
             if self._split_fits():  # else only what batches need, least recently used evicted
                 self._start_mirror()
