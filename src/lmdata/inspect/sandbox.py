@@ -97,7 +97,7 @@ def shard_groups(shards: list[Any]) -> list[tuple[range, str]]:
     n = len(shards)
     if not n:
         return []
-    size = -(-n // min(n, MAX_GROUPS, max(1, math.ceil(math.sqrt(n)))))
+    size = -(-n // min(MAX_GROUPS, math.isqrt(n - 1) + 1))  # ceil(n / ceil(sqrt(n)))
     out = []
     for lo in range(0, n, size):
         first, last = shards[lo], shards[min(lo + size, n) - 1]

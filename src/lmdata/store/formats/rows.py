@@ -33,10 +33,13 @@ class RowUnit:
     rows: int | None = None
 
 
+def _whole(i: int, s: ShardInfo) -> RowUnit:
+    return RowUnit(i, s.name, s.first_doc, s.n_docs, s.first_token, s.n_tokens, 0, s.extra.get("rows"))
+
+
 def shard_units(shards: list[ShardInfo]) -> list[RowUnit]:
     """A unit per shard (a Parquet file)."""
-    return [RowUnit(i, s.name, s.first_doc, s.n_docs, s.first_token, s.n_tokens, 0, s.extra.get("rows"))
-            for i, s in enumerate(shards)]
+    return [_whole(i, s) for i, s in enumerate(shards)]
 
 
 def member_units(shards: list[ShardInfo]) -> list[RowUnit]:
@@ -48,7 +51,7 @@ def member_units(shards: list[ShardInfo]) -> list[RowUnit]:
         if not members or any("rows" not in m for m in members) or (
                 sum(int(m["n_docs"]) for m in members), sum(int(m["n_tokens"]) for m in members),
                 sum(int(m["rows"]) for m in members)) != (s.n_docs, s.n_tokens, s.extra.get("rows")):
-            units.append(RowUnit(i, s.name, s.first_doc, s.n_docs, s.first_token, s.n_tokens, 0, s.extra.get("rows")))
+            units.append(_whole(i, s))
             continue
         doc, token, row = s.first_doc, s.first_token, 0
         for m in members:
