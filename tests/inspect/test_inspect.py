@@ -272,8 +272,9 @@ def test_truncated_shard_is_found_and_refused(sample_store, tmp_path):
         path.write_bytes(path.read_bytes()[:-10])
     report = verify_store(store)
     assert not report.ok and "shard 00002" in report.problems[0]
+    reader = open_store(store).reader("train", "memmap")
     with pytest.raises(LmdataError, match="shard 00002"):
-        open_store(store).reader("train", "memmap")
+        reader.windows(reader._shard_bounds[2:3], 4)
     r = _lmdata("verify", str(store))
     assert r.returncode == 1 and "shard 00002" in r.stderr
     assert len(r.stderr.splitlines()) == 1 and f"(and {len(report.problems) - 1} more problem" in r.stderr

@@ -22,6 +22,39 @@ def _starts(syn, n=200, length=1025, seed=0):
     return np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
 
 
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pread"])
+def test_a_split_of_more_than_open_at_once_shards_opens_each_batchs_own(make_store, fmt, mapped, monkeypatch):
+    """Past ``OPEN_AT_ONCE`` shards the first batch opens only the shards it reads (opening 100,010 took
+    2 s), and each later batch the new ones it meets, in one call: the same windows, every shard checked
+    once, a damaged one refused where it is first read."""
+    from lmdata.store.formats import raw_windows
+
+    if not mapped:
+        _pread_only(monkeypatch)
+    monkeypatch.setattr(raw_windows, "OPEN_AT_ONCE", 4)
+    syn = make_store([fmt], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", fmt)
+    assert len(reader.shards) > 10
+    one = np.array([reader.shards[3].first_token + 5])
+    np.testing.assert_array_equal(reader.windows(one, 100), _expected(syn, one, 100))
+    assert reader._n_sources == 1  # that shard alone
+    for seed in range(4):
+        starts = _starts(syn, n=8, seed=seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    starts = _starts(syn, n=400, seed=9)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert reader._n_sources == len(reader.shards)
+    assert (reader._mode == 1).all()  # each shard's CRCs loaded, its sidecar's sha256 checked
+    if fmt == "memmap":
+        victim = syn.path / "train" / fmt / reader.shards[-1].files[0].path
+        victim.write_bytes(victim.read_bytes()[:-2])
+        fresh = open_store(syn.path).reader("train", fmt)
+        np.testing.assert_array_equal(fresh.windows(one, 100), _expected(syn, one, 100))  # the others read
+        with pytest.raises(LmdataError, match=victim.name):
+            fresh.windows(np.array([reader.shards[-1].first_token]), 10)
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["C", "python"])
 @pytest.mark.parametrize("fmt", ["memmap", "parquet"])
 def test_windows_are_the_same_mapped_or_read(make_store, fmt, compiled, monkeypatch):

@@ -168,8 +168,13 @@ class Origins:
 
 
 def origins(store: Any, split: str) -> Origins:
-    """``Origins`` of a ``Store``'s split."""
+    """``Origins`` of a ``Store``'s split, its recorded paths checked to stay inside the store (here,
+    not in ``open_store``: a loader that never asks where a document came from does not pay it)."""
+    from lmdata.store.manifest import check_table_paths
+
     info = store.manifest.splits[split]
+    if info.provenance is not None and not store.path.remote:  # (read_manifest checked a remote store's)
+        check_table_paths(store.path, split, PROVENANCE_DIR, info.provenance)
     return Origins(store.path / split, info.provenance, info.sources)
 
 

@@ -229,9 +229,13 @@ class RawWindows(MappedWindows):
             return out
         shard, lows, nbytes = self._pieces(starts, length)
         if self._n_sources < len(self.shards):
-            if not self._opened_all:  # the process's first batch: every shard it can hold, opened at once
-                self._opened_all = True
-                self._first_touch(list(range(min(len(self.shards), OPEN_AT_ONCE))), sums=self.verify != "size")
+            first, self._opened_all = not self._opened_all, True
+            if first and len(self.shards) <= OPEN_AT_ONCE:  # the process's first batch: every shard, at once
+                todo = list(range(len(self.shards)))
+            else:  # a larger split: the shards this batch meets, in one call (its first batch, the same)
+                todo = [i for i in sorted_unique(shard).tolist() if self._sources[i] is None]
+            if todo:
+                self._first_touch(todo, sums=self.verify != "size")
                 out = self._read_mapped(starts, length) if mappable and self._own_files() else None  # mapped them
                 if out is not None:
                     return out
@@ -468,11 +472,12 @@ class RawWindows(MappedWindows):
 
 _FAST, _NONE, _SLOW = 1, 2, 3
 _NO_CRCS, _ONE_BYTE = np.empty(0, dtype=np.uint32), np.empty(1, dtype=np.uint8)  # open_shards without sidecars
-# A process's first batch opens up to this many shards of the split at once (``_first_touch``: ~10 us a
-# shard in one C call, against ~30-40 each as batches meet them); beyond it (and beyond the descriptor
-# pool), shards are opened as batches meet them. At 4,096, an 11,761-shard store's first epoch read at
-# 113 M tok/s, against 159 with every shard opened in its first batch (0.12 s of it).
-OPEN_AT_ONCE = 1 << 17
+# A process's first batch opens every shard of a split of up to this many at once (``_first_touch``:
+# ~10 us a shard in one C call, against ~30-40 each one by one): an 11,761-shard store's first epoch
+# read at 159 M tok/s so, against 113 when only the first 4,096 were (the rest one by one). A larger
+# split's shards are opened as batches meet them, each batch's in one call: all at once, a 100,010-shard
+# store's first batch took 2.0 s.
+OPEN_AT_ONCE = 1 << 14
 
 
 def _blocks(first: np.ndarray, count: np.ndarray) -> np.ndarray:
