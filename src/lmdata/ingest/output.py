@@ -52,7 +52,7 @@ from lmdata.store.manifest import read_manifest
 from lmdata.store.readlock import holders
 
 _PLAN_KEYS = {"tokenizer_hash", "dtype", "shard_tokens", "formats", "splits"}
-OWNED_PROVENANCE = re.compile(r"origins-\d{5}\.npy|_shards")  # store/provenance.py's names
+OWNED_PROVENANCE = re.compile(r"origins-\d{5,}\.npy|_shards")  # store/provenance.py's names
 _PROBE = re.compile(r"\.write-test-\d+")  # open_output's writability probe
 
 

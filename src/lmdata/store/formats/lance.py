@@ -86,7 +86,7 @@ class LanceWriter(base.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
 
     OWNED = re.compile(r"data|_versions|_transactions|_indices|_deletions|_refs|_shards|_fragments"
-                       r"|rows-\d{5}\.npy|index-[0-9-]+\.npy")
+                       r"|rows-\d{5,}\.npy|index-[0-9-]+\.npy")
 
     def __init__(self, format_dir: Path, dtype: np.dtype, *, fragment_tokens: int | None = None) -> None:
         super().__init__(format_dir, dtype)

@@ -58,7 +58,7 @@ def _names(index: int) -> tuple[str, str]:
 class MemmapWriter(base.RecordedShardWriter):
     """Writes one raw token file and one doc-offset file per shard."""
 
-    OWNED = re.compile(r"tokens-\d{5}\.bin(\.crc)?|docs-\d{5}\.npy|_shards")
+    OWNED = re.compile(r"tokens-\d{5,}\.bin(\.crc)?|docs-\d{5,}\.npy|_shards")
 
     def write_shard(
         self, index: int, tokens: np.ndarray, doc_starts: np.ndarray, first_doc: int, first_token: int

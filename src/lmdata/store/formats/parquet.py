@@ -162,7 +162,7 @@ def numpy_values(array: Any) -> np.ndarray:
 class ParquetWriter(base.RecordedShardWriter):
     """One Parquet file per shard, rows of <= PIECE_TOKENS tokens, small row groups."""
 
-    OWNED = re.compile(r"shard-\d{5}\.parquet|_shards")
+    OWNED = re.compile(r"shard-\d{5,}\.parquet|_shards")
 
     @classmethod
     def prepare(cls, dtype: np.dtype) -> None:
