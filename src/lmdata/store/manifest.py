@@ -22,13 +22,15 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from stat import S_ISLNK
-from typing import Any, Callable
+from typing import Any
 
 from lmdata._gc_pause import no_gc_pass
 from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
+from lmdata.store.schema import Each, Many, Text, _explain, _json_type, _matcher, check_schema  # noqa: F401 - re-exported
 
 FORMAT_VERSION = 2  # 2: memmap shards carry block checksums (tokens-*.bin.crc); version 1 stores still read
 from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
@@ -56,39 +58,7 @@ def check_split_name(name: str, where: str) -> str:
 
 
 # ---------------------------------------------------------------------------- schema
-# One validator for every manifest field, run before any field is used: a wrong type or an
-# impossible value is one LmdataError naming the field's path (``splits.train.formats.memmap
-# .shards[3].files[0].path``), never a TypeError/ValueError deep in a reader, inspect or SQL.
-# A spec is a Python type for a leaf (``int`` means a JSON integer in [0, 2**62): bool and
-# float are refused, and no count or offset is negative or overflows int64 arithmetic), a
-# ``dict`` of field specs (keys ending in ``?`` are optional; unknown keys are kept, for
-# fields a later version adds), a ``[spec]`` for a list, and ``Each(spec)`` for a mapping
-# of user-chosen keys (split and format names) to values of one spec.
-
-_MAX_INT = 1 << 62
-
-
-@dataclass(frozen=True)
-class Each:
-    """A JSON object whose keys are names (splits, formats) and whose values all match ``spec``."""
-
-    spec: Any
-
-
-@dataclass(frozen=True)
-class Many:
-    """A list of at least ``at_least`` items, each matching ``spec`` (``[spec]`` is ``Many(spec)``)."""
-
-    spec: Any
-    at_least: int = 0
-
-
-@dataclass(frozen=True)
-class Text:
-    """A string matching ``pattern`` (by default any non-empty one)."""
-
-    pattern: str = r".+"
-
+# The spec language and its validator: ``schema.py``.
 
 FILE_SPEC = {"path": Text(), "bytes": int, "sha256": Text(r"[0-9a-f]{64}")}
 _MEMBER = {"name": Text(), "n_docs": int, "n_tokens": int, "rows?": int}
@@ -98,8 +68,10 @@ _SHARD_EXTRA = {"rows?": int, "row_groups?": int, "token_bytes?": bool, "columns
                 "members?": [_MEMBER]}
 _SHARD = {"name": Text(), "n_docs": int, "n_tokens": int, "first_doc": int, "first_token": int,
           "files?": [FILE_SPEC], "extra?": _SHARD_EXTRA}
-_SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each({"shards": [_SHARD]}),
-          "provenance?": {"shards": [_SHARD]}}  # store/provenance.py: each document's source
+SHARDS = [_SHARD]  # a table's shards: checked when the table is first read (``ShardTable``)
+_TABLE = {"shards": list}
+_SPLIT = {"n_docs": int, "n_tokens": int, "sources?": [dict], "formats?": Each(_TABLE),
+          "provenance?": _TABLE}  # store/provenance.py: each document's source
 _SPLIT_EXTRA = {"text_bytes?": (int, type(None)), "replaced?": int}
 SCHEMA = {
     "format?": Text(), "format_version": int, "lmdata_version?": str,
@@ -109,159 +81,76 @@ SCHEMA = {
 }
 
 
-def check_format_fields(obj: dict[str, Any], where: str) -> None:
-    """Each format's own shard fields (a reader's ``MANIFEST_SHARD`` spec: how many files a shard
-    has, the ``extra`` keys it reads), after ``SCHEMA``; a format not installed here is skipped."""
+_FORMAT_SHARDS: dict[str, tuple[Any, list[Any]]] = {}  # format -> (its MANIFEST_SHARD, SHARDS with it merged in)
+
+
+def shards_spec(fmt: str | None) -> list[Any]:
+    """``SHARDS`` with a format's own shard fields merged in (a reader's ``MANIFEST_SHARD``: how many
+    files a shard has, the ``extra`` keys it reads; a format not installed here: ``SHARDS``). One pass
+    checks both: two had checked every file entry twice (100,010 shards: ~0.5 s of the 1.6)."""
     from lmdata.store.registry import get_format
 
-    for split, info in obj["splits"].items():
-        for fmt, entry in info.get("formats", {}).items():
-            try:
-                spec = getattr(get_format(fmt).reader, "MANIFEST_SHARD", None)
-            except LmdataError:
-                continue
-            if spec is not None:
-                check_schema(entry["shards"], [spec], where, f"splits.{split}.formats.{fmt}.shards")
+    try:
+        own = getattr(get_format(fmt).reader, "MANIFEST_SHARD", None) if fmt is not None else None
+    except LmdataError:
+        own = None
+    if own is None:
+        return SHARDS
+    known = _FORMAT_SHARDS.get(fmt)
+    if known is None or known[0] is not own:
+        spec = dict(_SHARD)
+        for key, sub in own.items():  # the format's field replaces the general one (and merges into a dict)
+            general = next((k for k in spec if k.rstrip("?") == key.rstrip("?")), None)
+            if general is not None and isinstance(sub, dict) and isinstance(spec[general], dict):
+                names = {k.rstrip("?") for k in sub}
+                sub = {**{k: v for k, v in spec[general].items() if k.rstrip("?") not in names}, **sub}
+            spec.pop(general, None)
+            spec[key] = sub
+        known = _FORMAT_SHARDS[fmt] = (own, [spec])
+    return known[1]
 
 
-def _json_type(value: Any) -> str:
-    return {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+class ShardTable(Sequence):
+    """A table's shards as the manifest records them (a format's, or provenance's), checked against the
+    schema and made ``ShardInfo``s when the table is first read, not when the manifest is parsed.
 
+    A reader reads one table: checking and building the others had been most of ``open_store``
+    (11,761 shards in 3 formats and provenance: 0.25 s of its ~0.4 s checking every table). A bad
+    field is the same one-line error, naming it, from whatever first reads the table."""
 
-def _leaf_problem(value: Any, spec: Any) -> str | None:
-    """Why ``value`` does not match the leaf ``spec`` (None when it does)."""
-    if isinstance(spec, tuple):
-        problems = [_leaf_problem(value, s) for s in spec]
-        return None if None in problems else problems[0]
-    if isinstance(spec, Text):
-        if not isinstance(value, str):
-            return f"is {_json_type(value)}, expected a string"
-        return None if re.fullmatch(spec.pattern, value) else f"is {value[:40]!r}, expected a string matching {spec.pattern}"
-    if spec is int:
-        if type(value) is not int:
-            return f"is {_json_type(value)} ({json.dumps(value)[:40]}), expected an integer"
-        return None if 0 <= value < _MAX_INT else f"is {value}, expected an integer in [0, 2**62)"
-    names = {str: "a string", bool: "a boolean", dict: "an object", list: "a list", type(None): "null"}
-    return None if type(value) is spec else f"is {_json_type(value)}, expected {names.get(spec, spec.__name__)}"
+    __slots__ = ("_raw", "_where", "_field", "_fmt", "_shards")
 
+    def __init__(self, raw: list[Any], where: str, field: str, fmt: str | None) -> None:
+        self._raw, self._where, self._field, self._fmt = raw, where, field, fmt
+        self._shards: list[ShardInfo] | None = None
 
-def _matcher(spec: Any) -> Callable[[Any], bool]:
-    """``spec`` compiled to one Python function that only says whether a value matches: straight-line
-    checks and ``for`` loops, no field paths, no messages (``check_schema`` re-walks with those only
-    when it says no). A closure per node had cost 0.45 of an 11,761-shard manifest's 1.3 s
-    ``from_json`` (a call per field of every shard); the walk that built a path string per value,
-    before that, 0.11 of a 1,160-shard manifest's 0.18 s."""
-    lines: list[str] = ["def match(v0):"]
-    consts: dict[str, Any] = {"_MISSING": _MISSING, "_MAX_INT": _MAX_INT, "_leaf_problem": _leaf_problem}
-    _emit(spec, "v0", 1, lines, consts, [0])
-    lines.append("    return True")
-    exec(compile("\n".join(lines), "<manifest schema>", "exec"), consts)  # noqa: S102 - our own specs only
-    return consts["match"]
+    def _built(self) -> list[ShardInfo]:
+        if self._shards is None:
+            with no_gc_pass():
+                check_schema(self._raw, shards_spec(self._fmt), self._where, self._field)
+                self._shards = [ShardInfo.from_checked(sh) for sh in self._raw]
+            self._raw = None
+        return self._shards
 
+    def __len__(self) -> int:
+        return len(self._raw) if self._shards is None else len(self._shards)
 
-_MISSING = object()
-# Text patterns as plain string tests, each equal to ``re.fullmatch(pattern, s)`` (``.`` is any character but
-# a newline): 0.1 s of an 11,761-shard manifest's ~250,000 names, paths and sha256s.
-_PLAIN_TESTS = {r".+": '{0} and "\\n" not in {0}', r"[0-9a-f]{64}": 'len({0}) == 64 and not {0}.strip("0123456789abcdef")'}
+    def __getitem__(self, i: Any) -> Any:
+        return self._built()[i]
 
+    def __iter__(self) -> Iterator[ShardInfo]:
+        return iter(self._built())
 
-def _emit(spec: Any, var: str, depth: int, lines: list[str], consts: dict[str, Any], names: list[int]) -> None:
-    """Lines that ``return False`` unless ``var`` matches ``spec`` (``names``: a counter for fresh names)."""
-    pad = "    " * depth
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, ShardTable)) else NotImplemented
 
-    def fresh(prefix: str) -> str:
-        names[0] += 1
-        return f"{prefix}{names[0]}"
+    __hash__ = None  # type: ignore[assignment]
 
-    if isinstance(spec, dict):
-        lines.append(f"{pad}if not isinstance({var}, dict): return False")
-        for key, sub in spec.items():
-            name, optional, item = key.rstrip("?"), key.endswith("?"), fresh("v")
-            lines.append(f"{pad}{item} = {var}.get({name!r}, _MISSING)")
-            if optional:
-                lines.append(f"{pad}if {item} is not _MISSING:")
-                _emit(sub, item, depth + 1, lines, consts, names)
-            else:
-                lines.append(f"{pad}if {item} is _MISSING: return False")
-                _emit(sub, item, depth, lines, consts, names)
-    elif isinstance(spec, (list, Many)):
-        many = spec if isinstance(spec, Many) else Many(spec[0])
-        item = fresh("v")
-        lines.append(f"{pad}if not isinstance({var}, list) or len({var}) < {many.at_least}: return False")
-        lines.append(f"{pad}for {item} in {var}:")
-        _emit(many.spec, item, depth + 1, lines, consts, names)
-    elif isinstance(spec, Each):
-        item = fresh("v")
-        lines.append(f"{pad}if not isinstance({var}, dict): return False")
-        lines.append(f"{pad}for {item} in {var}.values():")
-        _emit(spec.spec, item, depth + 1, lines, consts, names)
-    elif spec is int:  # a JSON integer in [0, 2**62): not bool, not float
-        lines.append(f"{pad}if type({var}) is not int or not 0 <= {var} < _MAX_INT: return False")
-    elif isinstance(spec, Text) and spec.pattern in _PLAIN_TESTS:  # the common patterns without a regex
-        lines.append(f"{pad}if not isinstance({var}, str) or not ({_PLAIN_TESTS[spec.pattern].format(var)}): return False")
-    elif isinstance(spec, Text):
-        pattern = fresh("p")
-        consts[pattern] = re.compile(spec.pattern).fullmatch
-        lines.append(f"{pad}if not isinstance({var}, str) or {pattern}({var}) is None: return False")
-    else:
-        leaf = fresh("s")
-        consts[leaf] = spec
-        lines.append(f"{pad}if _leaf_problem({var}, {leaf}) is not None: return False")
-    if lines[-1].endswith(":"):  # a loop or an optional field with nothing to check
-        lines.append(f"{pad}    pass")
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (self._built(),)
 
-
-_MATCHERS: dict[int, tuple[Any, Callable[[Any], bool]]] = {}  # id(spec) -> (spec, its matcher): specs live on
-
-
-def check_schema(value: Any, spec: Any, where: str, field: str = "") -> None:
-    """Raise an ``LmdataError`` naming the first field of ``value`` that does not match ``spec``."""
-    known = _MATCHERS.get(id(spec))
-    if known is None or known[0] is not spec:
-        if len(_MATCHERS) > 64:  # a caller's spec built per call ([spec]) must not pile up
-            _MATCHERS.clear()
-        known = _MATCHERS[id(spec)] = (spec, _matcher(spec))
-    if known[1](value):
-        return
-    _explain(value, spec, where, field)
-
-
-def _explain(value: Any, spec: Any, where: str, field: str = "") -> None:
-    """``check_schema``'s walk with field paths, for a value its matcher refused."""
-    def fail(problem: str) -> LmdataError:
-        return LmdataError(f"{where}: field {field or '(top level)'} {problem}; the manifest is corrupt "
-                           "(re-run the ingest with --overwrite)")
-
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            raise fail(f"is {_json_type(value)}, expected an object")
-        for key, sub in spec.items():
-            name, optional = key.rstrip("?"), key.endswith("?")
-            path = f"{field}.{name}" if field else name
-            if name not in value:
-                if optional:
-                    continue
-                raise LmdataError(f"{where}: field {path} is missing; the manifest is corrupt "
-                                  "(re-run the ingest with --overwrite)")
-            _explain(value[name], sub, where, path)
-    elif isinstance(spec, (list, Many)):
-        spec = spec if isinstance(spec, Many) else Many(spec[0])
-        if not isinstance(value, list):
-            raise fail(f"is {_json_type(value)}, expected a list")
-        if len(value) < spec.at_least:
-            raise fail(f"holds {len(value)} items, expected at least {spec.at_least}")
-        for i, item in enumerate(value):
-            _explain(item, spec.spec, where, f"{field}[{i}]")
-    elif isinstance(spec, Each):
-        if not isinstance(value, dict):
-            raise fail(f"is {_json_type(value)}, expected an object")
-        for key, item in value.items():
-            _explain(item, spec.spec, where, f"{field}.{key}")
-    else:
-        problem = _leaf_problem(value, spec)
-        if problem is not None:
-            raise fail(problem)
+    def __repr__(self) -> str:
+        return f"ShardTable({self._field}, {len(self)} shards)"
 
 
 @dataclass
@@ -323,8 +212,7 @@ class Manifest:
                 f"{where}: store format version {version} is newer than this lmdata supports "
                 f"({FORMAT_VERSION}); upgrade lmdata to read it"
             )
-        check_schema(obj, SCHEMA, where)
-        check_format_fields(obj, where)
+        check_schema(obj, SCHEMA, where)  # each table's shards: when it is first read (``ShardTable``)
         try:
             dtype = str(obj["dtype"])
             if dtype not in DTYPES:
@@ -336,10 +224,10 @@ class Manifest:
                     n_tokens=int(s["n_tokens"]),
                     sources=list(s.get("sources", [])),
                     formats={
-                        f: [ShardInfo.from_checked(sh) for sh in entry["shards"]]
+                        f: ShardTable(entry["shards"], where, f"splits.{name}.formats.{f}.shards", f)
                         for f, entry in s.get("formats", {}).items()
                     },
-                    provenance=([ShardInfo.from_checked(sh) for sh in s["provenance"]["shards"]]
+                    provenance=(ShardTable(s["provenance"]["shards"], where, f"splits.{name}.provenance.shards", None)
                                 if "provenance" in s else None),
                 )
                 for name, s in obj["splits"].items()
