@@ -1,9 +1,9 @@
 """Checksums and size checks of shard files: what the manifest promises about each file.
 
 ``file_info`` records a file as the manifest stores it (relative path, bytes, sha256);
-``check_sizes`` is the cheap check every reader runs before serving a shard (a short
-file is an error naming it, never fewer tokens); ``sha256_file`` is the full pass of
-``lmdata verify``.
+``check_sizes`` (per shard where a reader first opens it; a reader's ``check()`` for all)
+is the cheap check before a shard is served (a short file is an error naming it, never fewer
+tokens); ``sha256_file`` is the full pass of ``lmdata verify``.
 
 ``verify_shard`` is what a reader runs the first time a process touches a shard: with
 ``verify="first-use"`` (the default) the shard's files are hashed against the manifest

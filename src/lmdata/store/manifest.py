@@ -297,7 +297,7 @@ def tables(info: SplitInfo) -> dict[str, list[ShardInfo]]:
 
 def refuse_escaping_names(loc: Any, tables_of: dict[str, dict[str, list[ShardInfo]]]) -> None:
     """No recorded path is absolute or climbs out with ``..`` (by its text alone: a symlink is checked
-    where the file is stat-ed, ``checksum.check_sizes``). ``{split: {table: shards}}``."""
+    where a reader first opens the file: ``checksum.open_shard_file``, ``shard_file_path``). ``{split: {table: shards}}``."""
     for by_table in tables_of.values():
         for shards in by_table.values():
             for shard in shards:

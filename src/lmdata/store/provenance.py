@@ -173,7 +173,7 @@ def origins(store: Any, split: str) -> Origins:
     from lmdata.store.manifest import check_table_paths
 
     info = store.manifest.splits[split]
-    if info.provenance is not None and not store.path.remote:  # (read_manifest checked a remote store's)
+    if info.provenance is not None:
         check_table_paths(store.path, split, PROVENANCE_DIR, info.provenance)
     return Origins(store.path / split, info.provenance, info.sources)
 

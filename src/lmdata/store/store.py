@@ -122,8 +122,7 @@ class Store:
                 f"{self.path}/manifest.json: split {split!r} format {fmt!r} shards hold {n_tok} tokens/{n_docs} docs, "
                 f"the split says {info.n_tokens}/{info.n_docs}; the manifest is corrupt (re-ingest)"
             )
-        if not self.remote:  # (read_manifest checked a remote store's paths)
-            refuse_escaping_names(self.path, {split: {fmt: shards}})
+        refuse_escaping_names(self.path, {split: {fmt: shards}})
         self._checked.add((split, fmt))
 
     def dataset(
@@ -189,7 +188,7 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     loc = location(path, flag="store")
     # before the read: a replaced manifest is then noticed (local stores; a remote one has no readers' lock)
     manifest_id = None if loc.remote else readlock.manifest_identity(loc.local_path)
-    manifest = read_manifest(loc, check_paths=loc.remote)  # local: below, with the sizes
+    manifest = read_manifest(loc, check_paths=False)  # each table's paths: when it is first read
     if tokenizer_hash is not None and tokenizer_hash != manifest.tokenizer_hash:
         raise LmdataError(
             f"{loc}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "

@@ -4,9 +4,9 @@ A shard's tokens are one raw little-endian file (memmap's ``tokens-NNNNN.bin``, 
 shard decoded once into the local cache: ``parquet_cache``), or an array in memory (a
 Parquet shard decoded with the machine's cache off). They are read here:
 
-- **opened at once**: a process's first batch opens every shard of the split it can hold
-  (``_first_touch``: one ``io._preads.open_shards`` call; up to ``OPEN_AT_ONCE``), so no later
-  batch pays a shard's first touch;
+- **opened at once**: a process's first batch opens every shard of a split of up to ``OPEN_AT_ONCE``
+  (``_first_touch``: one ``io._preads.open_shards`` call), so no later batch pays a shard's first
+  touch; a larger split's batches open the shards each meets, in one such call;
 - **out of mappings**: the first batch's first touch maps every shard read-only and closes its
   descriptor again (``io.mappings``; ``_open_and_map``, then ``_map_batch`` for a shard met later) and
   a batch is one ``io._preads.read_mapped`` call that finds each window's pieces and copies
