@@ -53,7 +53,15 @@ def _disk_bytes(path: Any) -> int:
     """Bytes of every file under ``path`` (Lance's commit log and sidecars included; remote: one LIST)."""
     if path.remote:
         return sum(x.size for x in path.list(recursive=True))
-    return sum(os.lstat(os.path.join(root, f)).st_size for root, _, names in os.walk(path) for f in names)
+    total, todo = 0, [os.fspath(path)] if os.path.isdir(path) else []
+    while todo:  # scandir's entries: no path joined or parsed per file (500,000 files: ~2 s of os.walk + lstat)
+        with os.scandir(todo.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
 
 
 def format_inspect(report: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -226,6 +227,7 @@ class ShardReader:
     def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
         self.format_dir = location(format_dir)
         self.remote = self.format_dir.remote
+        self._local_dir = None if self.remote else os.fspath(self.format_dir)  # (a Location's fspath makes a Path)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
         self.verify = check_verify_mode(verify)
@@ -242,7 +244,7 @@ class ShardReader:
         """(name for errors, bytes) of a small shard file, verified as ``verify`` says: remote it is
         one GET whose sha256 is checked against the manifest, local ``checksum.read_small_file``."""
         if not self.remote:
-            return read_small_file(self.format_dir, shard, info, self.verify)
+            return read_small_file(self._local_dir, shard, info, self.verify)
         path = self.format_dir / info.path
         raw = path.read_bytes()
         if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
