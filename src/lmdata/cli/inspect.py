@@ -44,9 +44,11 @@ def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
     """Decode one document of a store back to text (where it came from goes to stderr)."""
     from lmdata.inspect import show
     from lmdata.inspect.document import source_line
+    from lmdata.store import open_store
 
-    click.echo(show(store, split, doc, fmt))
-    click.echo(source_line(store, split, doc), err=True)
+    st = open_store(store)  # once: a 100,000-shard manifest takes ~0.7 s to parse
+    click.echo(show(st, split, doc, fmt))
+    click.echo(source_line(st, split, doc), err=True)
 
 
 @click.command("verify")

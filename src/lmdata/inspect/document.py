@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmdata.store.store import open_store
+from lmdata.store.store import Store, open_store
 
 
-def show(store: str | Path, split: str, doc: int, format: str | None = None) -> str:
-    """Document ``doc`` of ``split`` decoded back to text (its end-of-text id dropped)."""
-    st = open_store(store)
+def _opened(store: str | Path | Store) -> Store:
+    return store if isinstance(store, Store) else open_store(store)
+
+
+def show(store: str | Path | Store, split: str, doc: int, format: str | None = None) -> str:
+    """Document ``doc`` of ``split`` decoded back to text (its end-of-text id dropped); ``store``: a
+    path, or a ``Store`` already open."""
+    st = _opened(store)
     ids = st.document(split, doc, format)
     if len(ids) and int(ids[-1]) == st.eot_id:
         ids = ids[:-1]
@@ -28,8 +33,8 @@ def describe_origin(where: Any, doc: int) -> str:
     return f"{where.path(source)}, {where.unit(source)} {offset}"
 
 
-def source_line(store: str | Path, split: str, doc: int) -> str:
+def source_line(store: str | Path | Store, split: str, doc: int) -> str:
     """One line: where document ``doc`` of ``split`` came from (``lmdata show`` prints it on stderr)."""
     from lmdata.store.provenance import origins
 
-    return f"doc {doc} of {split}: {describe_origin(origins(open_store(store), split), doc)}"
+    return f"doc {doc} of {split}: {describe_origin(origins(_opened(store), split), doc)}"
