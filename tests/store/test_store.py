@@ -267,3 +267,68 @@ def test_register_format_refuses_a_taken_name_unless_asked():
         assert get_format("mine").reader is Other
     finally:
         unregister_format("mine")
+
+
+def test_a_sidecar_linked_out_of_the_store_or_missing_is_named_where_it_is_read(make_store, tmp_path):
+    """A reader's creation stats no file: the CRC sidecar a shard's first touch reads is where a link
+    out of the store is refused (it had been followed and read) and a missing one named."""
+    syn = make_store(["memmap"])
+    side = syn.path / "train" / "memmap" / "tokens-00001.bin.crc"
+    outside = tmp_path / "outside.crc"
+    side.rename(outside)
+    side.symlink_to(outside)
+    with pytest.raises(LmdataError, match="tokens-00001.bin.crc: resolves outside the store"):
+        _read_each_shard(open_store(syn.path).reader("train", "memmap"))
+    side.unlink()
+    with pytest.raises(LmdataError, match=r"tokens-00001.bin.crc: shard 00001 file is missing"):
+        _read_each_shard(open_store(syn.path).reader("train", "memmap"))
+
+
+@pytest.mark.parametrize("mapped", ["1", "0"])
+def test_a_fifo_in_place_of_a_shard_is_refused_not_waited_on(make_store, mapped):
+    """Shard files are opened without blocking: a FIFO where a shard should be had hung the first batch
+    for good (Ctrl-C included) once no `lstat` of every file came first."""
+    import os
+
+    syn = make_store(["memmap"])
+    victim = syn.path / "train" / "memmap" / "tokens-00001.bin"
+    victim.unlink()
+    os.mkfifo(victim)
+    code = ("import numpy as np\nfrom lmdata.store import open_store\n"
+            f"r = open_store({str(syn.path)!r}).reader('train', 'memmap')\n"
+            "r.windows(np.array([0]), 8)\nr.windows(r._shard_bounds[1:2], 8)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LMDATA_MAP_SHARDS": mapped})
+    assert done.returncode == 1 and "tokens-00001.bin: shard 00001 file has 0 bytes" in done.stderr, done.stderr
+
+
+def test_a_table_read_by_many_threads_at_once_is_built_once(make_store):
+    """``ShardTable`` builds on first read: threads making readers of one freshly opened store at once
+    had met a half-built table (a bare TypeError)."""
+    import threading
+
+    from lmdata.store.manifest import ShardTable
+
+    syn = make_store(["memmap"], shard_tokens=200)
+    raw = json.loads((syn.path / "manifest.json").read_text())["splits"]["train"]["formats"]["memmap"]["shards"]
+    raw = raw * (4000 // len(raw) + 1)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(10):
+            table, got, errors = ShardTable(list(raw), "manifest.json", "f", "memmap"), [], []
+
+            def read() -> None:
+                try:
+                    got.append((len(table), len(list(table))))
+                except Exception as exc:  # noqa: BLE001 - any error is the failure
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=read) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors and got == [(len(raw), len(raw))] * 6
+    finally:
+        sys.setswitchinterval(old)

@@ -80,7 +80,7 @@ static PyObject *map_files(PyObject *self, PyObject *args) {
         for (Py_ssize_t k = 0; k < n; k++) {
             base[k] = 0;
             if (size[k] <= 0) continue;
-            int own = fd[k] < 0, f = own ? open(names[k], O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : fd[k];
+            int own = fd[k] < 0, f = own ? open(names[k], O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : fd[k];
             struct stat st;
             if (f < 0) continue;
             if (fstat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size[k]) {

@@ -25,7 +25,7 @@ static const char SIDECAR_MAGIC[8] = {'L', 'M', 'D', 'C', 'R', 'C', '1', '\0'};
 
 static int open_no_follow(const char *path) {
     int fd;
-    do fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    do fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);  /* a FIFO: opened, then refused, never waited on */
     while (fd < 0 && errno == EINTR);
     return fd;
 }

@@ -105,7 +105,9 @@ class Descriptors:
             if len(self.fds) >= self.size:
                 os.close(self.fds.popitem(last=False)[1])
                 self.epoch += 1
-            fd = self.fds[path] = self._open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0))
+            # O_NONBLOCK: a FIFO where a shard should be is opened at once (and refused by its size), not waited on
+            fd = self.fds[path] = self._open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK |
+                                             (os.O_NOFOLLOW if nofollow else 0))
         return fd
 
     def _open(self, path: str, flags: int) -> int:

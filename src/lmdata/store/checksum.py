@@ -261,7 +261,7 @@ def read_whole(path: str, limit: int | None = None, nofollow: bool = False) -> t
     """``fstat`` of the file at ``path`` and its bytes (at most ``limit``), read until its end: a read
     may return less (a network filesystem, or 2 GiB and more). ``nofollow``: a symlink is an
     ``OSError`` (``ELOOP``), for the caller to resolve and check."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_NOFOLLOW if nofollow else 0))
     try:
         st = os.fstat(fd)
         n = st.st_size + 1 if limit is None else limit

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK
 from typing import Any
@@ -110,6 +111,11 @@ def shards_spec(fmt: str | None) -> list[Any]:
     return known[1]
 
 
+_BUILD_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a fork while another thread builds: the child's lock is free
+    os.register_at_fork(after_in_child=lambda: globals().__setitem__("_BUILD_LOCK", threading.Lock()))
+
+
 class ShardTable(Sequence):
     """A table's shards as the manifest records them (a format's, or provenance's), checked against the
     schema and made ``ShardInfo``s when the table is first read, not when the manifest is parsed.
@@ -125,15 +131,20 @@ class ShardTable(Sequence):
         self._shards: list[ShardInfo] | None = None
 
     def _built(self) -> list[ShardInfo]:
-        if self._shards is None:
-            with no_gc_pass():
-                check_schema(self._raw, shards_spec(self._fmt), self._where, self._field)
-                self._shards = [ShardInfo.from_checked(sh) for sh in self._raw]
-            self._raw = None
-        return self._shards
+        shards = self._shards
+        if shards is None:
+            with _BUILD_LOCK:  # two threads making readers of one store at once: one builds, both see it
+                shards = self._shards
+                if shards is None:
+                    with no_gc_pass():
+                        check_schema(self._raw, shards_spec(self._fmt), self._where, self._field)
+                        shards = self._shards = [ShardInfo.from_checked(sh) for sh in self._raw]
+                    self._raw = None  # (after _shards is set: ``__len__`` reads them in the other order)
+        return shards
 
     def __len__(self) -> int:
-        return len(self._raw) if self._shards is None else len(self._shards)
+        raw = self._raw
+        return len(raw) if raw is not None else len(self._shards)  # type: ignore[arg-type]
 
     def __getitem__(self, i: Any) -> Any:
         return self._built()[i]

@@ -32,6 +32,7 @@ from lmdata.io.location import Location
 from lmdata.io.process_local import per_process
 from lmdata.io.ranges import FileRef, RangeFiles
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
+from lmdata.store.checksum import read_small_file
 from lmdata.store.protocol import ShardInfo
 
 
@@ -58,14 +59,14 @@ class BlockReads:
 
     _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
 
-    def _read(self, info: Any, path: str | None = None) -> bytes:
+    def _read(self, i: int, info: Any) -> tuple[str, bytes]:
+        """(path, bytes) of a small file of shard ``i``: remote one GET; local its size checked and a
+        symlink followed only inside the store (``read_small_file``: a reader's creation stats no file,
+        so this is where a sidecar linked out of the store, or missing, is named)."""
         if self.remote:
-            return (self.format_dir / info.path).read_bytes()
-        fd = os.open(path or self._path(info), os.O_RDONLY | os.O_CLOEXEC)  # no buffered file: a first touch pays this
-        try:
-            return os.read(fd, info.bytes + 1)  # one byte more: a longer file is refused by its size
-        finally:
-            os.close(fd)
+            path = self._path(info)
+            return path, (self.format_dir / info.path).read_bytes()
+        return read_small_file(self._dir, self.shards[i], info, "size")
 
     def _path(self, info: Any) -> str:
         return str(self.format_dir / info.path) if self.remote else os.path.join(self._dir, info.path)
@@ -83,8 +84,7 @@ class BlockReads:
         sums = cache.get(i)
         if sums is None:
             info = self.sidecars[i]
-            path = self._path(info)
-            raw = self._read(info, path)
+            path, raw = self._read(i, info)
             if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
                 raise LmdataError(f"{path}: shard {self.shards[i].name} checksum file fails "
                                   "its sha256; run `lmdata verify` and re-ingest with --overwrite")
@@ -131,4 +131,4 @@ class BlockReads:
 
     def load_npy(self, i: int, file_index: int) -> np.ndarray:
         """A small .npy of shard ``i`` (its document offsets) from the store, local or remote."""
-        return np.load(io.BytesIO(self._read(self.shards[i].files[file_index])), allow_pickle=False)
+        return np.load(io.BytesIO(self._read(i, self.shards[i].files[file_index])[1]), allow_pickle=False)
