@@ -104,3 +104,15 @@ def test_a_provenance_file_linked_out_of_the_store_is_refused_where_it_is_read(t
     assert where.of(0) == (str(a), 0)  # the other files read
     with pytest.raises(LmdataError, match="outside the store"):
         [where.of(d) for d in range(3)]
+
+
+def test_a_provenance_shard_without_its_file_is_one_line(tmp_path: Path, tokenizer_dir: Path) -> None:
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"one\n<|endoftext|>\ntwo two\n")
+    out = tmp_path / "store"
+    ingest({"train": SourceSpec((str(a),))}, tokenizer_dir, out, shard_tokens=4, workers=1, progress=False, log=None)
+    m = json.loads((out / "manifest.json").read_text())
+    m["splits"]["train"]["provenance"]["shards"][0]["files"] = []
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(LmdataError, match="records 0 files, expected 1"):
+        origins(open_store(out), "train").of(0)

@@ -91,6 +91,9 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
     """One shard's ``[n_docs, 2]`` origins, checked against its sha256 (small: 16 bytes a document).
     ``local_dir``: the split's provenance directory as a string, for a local store (a path joined and
     read without ``Location``'s path objects: ~20 us a shard of ``lmdata inspect``'s)."""
+    if len(shard.files) != 1:
+        raise LmdataError(f"{location(split_dir) / PROVENANCE_DIR}: provenance of shard {shard.name} records "
+                          f"{len(shard.files)} files, expected 1; the manifest is corrupt (re-ingest with --overwrite)")
     (info,) = shard.files
     # ``origins`` refused recorded paths that leave the store; a symlink is resolved and checked here
     path: Any = (location(split_dir) / PROVENANCE_DIR / info.path) if local_dir is None \
