@@ -257,11 +257,10 @@ def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, ve
     return path, raw
 
 
-def read_whole(path: str, limit: int | None = None, nofollow: bool = False) -> tuple[os.stat_result, bytes]:
+def read_whole(path: str, limit: int | None = None) -> tuple[os.stat_result, bytes]:
     """``fstat`` of the file at ``path`` and its bytes (at most ``limit``), read until its end: a read
-    may return less (a network filesystem, or 2 GiB and more). ``nofollow``: a symlink is an
-    ``OSError`` (``ELOOP``), for the caller to resolve and check."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_NOFOLLOW if nofollow else 0))
+    may return less (a network filesystem, or 2 GiB and more). ``O_NONBLOCK``: a FIFO is not waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         n = st.st_size + 1 if limit is None else limit

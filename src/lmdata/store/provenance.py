@@ -17,7 +17,6 @@ table (no ``provenance`` key) reads as before; asked for a source, it says it is
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 from pathlib import Path
@@ -27,10 +26,10 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, location
-from lmdata.store.checksum import inside_store, read_whole, write_shard_parts
+from lmdata.store.checksum import read_small_file, write_shard_parts
 from lmdata.store.formats import base
 from lmdata.store.layout import PROVENANCE_DIR, RECORD_DIR
-from lmdata.store.manifest import plain_name, resolve_inside
+from lmdata.store.manifest import refuse_escaping_names
 from lmdata.store.npy import int64_array
 from lmdata.store.protocol import ShardInfo
 
@@ -95,11 +94,11 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
         raise LmdataError(f"{location(split_dir) / PROVENANCE_DIR}: provenance of shard {shard.name} records "
                           f"{len(shard.files)} files, expected 1; the manifest is corrupt (re-ingest with --overwrite)")
     (info,) = shard.files
-    # ``origins`` refused recorded paths that leave the store; a symlink is resolved and checked here
+    # ``origins`` refused recorded paths that leave the store; a symlink is followed only inside it
     path: Any = (location(split_dir) / PROVENANCE_DIR / info.path) if local_dir is None \
         else os.path.join(local_dir, info.path)
     try:
-        raw = path.read_bytes() if local_dir is None else _read_local(local_dir, info.path)
+        raw = path.read_bytes() if local_dir is None else read_small_file(local_dir, shard, info, "size")[1]
     except (OSError, LmdataError) as exc:
         raise LmdataError(f"{path}: provenance of shard {shard.name} cannot be read ({exc}); "
                           "run `lmdata verify` and re-ingest with --overwrite") from None
@@ -111,19 +110,6 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
         raise LmdataError(f"{path}: provenance of shard {shard.name} holds {origins.dtype} {origins.shape}, "
                           f"not int64 ({shard.n_docs}, 2); re-ingest with --overwrite")
     return origins
-
-
-def _read_local(local_dir: str, name: str) -> bytes:
-    """A local provenance file's bytes: a plain name in a directory inside the store is opened without
-    following a symlink (one ``open``); anything else is resolved and refused if it leaves the store."""
-    if plain_name(name) and inside_store(local_dir):
-        try:
-            return read_whole(os.path.join(local_dir, name), nofollow=True)[1]
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-    store = Path(local_dir).parent.parent  # <store>/<split>/_provenance
-    return read_whole(str(resolve_inside(store, Path(local_dir), name)))[1]
 
 
 class Origins:
@@ -189,8 +175,6 @@ def origins(store: Any, split: str) -> Origins:
     """``Origins`` of a ``Store``'s split, no recorded path absolute or climbing out with ``..`` (here,
     not in ``open_store``: a loader that never asks where a document came from does not pay it; a
     symlink is checked where its file is read)."""
-    from lmdata.store.manifest import refuse_escaping_names
-
     info = store.manifest.splits[split]
     if info.provenance is not None:
         refuse_escaping_names(store.path, {split: {PROVENANCE_DIR: info.provenance}})

@@ -194,8 +194,6 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
             f"{loc}: store was tokenized with tokenizer {manifest.tokenizer_hash[:12]}, not the expected "
             f"{tokenizer_hash[:12]}; use the matching store or re-ingest with that tokenizer"
         )
-    # A local store's recorded paths are checked per table when it is first read (``_check_format``,
-    # ``provenance.origins``), and each file where it is opened: not all of them here.
     return Store(loc, manifest, manifest_id)
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from lmdata.io import atomic
 from lmdata.io.atomic import TMP_MARK, fsync_dir
 from lmdata.io.location import location
+from lmdata.io.process_local import per_process
 from lmdata.errors import LmdataError, SettingError
 from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, read_small_file
 from lmdata.store.layout import RECORD_DIR
@@ -227,13 +228,14 @@ class ShardReader:
     def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
         self.format_dir = location(format_dir)
         self.remote = self.format_dir.remote
-        self._local_dir = None if self.remote else os.fspath(self.format_dir)  # (a Location's fspath makes a Path)
         self.shards = list(shards)
         self.dtype = np.dtype(dtype).newbyteorder("<")  # shards are little-endian on every host
         self.verify = check_verify_mode(verify)
         self._shard_bounds = shard_bounds(self.shards)
         self.n_tokens = int(self._shard_bounds[-1])
         self._doc_bounds = np.cumsum([0] + [s.n_docs for s in self.shards])
+
+    _dir = per_process(lambda self: os.fspath(self.format_dir))  # local: a str (a Location's fspath makes a Path)
 
     def check(self) -> None:
         """Every shard file has the size the manifest says (cheap: no data read)."""
@@ -244,7 +246,7 @@ class ShardReader:
         """(name for errors, bytes) of a small shard file, verified as ``verify`` says: remote it is
         one GET whose sha256 is checked against the manifest, local ``checksum.read_small_file``."""
         if not self.remote:
-            return read_small_file(self._local_dir, shard, info, self.verify)
+            return read_small_file(self._dir, shard, info, self.verify)
         path = self.format_dir / info.path
         raw = path.read_bytes()
         if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:

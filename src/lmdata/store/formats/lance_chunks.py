@@ -100,7 +100,6 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
             chunks._read_once()
         return chunks
 
-    _dir = per_process(lambda self: os.fspath(self.format_dir))
     _opening = per_process(lambda self: threading.Lock())
     _real = per_process(lambda self: {})  # fragment -> its data file's real path
 

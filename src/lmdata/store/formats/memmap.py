@@ -42,7 +42,6 @@ from lmdata.store.checksum import DEFAULT_VERIFY, inside_store, write_shard_part
 from lmdata.store.manifest import FILE_SPEC, Many, plain_name
 from lmdata.store.npy import int64_array
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
-from lmdata.io.process_local import per_process
 from lmdata.store.formats.raw_windows import RawFile, RawWindows
 from lmdata.store.formats.memmap_blocks import BlockReads
 from lmdata.store.formats.parquet_cache import DecodedShards, copy_key
@@ -134,7 +133,6 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
     def _own_files(self) -> bool:
         return self.copies is None  # remote: the machine's copies (``RawWindows._own_files``)
 
-    _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
 
     def _first_touch(self, shards: list[int], sums: bool) -> None:
         """Open local shards met for the first time in one C call (``open_shards``: token file opened

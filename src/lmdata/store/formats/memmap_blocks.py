@@ -64,8 +64,8 @@ class BlockReads:
         symlink followed only inside the store (``read_small_file``: a reader's creation stats no file,
         so this is where a sidecar linked out of the store, or missing, is named)."""
         if self.remote:
-            path = self._path(info)
-            return path, (self.format_dir / info.path).read_bytes()
+            loc = self.format_dir / info.path
+            return str(loc), loc.read_bytes()
         return read_small_file(self._dir, self.shards[i], info, "size")
 
     def _path(self, info: Any) -> str:

@@ -205,7 +205,6 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
         if not use_cache:
             self._read_once()
 
-    _dir = per_process(lambda self: os.fspath(self.format_dir))  # str: a Location's fspath costs a call
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
 
     def _copy_key(self, i: int) -> str:
