@@ -136,12 +136,12 @@ def test_whole_views_are_unchanged_by_the_groups(sample_store):
 def test_arrays_from_buffers_equal_pyarrows_own():
     import pyarrow as pa
 
-    from lmdata.inspect.tables import int64_array, string_array
+    from lmdata.inspect.tables import arrow_int64, arrow_strings
 
     for strings in ([], ["train"], ["a", "", "é/ü path", "x" * 300]):
-        assert string_array(strings).equals(pa.array(strings, pa.string()))
+        assert arrow_strings(strings).equals(pa.array(strings, pa.string()))
     for values in (np.zeros(0, dtype=np.int64), np.arange(5), np.array([3, -1, 2**40], dtype=np.int64)[::2]):
-        assert int64_array(values).equals(pa.array(values, pa.int64()))
+        assert arrow_int64(values).equals(pa.array(values, pa.int64()))
 
 
 def test_the_docs_view_does_not_import_pandas(sample_store):

@@ -42,7 +42,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io.bounded import Bounded
-from lmdata.inspect.tables import SplitDocs, docs_schema, formats_with, int64_array, string_array
+from lmdata.inspect.tables import SplitDocs, arrow_int64, arrow_strings, docs_schema, formats_with
 from lmdata.store.store import open_store
 from lmdata.store.protocol import FormatReader
 
@@ -161,7 +161,7 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None, sources:
                 per_format.setdefault(fmt, []).append(part)
                 first += [part] if k == 0 else []
     # split names come in through a joined table, never through SQL text
-    con.register("_split_names", pa.table({"_s": int64_array(np.arange(len(splits))), "split": string_array(splits)}))
+    con.register("_split_names", pa.table({"_s": arrow_int64(np.arange(len(splits))), "split": arrow_strings(splits)}))
     views = {f"tokens_{fmt}": parts for fmt, parts in per_format.items()}
     for name, parts in {**({"tokens": first} if first else {}), **views}.items():
         con.execute(f"CREATE VIEW {_ident(name)} AS SELECT n.split, r.doc_id, r.token_offset, r.tokens "

@@ -135,14 +135,14 @@ def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any, pat
         rows = np.concatenate([r for _, _, r in group]).reshape(-1, 2)
         if len(rows) and rows[:, 0].max() >= len(paths):
             where.path(int(rows[:, 0].max()))  # one line: the record names a source the manifest lacks
-        source = string_array(paths).take(int64_array(rows[:, 0]))
-        offset = int64_array(rows[:, 1])
+        source = arrow_strings(paths).take(arrow_int64(rows[:, 0]))
+        offset = arrow_int64(rows[:, 1])
     return pa.RecordBatch.from_arrays([
-        string_array([split]).take(int64_array(np.zeros(n, dtype=np.int64))),
-        int64_array(doc_ids),
-        int64_array(np.searchsorted(shard_docs, doc_ids, side="right") - 1),
-        int64_array(np.concatenate([np.diff(st) for _, st, _ in group])),
-        int64_array(np.concatenate([st[:-1] + s.first_token for s, st, _ in group])),
+        arrow_strings([split]).take(arrow_int64(np.zeros(n, dtype=np.int64))),
+        arrow_int64(doc_ids),
+        arrow_int64(np.searchsorted(shard_docs, doc_ids, side="right") - 1),
+        arrow_int64(np.concatenate([np.diff(st) for _, st, _ in group])),
+        arrow_int64(np.concatenate([st[:-1] + s.first_token for s, st, _ in group])),
         source,
         offset,
     ], schema=docs_schema())
@@ -151,7 +151,7 @@ def _docs_batch(split: str, group: list, shard_docs: np.ndarray, where: Any, pat
 # Arrow arrays made from their buffers: ``pa.array`` of a NumPy array or a list first asks whether
 # it is a pandas object, which imports pandas (~0.2 s of a `lmdata sql` over the docs view).
 
-def int64_array(values: Any) -> Any:
+def arrow_int64(values: Any) -> Any:
     """An Arrow int64 array of ``values`` (a NumPy array), without pandas."""
     import pyarrow as pa
 
@@ -159,7 +159,7 @@ def int64_array(values: Any) -> Any:
     return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
 
 
-def string_array(strings: list[str]) -> Any:
+def arrow_strings(strings: list[str]) -> Any:
     """An Arrow string array of ``strings``, without pandas."""
     import pyarrow as pa
 
