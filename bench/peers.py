@@ -220,7 +220,8 @@ def cell(args: dict) -> dict:
         next(loader)
         first = time.perf_counter() - _T0
         dt = steady_seconds(loader, args["warmup"], args["batches"])
-        return {"first_batch_s": first, "tokens_per_s": args["batches"] * B * L / dt, "pss_mb": tree_pss_mb()}
+        return {"first_batch_s": first, "tokens_per_s": args["batches"] * B * L / dt, "pss_mb": tree_pss_mb(),
+                "through_s": time.perf_counter() - _T0}  # the process's start to its last timed batch
     if args["mode"] == "save":
         first = batch_hash(next(loader))
         for _ in range(RESUME_AT - 1):

@@ -9,7 +9,9 @@ converted once into LitData's format with one chunk per shard (``optimize(chunk_
 item_loader=TokensLoader())`` of int32 ids: 11,761 chunks), and both are made ``--copies`` times
 larger by hard links (``linked_store.py``; LitData's index lists each chunk ``--copies`` times),
 so the 100,000-shard case needs no 10 GB of text. Each cell is ``peers.py --cell`` in a fresh
-process: its first batch from the process's start (imports included), then 200 batches after 20.
+process: its first batch from the process's start (imports included), then 200 batches after 20;
+the table gives the first batch and the end of batch 221 (what opening shards behind the first
+batch, ``store/formats/open_behind.py``, moves, and what it costs the batches after it).
 ``--old PATH``: also run an lmdata source tree at PATH (e.g. a ``git worktree`` of an earlier
 commit, its C extension built), alternating which goes first.
 """
@@ -95,13 +97,15 @@ def main() -> None:
         for w in [int(x) for x in args.workers.split(",")]:
             for fmt, store, lit_store in cases:
                 for name, src in (versions if r % 2 else versions[::-1]):
-                    runs.setdefault((store.name, fmt, w, name), []).append(cell(fmt, store, w, src)["first_batch_s"])
-                runs.setdefault((store.name, "litdata", w, "LitData 0.2.76"), []).append(
-                    cell("litdata", lit_store, w, None)["first_batch_s"])
-    print("| store | reader | workers | first batch, best (s) | median (s) |\n|---|---|---:|---:|---:|")
-    for (store, fmt, w, name), times in runs.items():
+                    runs.setdefault((store.name, fmt, w, name), []).append(cell(fmt, store, w, src))
+                runs.setdefault((store.name, "litdata", w, "LitData 0.2.76"), []).append(cell("litdata", lit_store, w, None))
+    print("| store | reader | workers | first batch, best / median (s) | batch 221, best / median (s) |\n"
+          "|---|---|---:|---:|---:|")
+    for (store, fmt, w, name), got in runs.items():
         label = fmt if fmt == "litdata" else f"lmdata {fmt} ({name})"
-        print(f"| {store} | {label} | {w} | {min(times):.2f} | {statistics.median(times):.2f} |")
+        first, through = [r["first_batch_s"] for r in got], [r["through_s"] for r in got]
+        print(f"| {store} | {label} | {w} | {min(first):.2f} / {statistics.median(first):.2f} | "
+              f"{min(through):.2f} / {statistics.median(through):.2f} |")
 
 
 if __name__ == "__main__":

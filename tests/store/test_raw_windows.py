@@ -63,7 +63,7 @@ def test_windows_are_the_same_mapped_or_read(make_store, fmt, compiled, monkeypa
     from lmdata.store.formats import raw_windows
 
     if not compiled:
-        monkeypatch.setattr(raw_windows, "read_mapped", None)
+        _no_read_mapped(monkeypatch)
         monkeypatch.setattr(raw_windows, "read_windows", None)
         monkeypatch.setattr(raw_windows, "read_batch", None)
         monkeypatch.setattr(raw_windows, "preads", None)
@@ -82,6 +82,14 @@ def test_windows_are_the_same_mapped_or_read(make_store, fmt, compiled, monkeypa
     else:
         assert not mapped
     assert len(descriptors().fds) <= descriptors().size
+
+
+def _no_read_mapped(monkeypatch) -> None:
+    """An extension built without ``read_mapped``: nothing is mapped (both modules that use it)."""
+    from lmdata.store.formats import mapped_windows, raw_windows
+
+    monkeypatch.setattr(raw_windows, "read_mapped", None)
+    monkeypatch.setattr(mapped_windows, "read_mapped", None)
 
 
 def _pread_only(monkeypatch) -> None:
@@ -290,7 +298,7 @@ def test_once_its_shards_are_open_a_batch_is_one_c_call(make_store, verify, mapp
     from lmdata.store.formats import raw_windows
 
     if not mapped:
-        monkeypatch.setattr(raw_windows, "read_mapped", None)
+        _no_read_mapped(monkeypatch)
     syn = make_store(["memmap"], shard_tokens=2_000)
     reader = open_store(syn.path).reader("train", "memmap", verify=verify)
     reader.windows(_starts(syn, n=2), 1025)  # the first batch opens every shard

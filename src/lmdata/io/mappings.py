@@ -70,6 +70,11 @@ def mapping_on() -> bool:
     return _switch[0]
 
 
+def mapping_room() -> int:
+    """How many more shards this process may map (``MAX_MAPPINGS`` less those mapped)."""
+    return MAX_MAPPINGS - _live[0]
+
+
 _switch: list[bool] = []  # LMDATA_MAP_SHARDS, read once
 _lock = threading.RLock()  # one mapping per shard, whichever thread maps it (re-entered by a GC'd finalizer)
 _live = [0]  # mappings held by this process's ``Mappings``
@@ -120,7 +125,7 @@ class Mappings:
             todo = [k for k, i in enumerate(shards) if not self.bases[i]]
             if not todo:
                 return True
-            room = MAX_MAPPINGS - _live[0]
+            room = mapping_room()
             if room <= 0:
                 return False
             short, todo = len(todo) > room, todo[:room]  # as many as the limit leaves

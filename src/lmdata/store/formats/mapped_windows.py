@@ -1,6 +1,7 @@
 """Windows copied out of read-only mappings of a split's raw token files: ``RawWindows``' fast path.
 
-A process's first batch opens the split's shards (``RawWindows._first_touch``); the store's own
+A process's first batch opens the split's shards (``RawWindows._first_touch``, through
+``_open_at_once`` here: one ``open_shards`` call); the store's own
 are mapped and their descriptors closed again (``_open_and_map``), a decoded copy is mapped through
 the pool's descriptor (``_map_opened``), and each batch is one ``io._preads.read_mapped`` call: no
 syscall per window, none of the kernel's per-file work that a ``pread`` pays (why, and what a
@@ -16,7 +17,7 @@ import os
 
 import numpy as np
 
-from lmdata.io.descriptors import open_shards
+from lmdata.io.descriptors import descriptors, open_shards
 from lmdata.io.mappings import Mappings, check_ahead, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.windows import sorted_unique
@@ -58,13 +59,51 @@ class MappedWindows:
         many unchecked blocks the jobs finished since the last call met (-1: none finished). Only the
         windows whose shards are mapped here with their CRCs loaded (from a process's second read on):
         nothing is opened, mapped or raised, and what the thread leaves undone, or finds bad, the read
-        itself checks and names."""
+        itself checks and names. While an ``open_behind`` thread opens the split, the windows' shards
+        are handed to it first."""
+        behind = self._behind
+        if behind is not None and len(starts):  # opening the split: these shards first
+            shard, _, _ = self._pieces(np.asarray(starts, dtype=np.int64), length)
+            if not behind.want(sorted_unique(shard)):
+                self._behind = None
         if (check_ahead is None or self.verify == "size" or not len(starts) or getattr(self, "_in_memory", 0)
                 or not mapping_on()):
             return 0
         return check_ahead(np.array(starts, dtype=np.int64), length, self.dtype.itemsize, self._bounds64,  # (a copy)
                            self._mappings.bases, self._mode, self._file_bytes(), self._block_base,
                            self._done.view(np.uint8), self._crcs)
+
+    def _open_at_once(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
+                      sidecar_bytes: list[int] | None = None) -> tuple[list[int], memoryview, list[int]]:
+        """``open_shards`` (one C call, no GIL) over as many of ``shards`` as this thread's pool holds:
+        each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
+        ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
+        loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
+        Every descriptor opened is the pool's (the store's own files, mapped: none is kept, ``_open_and_map``)."""
+        own = read_mapped is not None and mapping_on() and self._own_files()
+        pool = descriptors()
+        n = len(shards) if own else min(len(shards), pool.room())
+        shards, paths = shards[:n], paths[:n]
+        fds, status = np.full(n, -1, dtype=np.int32), np.ones(n, dtype=np.int8)
+        ends = np.zeros(n + 1, dtype=np.int64)
+        if sidecars is not None:
+            np.cumsum(sidecar_bytes[:n], out=ends[1:])
+        raw = np.empty(int(ends[-1]) + 1, dtype=np.uint8)
+        if n:
+            files = ([os.fsencode(p) for p in paths],
+                     [os.fsencode(p) for p in sidecars[:n]] if sidecars is not None else [b""] * n,
+                     self._file_bytes()[shards])
+            if own:  # mapped and closed again, a few at a time: the pool keeps none of them
+                self._open_and_map(np.asarray(shards, dtype=np.int64), *files, fds, raw, ends, status)
+                return status.tolist(), memoryview(raw), ends.tolist()
+            open_shards(*files, *pool.reserve(n), fds, self._crcs, self._block_base[shards], raw, ends, status)
+        got = status.tolist()
+        for path, fd, st in zip(paths, fds.tolist(), got):
+            if st != 1:
+                pool.adopt(path, fd)
+        _, fd_of = self._thread_fds()
+        fd_of[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
+        return got, memoryview(raw), ends.tolist()
 
     def _open_and_map(self, shards: np.ndarray, names: list[bytes], sidecars: list[bytes], sizes: np.ndarray,
                       fds: np.ndarray, raw: np.ndarray, ends: np.ndarray, status: np.ndarray) -> None:

@@ -6,7 +6,9 @@ Parquet shard decoded with the machine's cache off). They are read here:
 
 - **opened at once**: a process's first batch opens every shard of a split of up to ``OPEN_AT_ONCE``
   (``_first_touch``: one ``io._preads.open_shards`` call), so no later batch pays a shard's first
-  touch; a larger split's batches open the shards each meets, in one such call;
+  touch; a larger split's batches open the shards each meets, in one such call. A split of the
+  store's own mapped files of more than ``open_behind.OPEN_BEHIND_FROM`` shards: the first batch
+  opens its own and a thread the rest (``open_behind``), every first touch under ``_touch_lock``;
 - **out of mappings**: the first batch's first touch maps every shard read-only and closes its
   descriptor again (``io.mappings``; ``_open_and_map``, then ``_map_batch`` for a shard met later) and
   a batch is one ``io._preads.read_mapped`` call that finds each window's pieces and copies
@@ -35,7 +37,9 @@ bytes were checked whole at open), and calls ``_raw_windows`` / ``_raw_span``.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -46,6 +50,7 @@ from lmdata.io.descriptors import Descriptors, descriptors, open_shards, preads,
 from lmdata.io.mappings import check_ahead_wait, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
+from lmdata.store.formats import open_behind
 from lmdata.store.formats.mapped_windows import MappedWindows
 from lmdata.store.windows import concat_ranges, sorted_unique
 
@@ -70,6 +75,8 @@ class RawWindows(MappedWindows):
     # a thread's descriptor pool -> [the pool's epoch it is valid for, shard -> its descriptor there]
     _fds_of = per_process(lambda self: weakref.WeakKeyDictionary())
     _opened_all = per_process(lambda self: False)  # the first batch's ``_first_touch`` of the split is done
+    _touch_lock = per_process(lambda self: open_behind.TouchLock())  # held by each ``_touch``
+    _behind = per_process(lambda self: None)  # the ``OpenBehind`` started here, if any
     _remakes_lost_files = False  # a file gone between open and read: an error, unless the reader can remake it
 
     def _open_tokens(self, i: int) -> RawFile | np.ndarray:
@@ -99,8 +106,11 @@ class RawWindows(MappedWindows):
     def _source(self, i: int) -> RawFile | np.ndarray:
         source = self._sources[i]
         if source is None:
-            source = self._sources[i] = self._open_tokens(i)
-            self._n_sources += 1
+            with self._touch_lock:  # (the ``open_behind`` thread may be opening it)
+                source = self._sources[i]
+                if source is None:
+                    source = self._sources[i] = self._open_tokens(i)
+                    self._n_sources += 1
         return source
 
     def _first_touch(self, shards: list[int], sums: bool) -> None:
@@ -108,37 +118,14 @@ class RawWindows(MappedWindows):
         a reader that can do it in one call does it here (``_opened`` each); what is left is opened one
         by one (``_source``, ``_learn_sums``)."""
 
-    def _open_at_once(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
-                      sidecar_bytes: list[int] | None = None) -> tuple[list[int], memoryview, list[int]]:
-        """``open_shards`` (one C call, no GIL) over as many of ``shards`` as this thread's pool holds:
-        each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
-        ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
-        loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
-        Every descriptor opened is the pool's (the store's own files, mapped: none is kept, ``_open_and_map``)."""
-        own = read_mapped is not None and mapping_on() and self._own_files()
-        pool = descriptors()
-        n = len(shards) if own else min(len(shards), pool.room())
-        shards, paths = shards[:n], paths[:n]
-        fds, status = np.full(n, -1, dtype=np.int32), np.ones(n, dtype=np.int8)
-        ends = np.zeros(n + 1, dtype=np.int64)
-        if sidecars is not None:
-            np.cumsum(sidecar_bytes[:n], out=ends[1:])
-        raw = np.empty(int(ends[-1]) + 1, dtype=np.uint8)
-        if n:
-            files = ([os.fsencode(p) for p in paths],
-                     [os.fsencode(p) for p in sidecars[:n]] if sidecars is not None else [b""] * n,
-                     self._file_bytes()[shards])
-            if own:  # mapped and closed again, a few at a time: the pool keeps none of them
-                self._open_and_map(np.asarray(shards, dtype=np.int64), *files, fds, raw, ends, status)
-                return status.tolist(), memoryview(raw), ends.tolist()
-            open_shards(*files, *pool.reserve(n), fds, self._crcs, self._block_base[shards], raw, ends, status)
-        got = status.tolist()
-        for path, fd, st in zip(paths, fds.tolist(), got):
-            if st != 1:
-                pool.adopt(path, fd)
-        _, fd_of = self._thread_fds()
-        fd_of[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
-        return got, memoryview(raw), ends.tolist()
+    def _touch(self, shards: Iterable[int], sums: bool, behind: bool = False) -> None:
+        """``_first_touch`` of those of ``shards`` not opened yet, under this process's ``_touch_lock``
+        (a batch's and, ``behind``, the ``open_behind`` thread's: no shard opened twice)."""
+        lock = self._touch_lock
+        with lock.behind() if behind else lock:
+            todo = [i for i in shards if self._sources[i] is None]
+            if todo:
+                self._first_touch(todo, sums)
 
     def _thread_fds(self) -> tuple[Descriptors, np.ndarray]:
         """This thread's pool and each shard's descriptor in it (-1: none yet), started again whenever
@@ -185,7 +172,7 @@ class RawWindows(MappedWindows):
         epoch = pool.epoch
         missing = sorted_unique(shards[fds < 0]).tolist()
         if self._n_sources < len(self.shards):
-            self._first_touch([i for i in missing if self._sources[i] is None], sums=False)
+            self._touch(missing, sums=False)
         try:
             for i in missing:
                 source = self._source(i)
@@ -230,15 +217,18 @@ class RawWindows(MappedWindows):
         shard, lows, nbytes = self._pieces(starts, length)
         if self._n_sources < len(self.shards):
             first, self._opened_all = not self._opened_all, True
-            if first and len(self.shards) <= OPEN_AT_ONCE:  # the process's first batch: every shard, at once
-                todo = list(range(len(self.shards)))
-            else:  # a larger split: the shards this batch meets, in one call (its first batch, the same)
+            behind = first and mappable and self._own_files() and len(self.shards) > open_behind.OPEN_BEHIND_FROM
+            if first and not behind and len(self.shards) <= OPEN_AT_ONCE:  # the first batch: every shard, at once
+                todo = range(len(self.shards))
+            else:  # the shards this batch meets, in one call (the rest: behind it, or as later batches meet them)
                 todo = [i for i in sorted_unique(shard).tolist() if self._sources[i] is None]
             if todo:
-                self._first_touch(todo, sums=self.verify != "size")
-                out = self._read_mapped(starts, length) if mappable and self._own_files() else None  # mapped them
-                if out is not None:
-                    return out
+                self._touch(todo, sums=self.verify != "size")
+            if behind:
+                self._behind = open_behind.OpenBehind(self, sums=self.verify != "size")
+            out = self._read_mapped(starts, length) if todo and mappable and self._own_files() else None  # mapped
+            if out is not None:
+                return out
             self._prefetch(shard)
         out = np.empty((len(starts), length), dtype=self.dtype)
         if read_windows is not None and len(shard) and self._read_in_c(shard, lows, nbytes, out):
@@ -340,7 +330,7 @@ class RawWindows(MappedWindows):
             new = mode[shards] == 0
             if new.any():
                 met = sorted_unique(shards[new]).tolist()
-                self._first_touch(met, sums=True)
+                self._touch(met, sums=True)
                 for i in met:
                     if mode[i] == 0:
                         self._learn_sums(i)

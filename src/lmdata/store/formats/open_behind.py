@@ -1,0 +1,94 @@
+"""A large split's shards opened on a thread of their own while the first batches are read.
+
+Opening a shard (``RawWindows._first_touch``: file opened and sized, its CRCs loaded, mapped, the
+descriptor closed) costs ~30 us. All at once at the first batch, 11,761 shards delayed it by
+0.37 s (a fresh process's first batch 1.62-1.76 s against LitData's 1.57); one batch at a time as
+batches meet them, the first epoch's next 200 batches read at 16-20 M tok/s against 149. Here the
+first batch opens only its own shards and a daemon thread opens the rest, ``CHUNK`` at a time
+(C calls without the GIL for most of it), while the process reads, trains, or waits on its
+accelerator: what it costs is no longer in front of anything.
+
+Only the store's own local files are opened this way (``RawWindows._own_files``, mapped: no
+descriptor is kept, so no thread's descriptor pool is involved), and only up to the process's
+mapping limit. Each chunk and each batch's own first touch take the reader's ``_touch_lock``, so
+no shard is opened twice; a batch that meets a shard the thread has not reached opens it itself.
+The 0-worker loader's look-ahead (``data/ahead.py``) hands the thread the next batches' shards
+through ``check_ahead``, which it opens before going on in order.
+The thread holds only a weak reference between chunks (a reader let go stops it) and gives up at
+the first error: the batch that meets a damaged shard names it, as without the thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from lmdata.io.mappings import mapping_room
+
+OPEN_BEHIND_FROM = 1024  # splits of more shards open behind the first batch (fewer: all at once, < 30 ms)
+CHUNK = 32  # shards a chunk (~1 ms): the longest a batch, or a wanted shard, waits for the thread
+
+
+class TouchLock:
+    """The lock of a reader's first touches. The thread gives way to a batch waiting for it: a plain
+    lock let it take the lock back chunk after chunk while the batch waited (a second batch stalled
+    130-400 ms, until the thread was done)."""
+
+    def __init__(self) -> None:
+        self.lock, self.waiting = threading.RLock(), 0
+
+    def __enter__(self) -> None:
+        self.waiting += 1  # (a hint: a lost update costs the thread one short wait, or a batch one chunk)
+        self.lock.acquire()
+        self.waiting = max(0, self.waiting - 1)
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def behind(self) -> threading.RLock:
+        """The lock for the thread, once no batch waits for it."""
+        for _ in range(1000):
+            if not self.waiting:
+                break
+            time.sleep(0.0002)
+        return self.lock
+
+
+class OpenBehind:
+    """The thread opening a reader's shards, and the shards wanted first (a later batch's, handed
+    over by the 0-worker loader's look-ahead through ``check_ahead``)."""
+
+    def __init__(self, reader: Any, sums: bool) -> None:
+        self.wanted: deque[np.ndarray] = deque()
+        self.thread = threading.Thread(target=_open_rest, args=(weakref.ref(reader), len(reader.shards), sums,
+                                                                 self.wanted), name="lmdata-open-behind", daemon=True)
+        self.thread.start()
+
+    def want(self, shards: np.ndarray) -> bool:
+        """Open ``shards`` next; False once the thread is done (nothing is queued)."""
+        if not self.thread.is_alive():
+            return False
+        self.wanted.append(shards)
+        return True
+
+
+def _open_rest(ref: weakref.ref, n: int, sums: bool, wanted: deque) -> None:
+    at = 0
+    while at < n:
+        reader = ref()
+        if reader is None or mapping_room() <= 0:
+            return
+        try:
+            if wanted:
+                reader._touch(wanted.popleft().tolist(), sums, behind=True)
+            else:
+                reader._touch(range(at, min(n, at + CHUNK)), sums, behind=True)
+                at += CHUNK
+        except Exception:  # noqa: BLE001 - the batch that meets the shard opens it and names what is wrong
+            return
+        del reader

@@ -1,0 +1,160 @@
+"""A large split's shards opened on a thread behind the first batch: the same windows, each shard opened once."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from lmdata.data.loader import make_loader
+from lmdata.errors import LmdataError
+from lmdata.store import open_store
+from lmdata.store.formats import open_behind, raw_windows
+
+
+def _expected(syn, starts, length):
+    return syn.stream[starts[:, None] + np.arange(length)]
+
+
+def _starts(syn, n, seed, length=1025):
+    return np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
+
+
+@pytest.fixture
+def behind(monkeypatch):
+    """Every split of more than 4 shards opened behind its first batch, one shard a chunk (the most
+    interleaving of the thread's and the batches' first touches); records each shard's first touches."""
+    monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 4)
+    monkeypatch.setattr(open_behind, "CHUNK", 1)
+    touched: Counter = Counter()
+    first_touch = raw_windows.RawWindows._touch
+
+    def counting(self, shards, sums, behind=False):
+        with self._touch_lock.behind() if behind else self._touch_lock:  # (re-entered by the real one)
+            touched.update(i for i in shards if self._sources[i] is None)
+            first_touch(self, shards, sums, behind)
+
+    monkeypatch.setattr(raw_windows.RawWindows, "_touch", counting)
+    return touched
+
+
+def _join(reader) -> None:
+    thread = reader._behind.thread
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+def test_the_first_batch_opens_its_own_shards_and_a_thread_the_rest(make_store, behind):
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    assert len(reader.shards) > 10
+    for seed in range(30):  # read while the thread opens
+        starts = _starts(syn, 32, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    _join(reader)
+    assert reader._n_sources == len(reader.shards)
+    assert (reader._mode == 1).all()  # every shard's CRCs loaded and its sidecar's sha256 checked
+    assert reader._mappings.bases.all()  # every shard mapped...
+    assert set(behind) == set(range(len(reader.shards))) and set(behind.values()) == {1}  # ...and opened once
+
+
+def test_readers_of_a_split_of_fewer_shards_open_it_all_at_the_first_batch(make_store, behind, monkeypatch):
+    monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 10_000)
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    starts = _starts(syn, 2, 0)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert reader._behind is None and reader._n_sources == len(reader.shards)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_machines_decoded_copies_are_not_opened_behind(make_store, behind, fmt):
+    """Only the store's own files (their descriptors closed once mapped) are opened on the thread: a
+    copy's descriptor stays in the pool of the thread that opened it."""
+    syn = make_store([fmt], shard_tokens=1_000)
+    reader = open_store(syn.path).reader("train", fmt)
+    starts = _starts(syn, 8, 0)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    raw = reader._chunks if fmt == "lance" else reader  # (Lance reads its chunks' copies through LanceChunks)
+    assert isinstance(raw, raw_windows.RawWindows) and raw._behind is None
+
+
+def test_a_damaged_shard_is_named_by_the_batch_that_meets_it_and_the_others_read(make_store, behind):
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    store = open_store(syn.path)
+    reader = store.reader("train", "memmap")
+    victim = reader.shards[len(reader.shards) // 2]
+    path = syn.path / "train" / "memmap" / victim.files[0].path
+    path.write_bytes(path.read_bytes()[:-2])
+    fresh = store.reader("train", "memmap")
+    one = np.array([reader.shards[0].first_token])
+    np.testing.assert_array_equal(fresh.windows(one, 100), _expected(syn, one, 100))
+    _join(fresh)
+    with pytest.raises(LmdataError, match=path.name):
+        fresh.windows(np.array([victim.first_token]), 10)
+    last = np.array([reader.shards[-1].first_token])
+    np.testing.assert_array_equal(fresh.windows(last, 100), _expected(syn, last, 100))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_hands_out_the_same_batches(make_store, behind, workers, monkeypatch):
+    """Through the loader (at 0 workers its look-ahead hands the thread the next batches' shards,
+    ``check_ahead``), the batches of a split opened behind are those of one opened at once."""
+    syn = make_store(["memmap"], shard_tokens=1_000)
+
+    def batches():
+        ds = open_store(syn.path).dataset("train", 64, "memmap")
+        return [np.concatenate([t.numpy() for t in b], axis=1) for b in make_loader(ds, 8, num_workers=workers, seed=3)]
+
+    opened_behind = batches()
+    if workers == 0:
+        assert set(behind.values()) == {1}  # (the workers' first touches are in their own processes)
+    monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 10_000)
+    at_once = batches()
+    assert len(opened_behind) == len(at_once) > 20
+    for a, b in zip(opened_behind, at_once):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_wanted_shards_are_opened_first(make_store, behind, monkeypatch):
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    gate = threading.Event()
+    original = open_behind._open_rest
+
+    def held(*args):
+        gate.wait(30)
+        original(*args)
+
+    monkeypatch.setattr(open_behind, "_open_rest", held)  # the thread waits until the shards are wanted
+    first = np.array([reader.shards[0].first_token])
+    reader.windows(first, 10)
+    last = len(reader.shards) - 1
+    reader.check_ahead(np.array([reader.shards[last].first_token]), 10)
+    gate.set()
+    _join(reader)
+    order = list(behind)
+    assert order.index(last) == 1  # after the first batch's own shard, before the shards in order
+
+
+def test_a_reader_let_go_stops_its_thread(make_store, behind, monkeypatch):
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    gate = threading.Event()
+    original = open_behind._open_rest
+
+    def held(*args):
+        gate.wait(30)
+        original(*args)
+
+    monkeypatch.setattr(open_behind, "_open_rest", held)
+    reader = open_store(syn.path).reader("train", "memmap")
+    reader.windows(np.array([reader.shards[0].first_token]), 10)
+    thread = reader._behind.thread
+    del reader
+    gc.collect()
+    gate.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and len(behind) == 1  # nothing opened after the first batch's shard
