@@ -226,3 +226,21 @@ def test_the_descriptor_table_is_grown_once_even_when_the_pool_reaches_the_limit
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "4096 [4095]", out.stdout + out.stderr
+
+
+def test_growing_the_table_never_replaces_a_descriptor_another_pool_holds(tmp_path):
+    """A pool grows the table to its top (``_expand_table``); another thread's pool may hold that
+    number already, and its file must stay open there (``dup2`` had closed it and put another there)."""
+    import fcntl
+
+    held, other = tmp_path / "held", tmp_path / "other"
+    held.write_bytes(b"held")
+    other.write_bytes(b"other")
+    with open(held, "rb") as fh, open(other, "rb") as gh:
+        top = fcntl.fcntl(fh.fileno(), fcntl.F_DUPFD_CLOEXEC, 900)  # "another pool's" descriptor at 900+
+        try:
+            d._expand_table(gh.fileno(), top)
+            assert os.pread(top, 4, 0) == b"held"
+            assert os.fstat(top).st_ino == os.fstat(fh.fileno()).st_ino
+        finally:
+            os.close(top)

@@ -158,3 +158,43 @@ def test_a_reader_let_go_stops_its_thread(make_store, behind, monkeypatch):
     gate.set()
     thread.join(timeout=30)
     assert not thread.is_alive() and len(behind) == 1  # nothing opened after the first batch's shard
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # (imported by other tests; not used here)
+def test_a_fork_while_the_thread_opens_inherits_none_of_its_descriptors(make_store, behind, monkeypatch):
+    """A chunk's descriptors are open between ``open_shards`` and the mapping; a fork waits for the chunk
+    (``background.fetching``), else the child keeps them for good (a DataLoader worker had kept 32)."""
+    import os
+    import time
+
+    from lmdata.store.formats import mapped_windows
+
+    opened = mapped_windows.open_shards
+
+    def slow(*args):  # the descriptors held open a while, as on a slow disk
+        opened(*args)
+        time.sleep(0.02)
+
+    monkeypatch.setattr(mapped_windows, "open_shards", slow)
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    reader.windows(np.array([reader.shards[0].first_token]), 10)
+    shard_dir = os.path.realpath(syn.path / "train" / "memmap")  # (the store's read lock is held open, rightly)
+    inherited = []
+    while reader._behind.thread.is_alive():
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: how many of the split's shard files it holds open
+            n = 0
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    n += os.readlink(f"/proc/self/fd/{fd}").startswith(shard_dir)
+                except OSError:
+                    pass
+            os.write(w, str(n).encode())
+            os._exit(0)
+        os.close(w)
+        inherited.append(int(os.read(r, 16) or b"0"))
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert len(inherited) > 3 and not any(inherited), inherited

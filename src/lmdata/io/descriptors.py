@@ -181,18 +181,21 @@ class Descriptors:
 
 
 def _expand_table(fd: int, top: int) -> None:
-    """Grow the process's descriptor table to hold descriptor ``top`` at once (a ``dup2`` there, closed
-    again; nothing where ``top`` is at or past the limit).
+    """Grow the process's descriptor table to hold descriptor ``top`` at once (a copy of ``fd`` at the
+    lowest free number from ``top`` on, closed again; nothing where ``top`` is at or past the limit).
 
     The kernel grows the table by doubling, and in a process with threads each growth waits for
     an RCU grace period: ~7 ms here, paid at 256, 1024, 2048, ... descriptors as the pool fills
     (two of them, 13 ms, on a 1,160-shard store). One growth to the pool's top, once the pool
-    holds 64, pays it once (a store of fewer shards never pays it)."""
+    holds 64, pays it once (a store of fewer shards never pays it). Not ``dup2(fd, top)``: another
+    thread's pool may hold ``top`` (each pool's top is its floor plus its size, and pools share the
+    numbers above the floor), and ``dup2`` would have closed that file under it and put another
+    there (threads sharing a reader read wrong windows, or failed on a closed descriptor)."""
     try:
-        os.dup2(fd, top, inheritable=False)
+        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top)
     except OSError:
         return
-    os.close(top)
+    os.close(copy)
 
 
 _local = threading.local()  # one pool per thread: a descriptor is never closed under another thread's read

@@ -15,7 +15,8 @@ no shard is opened twice; a batch that meets a shard the thread has not reached 
 The 0-worker loader's look-ahead (``data/ahead.py``) hands the thread the next batches' shards
 through ``check_ahead``, which it opens before going on in order.
 The thread holds only a weak reference between chunks (a reader let go stops it) and gives up at
-the first error: the batch that meets a damaged shard names it, as without the thread.
+the first error: the batch that meets a damaged shard names it, as without the thread. Each chunk
+runs inside ``io.background.fetching()``: a fork waits for it, and the process's exit lets it end.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata.io import background
 from lmdata.io.mappings import mapping_room
 
 OPEN_BEHIND_FROM = 1024  # splits of more shards open behind the first batch (fewer: all at once, < 30 ms)
@@ -65,30 +67,34 @@ class OpenBehind:
 
     def __init__(self, reader: Any, sums: bool) -> None:
         self.wanted: deque[np.ndarray] = deque()
-        self.thread = threading.Thread(target=_open_rest, args=(weakref.ref(reader), len(reader.shards), sums,
-                                                                 self.wanted), name="lmdata-open-behind", daemon=True)
-        self.thread.start()
+        ref, n = weakref.ref(reader), len(reader.shards)
+        self.thread = background.start("lmdata-open-behind", lambda: _open_rest(ref, n, sums, self.wanted))
 
     def want(self, shards: np.ndarray) -> bool:
         """Open ``shards`` next; False once the thread is done (nothing is queued)."""
         if not self.thread.is_alive():
             return False
-        self.wanted.append(shards)
+        for a in range(0, len(shards), CHUNK):  # a chunk at a time, as the rest: a batch waits for one at most
+            self.wanted.append(shards[a:a + CHUNK])
         return True
 
 
 def _open_rest(ref: weakref.ref, n: int, sums: bool, wanted: deque) -> None:
+    """Chunk after chunk, each inside ``background.fetching()``: a fork waits for the chunk (its
+    descriptors, open between ``open_shards`` and the mapping, would be the child's for good; a
+    DataLoader's workers had kept up to 32 each), and the process's exit lets it end first."""
     at = 0
-    while at < n:
+    while at < n and not background.stopping():
         reader = ref()
         if reader is None or mapping_room() <= 0:
             return
         try:
-            if wanted:
-                reader._touch(wanted.popleft().tolist(), sums, behind=True)
-            else:
-                reader._touch(range(at, min(n, at + CHUNK)), sums, behind=True)
-                at += CHUNK
+            with background.fetching():
+                if wanted:
+                    reader._touch(wanted.popleft().tolist(), sums, behind=True)
+                else:
+                    reader._touch(range(at, min(n, at + CHUNK)), sums, behind=True)
+                    at += CHUNK
         except Exception:  # noqa: BLE001 - the batch that meets the shard opens it and names what is wrong
             return
         del reader
