@@ -37,7 +37,6 @@ bytes were checked whole at open), and calls ``_raw_windows`` / ``_raw_span``.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
