@@ -84,6 +84,22 @@ def test_time_steps_leaves_the_warm_up_out_of_the_steady_state():
     assert len(stall.time_steps(slow_start(6, 0, 0), step, steps=6).wait_s) == 5  # warmup=0: first step only
 
 
+def test_the_warm_up_goes_on_while_the_reader_settles_by_at_most_spare_steps():
+    """``settle`` (a reader still opening its split behind the first batch) extends the warm-up; the
+    steady state keeps its step count, and ``spare`` bounds the extension (the split's batches)."""
+    def step(x, y) -> float:
+        return 0.010
+
+    calls = iter([True] * 3 + [False] * 100)
+    times = stall.time_steps(slow_start(40, 0, 0), step, steps=20, warmup=4, settle=lambda: next(calls), spare=10)
+    assert len(times.warmup_wait_s) == 4 + 3 and len(times.wait_s) == 20 - 1 - 4
+    capped = stall.time_steps(slow_start(40, 0, 0), step, steps=20, warmup=4, settle=lambda: True, spare=2)
+    assert len(capped.warmup_wait_s) == 4 + 2 and len(capped.wait_s) == 20 - 1 - 4
+    drawn = []
+    stall.time_loader((drawn.append(i) or (i, i) for i in range(40)), 20, warmup=5, settle=lambda: True, spare=6)
+    assert len(drawn) == 20 + 6  # the loader's rate is timed after the extra batches
+
+
 def _result(rows: list[dict], repeats: int) -> dict:
     for r in rows:
         r.update(cache="warm", format="memmap", workers=0, warmup_steps=4, loader_tokens_per_s=1e6, headroom=2.0,

@@ -153,11 +153,13 @@ def test_a_reader_let_go_stops_its_thread(make_store, behind, monkeypatch):
     reader = open_store(syn.path).reader("train", "memmap")
     reader.windows(np.array([reader.shards[0].first_token]), 10)
     thread = reader._behind.thread
+    assert open_behind.opening()  # what ``lmdata bench``'s automatic warm-up waits for
     del reader
     gc.collect()
     gate.set()
     thread.join(timeout=30)
     assert not thread.is_alive() and len(behind) == 1  # nothing opened after the first batch's shard
+    assert not open_behind.opening()
 
 
 @pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # (imported by other tests; not used here)

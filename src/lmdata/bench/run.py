@@ -83,7 +83,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     runs = []
     for fmt, workers in itertools.product(formats, cfg.workers):
         warmup, steps = plans[workers]
-        rows = _in_fresh_process(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device, warmup)
+        spare = n_batches - 1 - warmup - steps if cfg.warmup_steps < 0 else 0  # (auto: until the reader settles)
+        rows = _in_fresh_process(_fresh_cell, cfg, fmt, workers, steps, step_ms, vocab, device, warmup, spare)
         for row in rows:
             rate = row["loader_tokens_per_s"]
             measured = tokens_per_step / (row["synthetic"]["compute_ms_mean"] / 1e3)
@@ -156,15 +157,18 @@ def _fresh_cell(*args: Any) -> list[dict[str, Any]]:
 
 
 def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: float | None, vocab: int,
-                 device: str, warmup: int = 0) -> list[dict[str, Any]]:
+                 device: str, warmup: int = 0, spare: int = 0) -> list[dict[str, Any]]:
     """One format at one worker count, in every cache state, ``cfg.repeats`` times each (in its own process).
 
-    ``steps``: steady-state steps per repeat, after the first step and ``warmup`` steps.
+    ``steps``: steady-state steps per repeat, after the first step and ``warmup`` steps, and up to
+    ``spare`` more warm-up steps while this process's reader still opens its split behind the first
+    batch (``open_behind.opening()``: start-up work, as a worker's first read is).
     """
     import torch
 
     from lmdata.data import make_loader
     from lmdata.store import open_store
+    from lmdata.store.formats.open_behind import opening
 
     store = open_store(cfg.store)
     step, move = make_step(cfg, step_ms, vocab, device), stall.device_move(device)
@@ -190,16 +194,19 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     for mode in cfg.cache:
         _prepare(mode, files)
         # the first step and the warm-up (every worker's first read; Lance: opening the dataset) untimed
-        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), 1 + warmup + steps, warmup=1 + warmup)
+        ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), 1 + warmup + steps, warmup=1 + warmup,
+                                                          settle=opening, spare=spare)
         gc.collect()  # the loader's workers exit, its memmaps unmap
-        repeats = []
+        repeats, warmed = [], warmup
         for _ in range(cfg.repeats):
             resident = _prepare(mode, files)  # as the training steps start
-            times = stall.time_steps(loader(), step, 1 + warmup + steps, move, warmup=warmup)
+            times = stall.time_steps(loader(), step, 1 + warmup + steps, move, warmup=warmup, settle=opening,
+                                     spare=spare)
             gc.collect()
             repeats.append(verdict.repeat_figures(times, synth_sum["step_ms_mean"], resident))
+            warmed = max(warmed, len(times.warmup_wait_s))
         rows.append({
-            "format": fmt, "workers": workers, "cache": mode, "warmup_steps": warmup,
+            "format": fmt, "workers": workers, "cache": mode, "warmup_steps": warmed,
             **verdict.combine(repeats), "synthetic": synth_sum, "loader_first_batch_ms": ttfb_loader * 1e3,
             "loader_tokens_per_s": batches_per_s * cfg.batch_size * cfg.seq_len,
             "memory": times.memory,

@@ -46,11 +46,13 @@ class LoopTimes:
 
 
 def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn | None = None,
-               warmup: int = 0) -> LoopTimes:
+               warmup: int = 0, settle: Callable[[], bool] | None = None, spare: int = 0) -> LoopTimes:
     """Run ``steps`` training steps over ``batches``, timing the wait and the compute of each.
 
     ``steps`` counts every step: the first (start-up) one, then ``warmup`` steps, then the
     steady state; the first two are reported apart. ``wall_s`` is the steady state's.
+    ``settle``: the warm-up goes on while it returns True (a reader still opening its split
+    behind the first batch, ``store/formats/open_behind.py``), by at most ``spare`` more steps.
     Memory of the loader's processes is sampled while the iterator is still alive.
     """
     move = move or (lambda x, y: (x, y))
@@ -62,7 +64,8 @@ def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn 
     warm_computes: list[float] = []
     first = 0.0
     t_measured = t_start
-    for i in range(steps):
+    i = 0
+    while i < steps:
         t0 = time.perf_counter()
         x, y = move(*next(it))
         t1 = time.perf_counter()
@@ -75,20 +78,24 @@ def time_steps(batches: Iterable[Batch], step: StepFn, steps: int, move: MoveFn 
         else:
             waits.append(t1 - t0)
             computes.append(c)
-        if i == min(warmup, steps - 1):
+        if i == warmup and spare > 0 and settle is not None and settle():
+            warmup, steps, spare = warmup + 1, steps + 1, spare - 1  # (this step was warm-up; one more)
+        elif i == min(warmup, steps - 1):
             t_measured = time.perf_counter()
+        i += 1
     wall = time.perf_counter() - t_measured
     memory = process_memory()
     del it
     return LoopTimes(waits, computes, first, wall, memory, warm_waits, warm_computes)
 
 
-def time_loader(batches: Iterable[Batch], steps: int, warmup: int = 1) -> tuple[float, float, dict[str, float]]:
+def time_loader(batches: Iterable[Batch], steps: int, warmup: int = 1, settle: Callable[[], bool] | None = None,
+                spare: int = 0) -> tuple[float, float, dict[str, float]]:
     """Loader alone, no compute: (time to first batch s, batches/s after ``warmup`` batches, memory).
 
     ``warmup``: batches to let pass before the rate is timed, so that every worker has
     delivered its first read (its start-up is the time to first batch's business, not the
-    steady rate's); at most ``steps - 1``.
+    steady rate's); at most ``steps - 1``. ``settle`` and ``spare``: as ``time_steps``'.
     """
     it: Iterator[Batch] = iter(batches)
     t0 = time.perf_counter()
@@ -97,6 +104,9 @@ def time_loader(batches: Iterable[Batch], steps: int, warmup: int = 1) -> tuple[
     warmup = min(max(warmup, 1), max(steps - 1, 1))
     for _ in range(warmup - 1):
         next(it)
+    while spare > 0 and settle is not None and settle():
+        next(it)
+        spare -= 1
     tw = time.perf_counter()
     for _ in range(steps - warmup):
         next(it)

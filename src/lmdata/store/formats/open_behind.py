@@ -36,6 +36,14 @@ OPEN_BEHIND_FROM = 1024  # splits of more shards open behind the first batch (fe
 CHUNK = 32  # shards a chunk (~1 ms): the longest a batch, or a wanted shard, waits for the thread
 
 
+THREAD = "lmdata-open-behind"
+
+
+def opening() -> bool:
+    """Whether a reader of this process is still opening its split behind its first batch."""
+    return any(t.name == THREAD and t.is_alive() for t in threading.enumerate())
+
+
 class TouchLock:
     """The lock of a reader's first touches. The thread gives way to a batch waiting for it: a plain
     lock let it take the lock back chunk after chunk while the batch waited (a second batch stalled
@@ -68,7 +76,7 @@ class OpenBehind:
     def __init__(self, reader: Any, sums: bool) -> None:
         self.wanted: deque[np.ndarray] = deque()
         ref, n = weakref.ref(reader), len(reader.shards)
-        self.thread = background.start("lmdata-open-behind", lambda: _open_rest(ref, n, sums, self.wanted))
+        self.thread = background.start(THREAD, lambda: _open_rest(ref, n, sums, self.wanted))
 
     def want(self, shards: np.ndarray) -> bool:
         """Open ``shards`` next; False once the thread is done (nothing is queued)."""
