@@ -218,8 +218,8 @@ class BenchConfig:
                         "epoch of the split).")
     warmup_steps: int = _field(-1, "Steps after the first left out of the steady-state stall and reported apart; "
                                "-1 = the batches the loader has in flight at start (workers x prefetch x "
-                               "batches_per_read, at least batches_per_read), and more while a 0-worker "
-                               "reader still opens its split behind the first batch.")
+                               "batches_per_read, at least batches_per_read), and more while a reader (or a "
+                               "worker's) still opens its split behind the first batch.")
     repeats: int = _field(3, "Runs of each cell: the stall is their median, the spread their min-max, and the "
                           "verdict 'too noisy' when they fall on both sides of the 5% threshold.")
     compute: str = _field("simulated", "simulated: a fixed-duration step that releases the GIL; model: real training "

@@ -200,3 +200,26 @@ def test_a_fork_while_the_thread_opens_inherits_none_of_its_descriptors(make_sto
         os.close(r)
         os.waitpid(pid, 0)
     assert len(inherited) > 3 and not any(inherited), inherited
+
+
+def test_a_workers_thread_is_seen_from_the_process_above_it():
+    """``lmdata bench`` asks ``opening(children=True)`` while a loader's workers open their split: the
+    thread names itself for the kernel (``OS_NAME``), which the parent reads in ``/proc``."""
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import threading, time, sys\n"
+        "from lmdata.store.formats import open_behind\n"
+        "t = threading.Thread(target=lambda: (open_behind._name_for_the_kernel(), time.sleep(30)), daemon=True)\n"
+        "t.start(); print('ready', flush=True); sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"ready"
+        deadline = time.monotonic() + 10
+        while not open_behind.opening(children=True) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert open_behind.opening(children=True) and not open_behind.opening()
+    finally:
+        child.communicate(b"")
+    assert not open_behind.opening(children=True)

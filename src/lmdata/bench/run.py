@@ -170,6 +170,9 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     from lmdata.store import open_store
     from lmdata.store.formats.open_behind import opening
 
+    def still_opening() -> bool:  # at 0 workers this process's reader, else the workers' (``opening``'s children)
+        return opening(children=workers > 0)
+
     store = open_store(cfg.store)
     step, move = make_step(cfg, step_ms, vocab, device), stall.device_move(device)
     fixed = move(*torch.randint(0, vocab, (2, cfg.batch_size, cfg.seq_len), generator=torch.Generator().manual_seed(0)))
@@ -195,12 +198,12 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
         _prepare(mode, files)
         # the first step and the warm-up (every worker's first read; Lance: opening the dataset) untimed
         ttfb_loader, batches_per_s, _ = stall.time_loader(loader(), 1 + warmup + steps, warmup=1 + warmup,
-                                                          settle=opening, spare=spare)
+                                                          settle=still_opening, spare=spare)
         gc.collect()  # the loader's workers exit, its memmaps unmap
         repeats, warmed = [], warmup
         for _ in range(cfg.repeats):
             resident = _prepare(mode, files)  # as the training steps start
-            times = stall.time_steps(loader(), step, 1 + warmup + steps, move, warmup=warmup, settle=opening,
+            times = stall.time_steps(loader(), step, 1 + warmup + steps, move, warmup=warmup, settle=still_opening,
                                      spare=spare)
             gc.collect()
             repeats.append(verdict.repeat_figures(times, synth_sum["step_ms_mean"], resident))
