@@ -203,11 +203,17 @@ def test_a_fork_while_the_thread_opens_inherits_none_of_its_descriptors(make_sto
 
 
 def test_a_workers_thread_is_seen_from_the_process_above_it():
-    """``lmdata bench`` asks ``opening(children=True)`` while a loader's workers open their split: the
-    thread names itself for the kernel (``OS_NAME``), which the parent reads in ``/proc``."""
+    """``lmdata bench`` looks for the thread in the processes below it while a loader's workers open their
+    split: the thread names itself for the kernel (``OS_NAME``), which the parent reads in ``/proc``."""
+    import os
     import subprocess
     import sys
     import time
+
+    from lmdata.bench import stall
+
+    def below() -> bool:
+        return any(stall.has_thread_named(k, open_behind.OS_NAME) for k in stall.descendants(os.getpid()))
 
     child = subprocess.Popen([sys.executable, "-c", (
         "import threading, time, sys\n"
@@ -217,9 +223,9 @@ def test_a_workers_thread_is_seen_from_the_process_above_it():
     try:
         assert child.stdout.readline().strip() == b"ready"
         deadline = time.monotonic() + 10
-        while not open_behind.opening(children=True) and time.monotonic() < deadline:
+        while not below() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert open_behind.opening(children=True) and not open_behind.opening()
+        assert below() and not open_behind.opening()
     finally:
         child.communicate(b"")
-    assert not open_behind.opening(children=True)
+    assert not below()

@@ -168,10 +168,11 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
 
     from lmdata.data import make_loader
     from lmdata.store import open_store
-    from lmdata.store.formats.open_behind import opening
+    from lmdata.store.formats.open_behind import OS_NAME, opening
 
-    def still_opening() -> bool:  # at 0 workers this process's reader, else the workers' (``opening``'s children)
-        return opening(children=workers > 0)
+    def still_opening() -> bool:  # at 0 workers this process's reader, else the workers' (their threads' name)
+        return opening() or (workers > 0 and any(stall.has_thread_named(k, OS_NAME)
+                                                 for k in stall.descendants(os.getpid())))
 
     store = open_store(cfg.store)
     step, move = make_step(cfg, step_ms, vocab, device), stall.device_move(device)

@@ -228,6 +228,29 @@ def process_memory() -> dict[str, float]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``: a loader's workers, a forkserver's too (Linux
+    ``/proc/*/task/*/children``; none where it is missing)."""
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids += [int(p) for p in task.read_text().split()]
+        except OSError:
+            continue
+    return kids + [g for k in kids for g in descendants(k)]
+
+
+def has_thread_named(pid: int, name: bytes) -> bool:
+    """Whether a thread of process ``pid`` has ``name`` for the kernel (its ``comm``)."""
+    for comm in Path(f"/proc/{pid}/task").glob("*/comm"):
+        try:
+            if comm.read_bytes().strip() == name:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _proc_memory() -> dict[str, float]:
     """``process_memory`` from /proc when psutil is not installed (Linux; RSS only)."""
 
@@ -240,15 +263,6 @@ def _proc_memory() -> dict[str, float]:
             pass
         return 0.0
 
-    def children(pid: int) -> list[int]:
-        kids: list[int] = []
-        for task in Path(f"/proc/{pid}/task").glob("*/children"):
-            try:
-                kids += [int(p) for p in task.read_text().split()]
-            except OSError:
-                continue
-        return kids + [g for k in kids for g in children(k)]
-
-    kids = children(os.getpid())
+    kids = descendants(os.getpid())
     return {"main_rss_mb": rss(os.getpid()), "workers": float(len(kids)),
             "workers_rss_mb": sum(rss(k) for k in kids)}

@@ -21,7 +21,6 @@ runs inside ``io.background.fetching()``: a fork waits for it, and the process's
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -41,47 +40,10 @@ THREAD = "lmdata-open-behind"
 OS_NAME = b"lmdata-behind"  # the thread's name for the kernel (15 bytes at most): seen from other processes
 
 
-def opening(children: bool = False) -> bool:
-    """Whether a reader of this process (with ``children``, or of a process below it: a loader's
-    workers, a forkserver's included) is still opening its split behind its first batch."""
-    if any(t.name == THREAD and t.is_alive() for t in threading.enumerate()):
-        return True
-    return children and any(_threads_named(OS_NAME, pid) for pid in _descendants("self"))
-
-
-def _descendants(pid: str) -> list[str]:
-    """The processes below ``pid`` (Linux ``/proc/*/task/*/children``; none where it is missing)."""
-    found, todo = [], [pid]
-    while todo:
-        here = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{here}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{here}/task/{task}/children") as fh:
-                    below = fh.read().split()
-            except OSError:
-                continue
-            found += below
-            todo += below
-    return found
-
-
-def _threads_named(name: bytes, pid: str) -> bool:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/comm", "rb") as fh:
-                if fh.read().strip() == name:
-                    return True
-        except OSError:
-            pass
-    return False
+def opening() -> bool:
+    """Whether a reader of this process is still opening its split behind its first batch (a process
+    above it looks for the thread's ``OS_NAME``: ``lmdata bench``'s warm-up, for its workers)."""
+    return any(t.name == THREAD and t.is_alive() for t in threading.enumerate())
 
 
 def _name_for_the_kernel() -> None:
