@@ -270,7 +270,8 @@ def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
     """Read and validate ``<store>/manifest.json`` (local or ``s3://``: one GET); a clear error if it is not a store.
 
     ``check_paths=False``: the caller checks that every file path stays inside the store itself
-    (``check_table_paths``; ``open_store`` does it with the size check's own ``lstat``)."""
+    (``open_store``: each table's recorded paths when it is first read, ``refuse_escaping_names``, and
+    a symlink where a reader first opens its file)."""
     from lmdata.io.location import location
 
     loc = location(store, flag="store")
