@@ -13,6 +13,7 @@ from lmdata.data.loader import make_loader
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
 from lmdata.store.formats import open_behind, raw_windows
+from lmdata.store.formats.lance_chunks import LanceChunks
 
 
 def _expected(syn, starts, length):
@@ -70,16 +71,115 @@ def test_readers_of_a_split_of_fewer_shards_open_it_all_at_the_first_batch(make_
     assert reader._behind is None and reader._n_sources == len(reader.shards)
 
 
+def _raw(reader):
+    """The ``RawWindows`` that reads ``reader``'s windows (Lance: its ``LanceChunks``, made at the first read)."""
+    if reader.__class__.__name__ != "LanceReader":
+        return reader
+    if reader._chunks is False:
+        reader._chunks = LanceChunks.of(reader)
+    return reader._chunks
+
+
+def _warm_copies(syn, fmt, monkeypatch):
+    """Every shard's decoded copy made on this machine (a first run), read by a reader that opens at once."""
+    from lmdata.io.descriptors import descriptors
+
+    with monkeypatch.context() as m:
+        m.setattr(open_behind, "OPEN_BEHIND_FROM", 10_000)
+        reader = open_store(syn.path).reader("train", fmt)
+        starts = np.array([s.first_token for s in _raw(reader).shards])
+        np.testing.assert_array_equal(reader.windows(starts, 1), _expected(syn, starts, 1))
+        assert _raw(reader)._behind is None
+    descriptors().close_all()  # as a later process: no copy held (a held one is not opened again)
+
+
+def _copy_fds(root) -> int:
+    """This process's descriptors open on a file under ``root`` (the machine's copies)."""
+    import os
+
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(root))
+        except OSError:
+            pass
+    return n
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "lance"])
-def test_a_machines_decoded_copies_are_not_opened_behind(make_store, behind, fmt):
-    """Only the store's own files (their descriptors closed once mapped) are opened on the thread: a
-    copy's descriptor stays in the pool of the thread that opened it."""
+def test_a_machines_decoded_copies_open_behind_too_and_keep_no_descriptor(make_store, behind, fmt, monkeypatch,
+                                                                          tmp_path):
+    """A copy the thread opens is mapped and its descriptor closed: the thread's pool is no reading
+    thread's. The first batch's own copies are in its thread's pool, as before."""
+    import os
+
+    from lmdata.io.descriptors import descriptors
+
     syn = make_store([fmt], shard_tokens=1_000)
+    _warm_copies(syn, fmt, monkeypatch)
+    behind.clear()
     reader = open_store(syn.path).reader("train", fmt)
-    starts = _starts(syn, 8, 0)
-    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
-    raw = reader._chunks if fmt == "lance" else reader  # (Lance reads its chunks' copies through LanceChunks)
-    assert isinstance(raw, raw_windows.RawWindows) and raw._behind is None
+    raw = _raw(reader)
+    assert len(raw.shards) > 10
+    first = np.array([raw.shards[0].first_token])
+    np.testing.assert_array_equal(reader.windows(first, 10), _expected(syn, first, 10))
+    assert raw._behind is not None
+    _join(raw)
+    assert raw._n_sources == len(raw.shards) and (raw._mode == 1).all() and raw._mappings.bases[1:].all()
+    assert set(behind) == set(range(len(raw.shards))) and set(behind.values()) == {1}
+    root = os.path.realpath(raw.copies.root)
+    held = sum(p.startswith(root) for p in descriptors().fds)
+    assert held == 1 and _copy_fds(root) == 1  # the first batch's copy, in its pool; the thread's closed
+    for seed in range(30):
+        starts = _starts(syn, 8, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    assert raw._mappings.bases.all()  # the first batch's, mapped by the next through its descriptor
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_batches_and_the_thread_open_each_copy_once(make_store, behind, fmt, monkeypatch):
+    syn = make_store([fmt], shard_tokens=1_000)
+    _warm_copies(syn, fmt, monkeypatch)
+    behind.clear()
+    reader = open_store(syn.path).reader("train", fmt)
+    for seed in range(30):  # read while the thread opens
+        starts = _starts(syn, 8, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+    _join(_raw(reader))
+    assert set(behind) == set(range(len(_raw(reader).shards))) and set(behind.values()) == {1}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_copy_opened_behind_reads_on_when_evicted_and_is_made_again_when_damaged(make_store, behind, fmt,
+                                                                                   monkeypatch):
+    """Another process evicting a mapped copy leaves the mapping's file to the batches; a copy damaged in
+    place fails its CRC, is dropped with its mapping, and is made again."""
+    import os
+
+    syn = make_store([fmt], shard_tokens=1_000)
+    _warm_copies(syn, fmt, monkeypatch)
+    reader = open_store(syn.path).reader("train", fmt)
+    raw = _raw(reader)
+    one = np.array([raw.shards[0].first_token])
+    reader.windows(one, 10)
+    _join(raw)
+    evicted, damaged = raw.shards[-1], raw.shards[-2]
+    gone = raw._sources[len(raw.shards) - 1].path
+    raw.copies.drop(type(raw.copies.root)(gone))  # another process's eviction
+    assert not os.path.exists(gone)
+    at = np.array([evicted.first_token + 5])
+    np.testing.assert_array_equal(reader.windows(at, 200), _expected(syn, at, 200))
+    path, old_map = raw._sources[len(raw.shards) - 2].path, raw._mappings.bases[len(raw.shards) - 2]
+    with open(path, "r+b") as f:  # a bit flipped in place: the mapping sees it too
+        f.seek(6)
+        byte = f.read(1)
+        f.seek(6)
+        f.write(bytes([byte[0] ^ 0x40]))
+    at = np.array([damaged.first_token])
+    np.testing.assert_array_equal(reader.windows(at, 300), _expected(syn, at, 300))  # dropped, made again
+    np.testing.assert_array_equal(reader.windows(at, 300), _expected(syn, at, 300))
+    assert old_map and raw._mappings.bases[len(raw.shards) - 2] != old_map  # the damaged copy's mapping retired
+    assert os.path.exists(raw._sources[len(raw.shards) - 2].path)
 
 
 def test_a_damaged_shard_is_named_by_the_batch_that_meets_it_and_the_others_read(make_store, behind):
@@ -99,14 +199,17 @@ def test_a_damaged_shard_is_named_by_the_batch_that_meets_it_and_the_others_read
     np.testing.assert_array_equal(fresh.windows(last, 100), _expected(syn, last, 100))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_the_loader_hands_out_the_same_batches(make_store, behind, workers, monkeypatch):
+@pytest.mark.parametrize("fmt, workers", [("memmap", 0), ("memmap", 2), ("parquet", 0), ("lance", 2)])
+def test_the_loader_hands_out_the_same_batches(make_store, behind, fmt, workers, monkeypatch):
     """Through the loader (at 0 workers its look-ahead hands the thread the next batches' shards,
     ``check_ahead``), the batches of a split opened behind are those of one opened at once."""
-    syn = make_store(["memmap"], shard_tokens=1_000)
+    syn = make_store([fmt], shard_tokens=1_000)
+    if fmt != "memmap":
+        _warm_copies(syn, fmt, monkeypatch)
+        behind.clear()
 
     def batches():
-        ds = open_store(syn.path).dataset("train", 64, "memmap")
+        ds = open_store(syn.path).dataset("train", 64, fmt)
         return [np.concatenate([t.numpy() for t in b], axis=1) for b in make_loader(ds, 8, num_workers=workers, seed=3)]
 
     opened_behind = batches()
@@ -229,3 +332,33 @@ def test_a_workers_thread_is_seen_from_the_process_above_it():
     finally:
         child.communicate(b"")
     assert not below()
+
+
+def test_a_remote_stores_copies_open_behind_and_the_missing_ones_are_fetched_by_their_batches(make_store, behind,
+                                                                                             s3, monkeypatch):
+    """On object storage the thread opens the copies the machine has (here: half, made by an earlier
+    reader) and leaves the others to the batches that meet them (fetched, or by the mirror threads)."""
+    from lmdata.ingest.publish import publish
+    from lmdata.io.descriptors import descriptors
+    from lmdata.io.location import location
+
+    syn = make_store(["memmap"], shard_tokens=1_000)
+    uri = s3.uri("behind")
+    publish(syn.path, location(uri))
+    with monkeypatch.context() as m:
+        m.setattr(open_behind, "OPEN_BEHIND_FROM", 10_000)
+        m.setattr("lmdata.store.formats.shard_copies.MIRROR_FETCHES", 0)  # only what batches meet
+        early = open_store(uri).reader("train", "memmap")
+        half = np.array([s.first_token for s in early.shards[::2]])
+        np.testing.assert_array_equal(early.windows(half, 1), _expected(syn, half, 1))
+    descriptors().close_all()
+    behind.clear()
+    reader = open_store(uri).reader("train", "memmap")
+    assert len(reader.shards) > 10 and reader.remote
+    one = np.array([reader.shards[0].first_token])
+    np.testing.assert_array_equal(reader.windows(one, 10), _expected(syn, one, 10))
+    _join(reader)
+    assert reader._n_sources >= len(reader.shards) // 2
+    for seed in range(20):
+        starts = _starts(syn, 8, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))

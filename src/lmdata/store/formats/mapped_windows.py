@@ -20,6 +20,7 @@ import numpy as np
 from lmdata.io.descriptors import descriptors, open_shards
 from lmdata.io.mappings import Mappings, check_ahead, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
+from lmdata.store.formats import open_behind
 from lmdata.store.windows import sorted_unique
 
 OPEN_TO_MAP = 32  # descriptors a first touch holds at once: below 64, the size a process's table starts at
@@ -79,8 +80,9 @@ class MappedWindows:
         each file at ``paths`` opened and sized (the shards' sizes), and with ``sidecars`` (each
         ``sidecar_bytes`` long) their CRCs put in ``_crcs``. Returns each one's status (0 opened, CRCs
         loaded; 1 not opened; 2 opened, its sidecar not read), the sidecars' bytes and their ends.
-        Every descriptor opened is the pool's (the store's own files, mapped: none is kept, ``_open_and_map``)."""
-        own = read_mapped is not None and mapping_on() and self._own_files()
+        Every descriptor opened is the pool's (the store's own files, mapped, and anything the
+        ``open_behind`` thread opens: none is kept, ``_open_and_map``)."""
+        own = read_mapped is not None and mapping_on() and (self._own_files() or open_behind.on_thread())
         pool = descriptors()
         n = len(shards) if own else min(len(shards), pool.room())
         shards, paths = shards[:n], paths[:n]

@@ -8,9 +8,13 @@ first batch opens only its own shards and a daemon thread opens the rest, ``CHUN
 (C calls without the GIL for most of it), while the process reads, trains, or waits on its
 accelerator: what it costs is no longer in front of anything.
 
-Only the store's own local files are opened this way (``RawWindows._own_files``, mapped: no
-descriptor is kept, so no thread's descriptor pool is involved), and only up to the process's
-mapping limit. Each chunk and each batch's own first touch take the reader's ``_touch_lock``, so
+The store's own local files and a machine's decoded copies (Parquet's, Lance's, a remote store's)
+are opened this way (``RawWindows._opens_behind``), mapped, and only up to the process's mapping
+limit. The thread keeps no descriptor (``on_thread``): each file is mapped and its descriptor closed
+again, a copy too, whose mapping then holds the file the batches read (another process evicting or
+remaking the copy does not change it under them; a copy whose block fails its CRC is retired,
+mapping and all, and opened again: ``RawWindows._forget_checks``). A copy the machine does not have
+yet is left to the batch that meets it (made, or fetched). Each chunk and each batch's own first touch take the reader's ``_touch_lock``, so
 no shard is opened twice; a batch that meets a shard the thread has not reached opens it itself.
 The 0-worker loader's look-ahead (``data/ahead.py``) hands the thread the next batches' shards
 through ``check_ahead``, which it opens before going on in order.
@@ -44,6 +48,13 @@ def opening() -> bool:
     """Whether a reader of this process is still opening its split behind its first batch (a process
     above it looks for the thread's ``OS_NAME``: ``lmdata bench``'s warm-up, for its workers)."""
     return any(t.name == THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def on_thread() -> bool:
+    """Whether this is an ``OpenBehind`` thread: what it opens it maps and closes again, a decoded copy
+    too (``MappedWindows._open_at_once``). Its own descriptor pool is no reading thread's: a copy's
+    descriptor kept there would serve no read, and the mapping holds the file the batches read."""
+    return threading.current_thread().name == THREAD
 
 
 def _name_for_the_kernel() -> None:

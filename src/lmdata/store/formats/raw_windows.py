@@ -6,9 +6,10 @@ Parquet shard decoded with the machine's cache off). They are read here:
 
 - **opened at once**: a process's first batch opens every shard of a split of up to ``OPEN_AT_ONCE``
   (``_first_touch``: one ``io._preads.open_shards`` call), so no later batch pays a shard's first
-  touch; a larger split's batches open the shards each meets, in one such call. A split of the
-  store's own mapped files of more than ``open_behind.OPEN_BEHIND_FROM`` shards: the first batch
-  opens its own and a thread the rest (``open_behind``), every first touch under ``_touch_lock``;
+  touch; a larger split's batches open the shards each meets, in one such call. A mapped split of
+  more than ``open_behind.OPEN_BEHIND_FROM`` shards (the store's own files or a machine's decoded
+  copies): the first batch opens its own and a thread the rest (``open_behind``), every first touch
+  under ``_touch_lock``;
 - **out of mappings**: the first batch's first touch maps every shard read-only and closes its
   descriptor again (``io.mappings``; ``_open_and_map``, then ``_map_batch`` for a shard met later) and
   a batch is one ``io._preads.read_mapped`` call that finds each window's pieces and copies
@@ -90,6 +91,11 @@ class RawWindows(MappedWindows):
         (another process may evict or remake one): their descriptors stay in the pool, so a ``pread``
         and the mapping made through it always read the same file."""
         return False
+
+    def _opens_behind(self) -> bool:
+        """Whether a large split's shards may be opened on a thread behind the first batch (``open_behind``):
+        the store's own files, mapped (the thread keeps no descriptor)."""
+        return self._own_files()
 
     def _where(self, i: int) -> str:
         raise NotImplementedError
@@ -216,7 +222,7 @@ class RawWindows(MappedWindows):
         shard, lows, nbytes = self._pieces(starts, length)
         if self._n_sources < len(self.shards):
             first, self._opened_all = not self._opened_all, True
-            behind = first and mappable and self._own_files() and len(self.shards) > open_behind.OPEN_BEHIND_FROM
+            behind = first and mappable and self._opens_behind() and len(self.shards) > open_behind.OPEN_BEHIND_FROM
             if first and not behind and len(self.shards) <= OPEN_AT_ONCE:  # the first batch: every shard, at once
                 todo = range(len(self.shards))
             else:  # the shards this batch meets, in one call (the rest: behind it, or as later batches meet them)
