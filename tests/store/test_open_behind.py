@@ -27,19 +27,28 @@ def _starts(syn, n, seed, length=1025):
 @pytest.fixture
 def behind(monkeypatch):
     """Every split of more than 4 shards opened behind its first batch, one shard a chunk (the most
-    interleaving of the thread's and the batches' first touches); records each shard's first touches."""
+    interleaving of the thread's and the batches' first touches); records, in order, each shard's
+    openings: in one call (``_opened``) or one by one (``_source``)."""
     monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 4)
     monkeypatch.setattr(open_behind, "CHUNK", 1)
-    touched: Counter = Counter()
-    first_touch = raw_windows.RawWindows._touch
+    opened: Counter = Counter()
+    in_one_call, one_by_one = raw_windows.RawWindows._opened, raw_windows.RawWindows._source
 
-    def counting(self, shards, sums, behind=False):
-        with self._touch_lock.behind() if behind else self._touch_lock:  # (re-entered by the real one)
-            touched.update(i for i in shards if self._sources[i] is None)
-            first_touch(self, shards, sums, behind)
+    def counting(self, shards, files, crcs_loaded):
+        opened.update(shards)
+        in_one_call(self, shards, files, crcs_loaded)
 
-    monkeypatch.setattr(raw_windows.RawWindows, "_touch", counting)
-    return touched
+    def source(self, i):
+        with self._touch_lock:  # (re-entered by the real one)
+            new = self._sources[i] is None
+            got = one_by_one(self, i)
+            if new:
+                opened.update([i])
+            return got
+
+    monkeypatch.setattr(raw_windows.RawWindows, "_opened", counting)
+    monkeypatch.setattr(raw_windows.RawWindows, "_source", source)
+    return opened
 
 
 def _join(reader) -> None:

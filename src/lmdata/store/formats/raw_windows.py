@@ -132,6 +132,11 @@ class RawWindows(MappedWindows):
             if todo:
                 self._first_touch(todo, sums)
 
+    def _touch_behind(self, shards: Iterable[int], sums: bool) -> None:
+        """The ``open_behind`` thread's ``_touch`` (a reader whose first touch has work that needs no lock
+        does it first: ``CopiedShards``)."""
+        self._touch(shards, sums, behind=True)
+
     def _thread_fds(self) -> tuple[Descriptors, np.ndarray]:
         """This thread's pool and each shard's descriptor in it (-1: none yet), started again whenever
         the pool has closed a descriptor since (its epoch moved). Each thread has its own array: a read
@@ -231,7 +236,8 @@ class RawWindows(MappedWindows):
                 self._touch(todo, sums=self.verify != "size")
             if behind:
                 self._behind = open_behind.OpenBehind(self, sums=self.verify != "size")
-            out = self._read_mapped(starts, length) if todo and mappable and self._own_files() else None  # mapped
+            mapped = todo and mappable and (self._own_files() or self._behind is not None)  # (copies: mapped now)
+            out = self._read_mapped(starts, length) if mapped else None
             if out is not None:
                 return out
             self._prefetch(shard)

@@ -176,9 +176,17 @@ class CopiedShards:
         shard whose copy is missing, or whose source the key's ``stat`` refuses, is left to the batch
         that meets it (``_copied_tokens``: made, or the error naming it). 1,160 shards, a fresh process:
         ~55-60 us a shard one by one as batches meet them, 17-20 us a shard here at its first batch."""
+        found = self._copy_paths(shards)
+        if found is not None:
+            for path in self._open_copies(*found, sums):
+                self.copies.used(path)
+
+    def _copy_paths(self, shards: Iterable[int]) -> tuple[list[int], list[str], list[str]] | None:
+        """The shards of ``shards`` not opened here yet whose copy's key the source's ``stat`` gives, their
+        copies' paths and keys (none opened: ``_open_copies``); None when the machine's copies are off."""
         if open_shards is None or self.copies is None or not self.copies.readable:
-            return
-        held, sources, size = descriptors().fds, self._sources, self._file_bytes()
+            return None
+        held, sources, path_of, dtype = descriptors().fds, self._sources, self.copies.path_of, self.dtype
         todo, paths, keys = [], [], []
         for i in shards:
             if sources[i] is None:
@@ -186,21 +194,41 @@ class CopiedShards:
                     key = self._copy_key(i)
                 except (LmdataError, OSError):
                     continue
-                path = self.copies.path_of(key, self.dtype)
+                path = path_of(key, dtype)
                 if path not in held:
                     todo.append(i)
                     paths.append(path)
                     keys.append(key)
+        return todo, paths, keys
+
+    def _open_copies(self, todo: list[int], paths: list[str], keys: list[str], sums: bool) -> list[str]:
+        """Open the copies ``_copy_paths`` found (``_open_at_once``); returns the paths opened."""
+        size = self._file_bytes()
         status, _, _ = self._open_at_once(todo, paths, [p + SIDECAR_SUFFIX for p in paths] if sums else None,
                                           [sidecar_bytes(int(size[i])) for i in todo] if sums else None)
-        opened, files = [], []
+        opened, files, copy_keys = [], [], self._copy_keys
         for i, path, key, st in zip(todo, paths, keys, status):
             if st == 0:
-                self._copy_keys[i] = key
+                copy_keys[i] = key
                 opened.append(i)
                 files.append(RawFile(path, int(size[i])))
-                self.copies.used(path)
         self._opened(opened, files, [sums] * len(opened))
+        return [f.path for f in files]
+
+    def _touch_behind(self, shards: Iterable[int], sums: bool) -> None:
+        """The ``open_behind`` thread's first touch: the keys' ``stat`` s and the ``utime`` s outside the
+        touch lock, which a batch then waits for only while the copies are opened and mapped (in C)."""
+        shards = list(shards)
+        found = self._copy_paths(shards) if not self._own_files() else None
+        if found is None:  # (a local memmap store: its own files)
+            return super()._touch_behind(shards, sums)  # type: ignore[misc]
+        if not found[0]:
+            return
+        with self._touch_lock.behind():
+            keep = [k for k, i in enumerate(found[0]) if self._sources[i] is None]
+            opened = self._open_copies(*([x[k] for k in keep] for x in found), sums)
+        for path in opened:
+            self.copies.used(path)
 
     def _opens_behind(self) -> bool:
         """A large split's copies open behind the first batch too, mapped (``open_behind``): 11,761
