@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from lmdata.store.formats import open_behind as _open_behind
+from lmdata.store.formats import raw_windows as _raw_windows
 from lmdata.store.manifest import Manifest, SplitInfo, write_manifest
 from lmdata.store.registry import get_format
 
@@ -130,3 +133,30 @@ def earlier_lance_layout(monkeypatch):
             patch.setattr(module, "LAYOUT", {"token_bytes": True})
 
     return use
+
+
+@pytest.fixture
+def behind(monkeypatch):
+    """Every split of more than 4 shards opened behind its first batch, one shard a chunk (the most
+    interleaving of the thread's and the batches' first touches); records, in order, each shard's
+    openings: in one call (``_opened``) or one by one (``_source``)."""
+    monkeypatch.setattr(_open_behind, "OPEN_BEHIND_FROM", 4)
+    monkeypatch.setattr(_open_behind, "CHUNK", 1)
+    opened: Counter = Counter()
+    in_one_call, one_by_one = _raw_windows.RawWindows._opened, _raw_windows.RawWindows._source
+
+    def counting(self, shards, files, crcs_loaded):
+        opened.update(shards)
+        in_one_call(self, shards, files, crcs_loaded)
+
+    def source(self, i):
+        with self._touch_lock:  # (re-entered by the real one)
+            new = self._sources[i] is None
+            got = one_by_one(self, i)
+            if new:
+                opened.update([i])
+            return got
+
+    monkeypatch.setattr(_raw_windows.RawWindows, "_opened", counting)
+    monkeypatch.setattr(_raw_windows.RawWindows, "_source", source)
+    return opened

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from lmdata.data.loader import make_loader
 from lmdata.errors import LmdataError
 from lmdata.store import open_store
-from lmdata.store.formats import open_behind, raw_windows
+from lmdata.store.formats import open_behind
 from lmdata.store.formats.lance_chunks import LanceChunks
 
 
@@ -22,33 +21,6 @@ def _expected(syn, starts, length):
 
 def _starts(syn, n, seed, length=1025):
     return np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
-
-
-@pytest.fixture
-def behind(monkeypatch):
-    """Every split of more than 4 shards opened behind its first batch, one shard a chunk (the most
-    interleaving of the thread's and the batches' first touches); records, in order, each shard's
-    openings: in one call (``_opened``) or one by one (``_source``)."""
-    monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 4)
-    monkeypatch.setattr(open_behind, "CHUNK", 1)
-    opened: Counter = Counter()
-    in_one_call, one_by_one = raw_windows.RawWindows._opened, raw_windows.RawWindows._source
-
-    def counting(self, shards, files, crcs_loaded):
-        opened.update(shards)
-        in_one_call(self, shards, files, crcs_loaded)
-
-    def source(self, i):
-        with self._touch_lock:  # (re-entered by the real one)
-            new = self._sources[i] is None
-            got = one_by_one(self, i)
-            if new:
-                opened.update([i])
-            return got
-
-    monkeypatch.setattr(raw_windows.RawWindows, "_opened", counting)
-    monkeypatch.setattr(raw_windows.RawWindows, "_source", source)
-    return opened
 
 
 def _join(reader) -> None:
@@ -190,6 +162,45 @@ def test_a_copy_opened_behind_reads_on_when_evicted_and_is_made_again_when_damag
     assert old_map and raw._mappings.bases[len(raw.shards) - 2] != old_map  # the damaged copy's mapping retired
     assert os.path.exists(raw._sources[len(raw.shards) - 2].path)
 
+
+
+def _damage_and_remake(path: str) -> None:
+    """A copy damaged in place (a bit flipped: the file a mapping holds), then dropped and made again by
+    another process (tmp + rename: a new file, sound, at the same path)."""
+    import os
+
+    with open(path, "rb") as f:
+        good = f.read()
+    with open(path, "r+b") as f:
+        f.seek(6)
+        byte = f.read(1)
+        f.seek(6)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with open(path + ".remade", "wb") as f:
+        f.write(good)
+    os.replace(path + ".remade", path)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
+def test_a_damaged_copy_remade_by_another_process_is_not_read_on_from_its_mapping(make_store, behind, fmt,
+                                                                                  monkeypatch):
+    """The thread's mapping holds the damaged file, the pread that follows its failed check opens the remade
+    one by path: a check passed there must not vouch for the mapping (its blocks had been marked checked,
+    and the next batch copied the damaged bytes out of the mapping unchecked)."""
+    syn = make_store([fmt], shard_tokens=1_000)
+    _warm_copies(syn, fmt, monkeypatch)
+    reader = open_store(syn.path).reader("train", fmt)
+    raw = _raw(reader)
+    reader.windows(np.array([raw.shards[0].first_token]), 10)
+    _join(raw)
+    k = len(raw.shards) - 2
+    old = raw._mappings.bases[k]
+    assert old  # mapped by the thread, no descriptor kept
+    _damage_and_remake(raw._sources[k].path)
+    at = np.array([raw.shards[k].first_token])
+    for _ in range(3):
+        np.testing.assert_array_equal(reader.windows(at, 300), _expected(syn, at, 300))
+    assert raw._mappings.bases[k] not in (0, old)  # mapped again, through the remade file
 
 def test_a_damaged_shard_is_named_by_the_batch_that_meets_it_and_the_others_read(make_store, behind):
     syn = make_store(["memmap"], shard_tokens=1_000)

@@ -111,6 +111,7 @@ class Mappings:
         self.bases = np.zeros(n_shards, dtype=np.int64)
         self.sizes = np.zeros(n_shards, dtype=np.int64)
         self._retired: list[tuple[int, int]] = []
+        self.files: dict[int, tuple[int, int]] = {}  # shard -> (st_dev, st_ino) of a file mapped, no descriptor kept
         self._finalizer = weakref.finalize(self, _unmap_all, self.bases, self.sizes, self._retired)
         self._finalizer.atexit = False  # the process's end unmaps; a daemon thread may still be copying
 
@@ -141,6 +142,7 @@ class Mappings:
     def retire(self, i: int) -> None:
         """Stop reading shard ``i`` from its mapping (its file was replaced); unmapped with the rest."""
         with _lock:
+            self.files.pop(i, None)
             if self.bases[i]:
                 self._retired.append((int(self.bases[i]), int(self.sizes[i])))
                 self.bases[i] = 0

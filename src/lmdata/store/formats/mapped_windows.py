@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from lmdata.io.descriptors import descriptors, open_shards
-from lmdata.io.mappings import Mappings, check_ahead, mapping_on, read_mapped
+from lmdata.io.mappings import Mappings, check_ahead, check_ahead_wait, mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.formats import open_behind
 from lmdata.store.windows import sorted_unique
@@ -123,10 +123,33 @@ class MappedWindows:
                         self._block_base[shards[a:b]], raw, ends[a:b + 1], status[a:b])
             opened, ready = a + np.flatnonzero(status[a:b] != 1), a + np.flatnonzero(status[a:b] == 0)
             try:  # mapped: those with their CRCs loaded (a bad sidecar is named by the pread path)
-                self._mappings.map(shards[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
+                maps = self._mappings
+                new = ready[maps.bases[shards[ready]] == 0]  # (not a mapping a forked worker inherited)
+                maps.map(shards[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
+                if not self._own_files():  # a copy mapped here, no descriptor kept: which file (``_same_file``)
+                    for k in new[maps.bases[shards[new]] != 0].tolist():
+                        st = os.fstat(int(fds[k]))
+                        maps.files[int(shards[k])] = (st.st_dev, st.st_ino)
             finally:
                 for fd in fds[opened].tolist():
                     os.close(fd)
+
+    def _same_file(self, i: int, fd: int) -> int:
+        """``fd``, a descriptor opened by path to read (``pread``) shard ``i``. A copy the ``open_behind``
+        thread mapped keeps no descriptor: when ``fd`` is another file (the copy remade by another
+        process since), the mapping is retired and the shard's blocks are checked again, else a check
+        through ``fd`` would vouch for the mapping's bytes (a damaged copy, remade, read on from its
+        mapping)."""
+        maps = self._mappings
+        mapped = maps.files.get(i) if maps.files else None
+        if mapped is not None:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != mapped:
+                maps.retire(i)
+                if check_ahead_wait is not None:
+                    check_ahead_wait()  # (a job may be checking the old mapping: then the marks are cleared)
+                self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
+        return fd
 
     def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
         """Map the batch's shards that are not yet, each through this thread's descriptor if it holds

@@ -13,7 +13,10 @@ are opened this way (``RawWindows._opens_behind``), mapped, and only up to the p
 limit. The thread keeps no descriptor (``on_thread``): each file is mapped and its descriptor closed
 again, a copy too, whose mapping then holds the file the batches read (another process evicting or
 remaking the copy does not change it under them; a copy whose block fails its CRC is retired,
-mapping and all, and opened again: ``RawWindows._forget_checks``). A copy the machine does not have
+mapping and all, and opened again: ``RawWindows._forget_checks``; a ``pread`` of such a copy, which
+opens it by path, first checks it is the file mapped, by device and inode: another, the copy remade
+since, retires the mapping, else a check passed on the new file would vouch for the old mapping's
+bytes: ``MappedWindows._same_file``). A copy the machine does not have
 yet is left to the batch that meets it (made, or fetched). A copy's key (a ``stat`` of its source) and
 its ``utime`` take the thread ~20 us a copy of Python and are done outside the lock
 (``CopiedShards._touch_behind``): a batch waits only while a chunk is opened and mapped in C. Each chunk and each batch's own first touch take the reader's ``_touch_lock``, so

@@ -188,7 +188,7 @@ class RawWindows(MappedWindows):
                 source = self._source(i)
                 if source.__class__ is not RawFile:
                     return None
-                fd_of[i] = pool.get(source.path)
+                fd_of[i] = self._same_file(i, pool.get(source.path))
         except FileNotFoundError:
             return None
         if pool.epoch != epoch:  # the pool closed some to open these: ``_thread_fds`` starts again next time
@@ -201,6 +201,7 @@ class RawWindows(MappedWindows):
             dest[:] = source.view(np.uint8)[off:off + len(dest)]
             return
         try:
+            self._same_file(i, descriptors().get(source.path))  # (``read_into`` reads through it)
             read_into(source.path, memoryview(dest), off)
         except FileNotFoundError:
             if not self._remakes_lost_files:
@@ -300,6 +301,8 @@ class RawWindows(MappedWindows):
                         _ONE_BYTE, np.zeros(n + 1, dtype=np.int64), status)
             if (status != 0).any():  # gone or resized: the path below names it (or remakes a copy)
                 return None
+            for i, fd in zip(todo, fds.tolist()):  # (a copy mapped by the ``open_behind`` thread: the same file?)
+                self._same_file(i, fd)
             fd_of[todo] = fds
             try:
                 return self._read_batch(starts, length)
