@@ -382,3 +382,36 @@ def test_a_remote_stores_copies_open_behind_and_the_missing_ones_are_fetched_by_
     for seed in range(20):
         starts = _starts(syn, 8, seed)
         np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_batches_that_overtake_the_thread_open_the_rest_at_once(make_store, behind, fmt, monkeypatch):
+    """Reading faster than the thread opens (here: the thread held), the batches open more shards
+    themselves than it has; past ``OVERTAKEN_FROM`` a batch opens the rest at once and halts it."""
+    monkeypatch.setattr(open_behind, "OVERTAKEN_FROM", 3)
+    syn = make_store([fmt], shard_tokens=1_000)
+    if fmt != "memmap":
+        _warm_copies(syn, fmt, monkeypatch)
+        behind.clear()
+    gate = threading.Event()
+    original = open_behind._open_rest
+
+    def held(*args):
+        gate.wait(30)
+        original(*args)
+
+    monkeypatch.setattr(open_behind, "_open_rest", held)
+    reader = open_store(syn.path).reader("train", fmt)
+    n = len(reader.shards)
+    for seed in range(3):  # each opens the shards it meets; by the third the batches have overtaken
+        starts = _starts(syn, 4, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
+        if reader._n_sources == n:
+            break
+    assert reader._n_sources == n and reader._behind.halt.is_set()
+    gate.set()
+    _join(reader)
+    assert set(behind) == set(range(n)) and set(behind.values()) == {1}  # the thread opened nothing after
+    for seed in range(3, 10):
+        starts = _starts(syn, 8, seed)
+        np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))

@@ -233,6 +233,10 @@ class RawWindows(MappedWindows):
                 todo = range(len(self.shards))
             else:  # the shards this batch meets, in one call (the rest: behind it, or as later batches meet them)
                 todo = [i for i in sorted_unique(shard).tolist() if self._sources[i] is None]
+                thread = None if first else self._behind  # (behind the batches: the rest at once, ``overtaken``)
+                if todo and thread and len(self.shards) <= OPEN_AT_ONCE and thread.overtaken(len(todo), self._n_sources):
+                    todo = [i for i in range(len(self.shards)) if self._sources[i] is None]
+                    self._mapped_opened = False  # (the copies among them mapped at once, ``_map_opened``)
             if todo:
                 self._touch(todo, sums=self.verify != "size")
             if behind:
