@@ -237,12 +237,19 @@ def test_a_fork_while_the_thread_opens_copies_inherits_none_and_the_child_reads(
 
 
 @pytest.mark.filterwarnings("ignore:lance is not fork-safe")
-@pytest.mark.xfail(strict=True, reason="a forked worker reads on from the mapping it inherited while its own "
-                                       "pread opens the remade copy (as without the thread)")
-def test_a_forked_child_and_a_damaged_copy_remade_since_its_parent_mapped_it(make_store, behind, monkeypatch):
+@pytest.mark.parametrize("opened", ["behind", "at once"])
+def test_a_forked_child_and_a_damaged_copy_remade_since_its_parent_mapped_it(make_store, behind, monkeypatch, opened):
+    """A forked worker inherits its parent's mappings but not its descriptors: its first touch opens the
+    remade copy by path, which must let the inherited mapping of the damaged one go (``_same_file``)."""
     syn = make_store(["parquet"], shard_tokens=1_000)
+    if opened == "at once":  # mapped through the pool's descriptors (``_map_opened``), as a split of fewer shards
+        monkeypatch.setattr(open_behind, "OPEN_BEHIND_FROM", 10_000)
     reader, raw = _opened_behind(syn, "parquet", monkeypatch, behind)
-    _join(raw)
+    if opened == "behind":
+        _join(raw)
+    else:
+        _reads_right(reader, syn, range(2))  # the second batch maps what the first opened
+        assert raw._mappings.bases.all()
     k = len(raw.shards) - 2
     _damage_and_remake(raw._sources[k].path)
     at = np.array([raw.shards[k].first_token])

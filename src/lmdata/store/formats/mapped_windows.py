@@ -100,9 +100,12 @@ class MappedWindows:
                 return status.tolist(), memoryview(raw), ends.tolist()
             open_shards(*files, *pool.reserve(n), fds, self._crcs, self._block_base[shards], raw, ends, status)
         got = status.tolist()
-        for path, fd, st in zip(paths, fds.tolist(), got):
+        check = self._mappings.files  # (shards mapped before: a copy remade since is another file, ``_same_file``)
+        for i, path, fd, st in zip(shards, paths, fds.tolist(), got):
             if st != 1:
                 pool.adopt(path, fd)
+                if check and i in check:
+                    self._same_file(i, fd)
         _, fd_of = self._thread_fds()
         fd_of[np.array(shards, dtype=np.int64)[status != 1]] = fds[status != 1]
         return got, memoryview(raw), ends.tolist()
@@ -126,20 +129,30 @@ class MappedWindows:
                 maps = self._mappings
                 new = ready[maps.bases[shards[ready]] == 0]  # (not a mapping a forked worker inherited)
                 maps.map(shards[ready].tolist(), [names[k] for k in ready.tolist()], fds[ready], sizes[ready])
-                if not self._own_files():  # a copy mapped here, no descriptor kept: which file (``_same_file``)
-                    for k in new[maps.bases[shards[new]] != 0].tolist():
-                        st = os.fstat(int(fds[k]))
-                        maps.files[int(shards[k])] = (st.st_dev, st.st_ino)
+                self._note_files(shards[new], fds[new])  # (a copy: no descriptor kept, which file it was)
             finally:
                 for fd in fds[opened].tolist():
                     os.close(fd)
 
+    def _note_files(self, shards: np.ndarray | list[int], fds: np.ndarray) -> None:
+        """Which file (device, inode) each copy just mapped here through ``fds`` is, for ``_same_file``.
+        The store's own files are never replaced under a reader; a machine's copies may be remade by
+        another process, and a descriptor opened by path later (the ``open_behind`` thread keeps none,
+        a pool may close its own, a forked worker inherits the mapping but not the pool) may be
+        another file than the mapping's."""
+        if self._own_files():
+            return
+        maps = self._mappings
+        for i, fd in zip(np.asarray(shards).tolist(), np.asarray(fds).tolist()):
+            if fd >= 0 and maps.bases[i]:
+                st = os.fstat(fd)
+                maps.files[i] = (st.st_dev, st.st_ino)
+
     def _same_file(self, i: int, fd: int) -> int:
-        """``fd``, a descriptor opened by path to read (``pread``) shard ``i``. A copy the ``open_behind``
-        thread mapped keeps no descriptor: when ``fd`` is another file (the copy remade by another
-        process since), the mapping is retired and the shard's blocks are checked again, else a check
-        through ``fd`` would vouch for the mapping's bytes (a damaged copy, remade, read on from its
-        mapping)."""
+        """``fd``, a descriptor opened by path to read shard ``i`` (``pread``, or a first touch). When the
+        shard's mapping is of another file (``_note_files``: a copy remade by another process since),
+        the mapping is retired and the shard's blocks are checked again, else a check through ``fd``
+        would vouch for the mapping's bytes (a damaged copy, remade, read on from its mapping)."""
         maps = self._mappings
         mapped = maps.files.get(i) if maps.files else None
         if mapped is not None:
@@ -167,7 +180,9 @@ class MappedWindows:
         if None in paths:
             return False
         _, fd_of = self._thread_fds()
-        return maps.map(missing.tolist(), paths, fd_of[missing], self._file_bytes()[missing])
+        done = maps.map(missing.tolist(), paths, fd_of[missing], self._file_bytes()[missing])
+        self._note_files(missing, fd_of[missing])
+        return done
 
     def _map_opened(self, check: bool) -> None:
         """Map every shard opened here (with ``check``, its CRCs loaded) through this thread's descriptors,
@@ -182,3 +197,4 @@ class MappedWindows:
                 paths.append(path)
         if shards:
             self._mappings.map(shards, paths, fd_of[shards], self._file_bytes()[shards])
+            self._note_files(shards, fd_of[shards])

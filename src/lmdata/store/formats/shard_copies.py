@@ -138,7 +138,8 @@ class CopiedShards:
         pool = descriptors()
         try:
             pool.forget(path)  # a descriptor of an earlier copy at this path is stale
-            pool.get(path)  # held from now on: another process's eviction cannot take it before the first read
+            self._same_file(i, pool.get(path))  # held from now on: another process's eviction cannot take it before the
+            #                                     first read (and a mapping made of an earlier copy is let go)
             self._copy_sums[i] = self.copies.sums(path)
         except FileNotFoundError:
             return None
