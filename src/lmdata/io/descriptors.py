@@ -217,10 +217,14 @@ def descriptors() -> Descriptors:
     return pool
 
 
+class ShortRead(LmdataError):
+    """A file read is shorter than its reader knows it to be (cut short since it was sized)."""
+
+
 def read_into(path: str, dest: memoryview, offset: int) -> None:
     """Fill ``dest`` from ``path`` at byte ``offset``; a short read (the file shrank) is an error naming it."""
     got = os.preadv(descriptors().get(path), [dest], offset)
     if got != dest.nbytes:
-        raise LmdataError(f"{path}: {dest.nbytes} bytes at offset {offset} asked, {got} read: the file is shorter "
+        raise ShortRead(f"{path}: {dest.nbytes} bytes at offset {offset} asked, {got} read: the file is shorter "
                           "than the manifest says; run `lmdata verify`")
 

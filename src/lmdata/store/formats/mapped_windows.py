@@ -158,11 +158,16 @@ class MappedWindows:
         if mapped is not None:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != mapped:
-                maps.retire(i)
-                if check_ahead_wait is not None:
-                    check_ahead_wait()  # (a job may be checking the old mapping: then the marks are cleared)
-                self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
+                self._let_mapping_go(i)
         return fd
+
+    def _let_mapping_go(self, i: int) -> None:
+        """Shard ``i``'s mapping retired and its blocks to be checked again: the marks are cleared once the
+        check-ahead jobs already handed over are done (one may be checking the old mapping)."""
+        self._mappings.retire(i)
+        if check_ahead_wait is not None:
+            check_ahead_wait()
+        self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
 
     def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
         """Map the batch's shards that are not yet, each through this thread's descriptor if it holds

@@ -46,8 +46,9 @@ from functools import cached_property
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.io.descriptors import Descriptors, descriptors, open_shards, preads, read_batch, read_into, read_windows
-from lmdata.io.mappings import check_ahead_wait, mapping_on, read_mapped
+from lmdata.io.descriptors import Descriptors, ShortRead, descriptors, open_shards, preads, read_batch, read_into
+from lmdata.io.descriptors import read_windows
+from lmdata.io.mappings import mapping_on, read_mapped
 from lmdata.io.process_local import per_process
 from lmdata.store.blocks import BLOCK_BYTES, BlockSums, raw_crc32 as _crc32
 from lmdata.store.formats import open_behind
@@ -133,8 +134,7 @@ class RawWindows(MappedWindows):
                 self._first_touch(todo, sums)
 
     def _touch_behind(self, shards: Iterable[int], sums: bool) -> None:
-        """The ``open_behind`` thread's ``_touch`` (a reader whose first touch has work that needs no lock
-        does it first: ``CopiedShards``)."""
+        """The ``open_behind`` thread's ``_touch`` (``CopiedShards``: what needs no lock first)."""
         self._touch(shards, sums, behind=True)
 
     def _thread_fds(self) -> tuple[Descriptors, np.ndarray]:
@@ -203,11 +203,12 @@ class RawWindows(MappedWindows):
         try:
             self._same_file(i, descriptors().get(source.path))  # (``read_into`` reads through it)
             read_into(source.path, memoryview(dest), off)
-        except FileNotFoundError:
-            if not self._remakes_lost_files:
-                raise LmdataError(f"{self._where(i)}: its file went missing while it was read; run "
-                                  "`lmdata verify` and re-ingest with --overwrite") from None
-            self._forget_checks(i)  # made again by _open_tokens, and checked again
+        except (FileNotFoundError, ShortRead) as exc:
+            if not self._remakes_lost_files:  # (the store's own file: cut short, named by ``read_into``)
+                raise exc if isinstance(exc, ShortRead) else LmdataError(
+                    f"{self._where(i)}: its file went missing while it was read; run `lmdata verify` and "
+                    "re-ingest with --overwrite") from None
+            self._forget_checks(i)  # a copy lost or cut short: made again by _open_tokens, and checked again
             if self.verify != "size":
                 self._check_spans(np.array([i]), np.array([off]), np.array([off + len(dest)]))
             self._read_one(i, off, dest)
@@ -469,11 +470,9 @@ class RawWindows(MappedWindows):
         then the jobs already handed over finish (one may be checking the old mapping and would mark its
         blocks), and only then are the marks cleared."""
         self._mode[i] = 0
-        self._mappings.retire(i)
-        if check_ahead_wait is not None:
-            check_ahead_wait()
-        self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
+        self._let_mapping_go(i)
         source, self._sources[i] = self._sources[i], None
+        self._n_sources -= source is not None  # (batches open it again in their one call)
         if isinstance(source, RawFile):
             descriptors().forget(source.path)
 
