@@ -107,10 +107,9 @@ class OpenBehind:
 
     def __init__(self, reader: Any, sums: bool) -> None:
         self.wanted: deque[np.ndarray] = deque()
-        self.halt = threading.Event()  # set when the batches open the rest at once (``overtaken``)
         self.by_batches = 0  # shards the batches opened themselves since the first
         ref, n = weakref.ref(reader), len(reader.shards)
-        self.thread = background.start(THREAD, lambda: _open_rest(ref, n, sums, self.wanted, self.halt))
+        self.thread = background.start(THREAD, lambda: _open_rest(ref, n, sums, self.wanted))
 
     def overtaken(self, n: int, opened: int) -> bool:
         """A batch opens ``n`` shards itself (``opened`` of the split are open): whether the batches have
@@ -121,10 +120,7 @@ class OpenBehind:
         smaller split does: flat out, 11,761 Parquet copies opened behind had cost the first ~1,000
         batches 0.2-1.0 s more in all than opening them at once."""
         self.by_batches += n
-        if self.by_batches <= OVERTAKEN_FROM or 2 * self.by_batches <= opened - self.by_batches:
-            return False
-        self.halt.set()
-        return True
+        return self.by_batches > OVERTAKEN_FROM and 2 * self.by_batches > opened - self.by_batches
 
     def want(self, shards: np.ndarray) -> bool:
         """Open ``shards`` next; False once the thread is done (nothing is queued)."""
@@ -135,15 +131,17 @@ class OpenBehind:
         return True
 
 
-def _open_rest(ref: weakref.ref, n: int, sums: bool, wanted: deque, halt: threading.Event) -> None:
+def _open_rest(ref: weakref.ref, n: int, sums: bool, wanted: deque) -> None:
     """Chunk after chunk, each inside ``background.fetching()``: a fork waits for the chunk (its
     descriptors, open between ``open_shards`` and the mapping, would be the child's for good; a
-    DataLoader's workers had kept up to 32 each), and the process's exit lets it end first."""
+    DataLoader's workers had kept up to 32 each), and the process's exit lets it end first. It ends
+    once every shard is open: a batch that overtook it opens the rest while the thread waits for the
+    lock, so the thread lives until then (``lmdata bench``'s warm-up waits for it)."""
     _name_for_the_kernel()
     at = 0
-    while at < n and not background.stopping() and not halt.is_set():
+    while at < n and not background.stopping():
         reader = ref()
-        if reader is None or mapping_room() <= 0:
+        if reader is None or mapping_room() <= 0 or reader._n_sources >= n:  # (batches overtook it: all open)
             return
         try:
             with background.fetching():
