@@ -23,6 +23,19 @@ def _starts(syn, n, seed, length=1025):
     return np.random.default_rng(seed).integers(0, len(syn.stream) - length, size=n)
 
 
+def _hold_the_thread(monkeypatch) -> threading.Event:
+    """The ``open_behind`` thread waits, once started, until the returned event is set."""
+    gate = threading.Event()
+    original = open_behind._open_rest
+
+    def held(*args):
+        gate.wait(30)
+        original(*args)
+
+    monkeypatch.setattr(open_behind, "_open_rest", held)
+    return gate
+
+
 def _join(reader) -> None:
     thread = reader._behind.thread
     thread.join(timeout=60)
@@ -245,14 +258,7 @@ def test_the_loader_hands_out_the_same_batches(make_store, behind, fmt, workers,
 def test_the_wanted_shards_are_opened_first(make_store, behind, monkeypatch):
     syn = make_store(["memmap"], shard_tokens=1_000)
     reader = open_store(syn.path).reader("train", "memmap")
-    gate = threading.Event()
-    original = open_behind._open_rest
-
-    def held(*args):
-        gate.wait(30)
-        original(*args)
-
-    monkeypatch.setattr(open_behind, "_open_rest", held)  # the thread waits until the shards are wanted
+    gate = _hold_the_thread(monkeypatch)  # the thread waits until the shards are wanted
     first = np.array([reader.shards[0].first_token])
     reader.windows(first, 10)
     last = len(reader.shards) - 1
@@ -265,14 +271,7 @@ def test_the_wanted_shards_are_opened_first(make_store, behind, monkeypatch):
 
 def test_a_reader_let_go_stops_its_thread(make_store, behind, monkeypatch):
     syn = make_store(["memmap"], shard_tokens=1_000)
-    gate = threading.Event()
-    original = open_behind._open_rest
-
-    def held(*args):
-        gate.wait(30)
-        original(*args)
-
-    monkeypatch.setattr(open_behind, "_open_rest", held)
+    gate = _hold_the_thread(monkeypatch)
     reader = open_store(syn.path).reader("train", "memmap")
     reader.windows(np.array([reader.shards[0].first_token]), 10)
     thread = reader._behind.thread
@@ -393,14 +392,7 @@ def test_batches_that_overtake_the_thread_open_the_rest_at_once(make_store, behi
     if fmt != "memmap":
         _warm_copies(syn, fmt, monkeypatch)
         behind.clear()
-    gate = threading.Event()
-    original = open_behind._open_rest
-
-    def held(*args):
-        gate.wait(30)
-        original(*args)
-
-    monkeypatch.setattr(open_behind, "_open_rest", held)
+    gate = _hold_the_thread(monkeypatch)
     reader = open_store(syn.path).reader("train", fmt)
     n = len(reader.shards)
     for seed in range(3):  # each opens the shards it meets; by the third the batches have overtaken
