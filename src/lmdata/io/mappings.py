@@ -111,7 +111,7 @@ class Mappings:
         self.bases = np.zeros(n_shards, dtype=np.int64)
         self.sizes = np.zeros(n_shards, dtype=np.int64)
         self._retired: list[tuple[int, int]] = []
-        self.files: dict[int, tuple[int, int]] = {}  # shard -> (st_dev, st_ino) of a file mapped, no descriptor kept
+        self.files: dict[int, tuple[int, int]] = {}  # shard -> (st_dev, st_ino) of a machine's copy mapped here
         self._finalizer = weakref.finalize(self, _unmap_all, self.bases, self.sizes, self._retired)
         self._finalizer.atexit = False  # the process's end unmaps; a daemon thread may still be copying
 
