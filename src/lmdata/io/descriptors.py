@@ -226,5 +226,5 @@ def read_into(path: str, dest: memoryview, offset: int) -> None:
     got = os.preadv(descriptors().get(path), [dest], offset)
     if got != dest.nbytes:
         raise ShortRead(f"{path}: {dest.nbytes} bytes at offset {offset} asked, {got} read: the file is shorter "
-                          "than the manifest says; run `lmdata verify`")
+                        "than the manifest says; run `lmdata verify`")
 

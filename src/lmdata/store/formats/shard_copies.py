@@ -221,7 +221,7 @@ class CopiedShards:
         touch lock, which a batch then waits for only while the copies are opened and mapped (in C)."""
         shards = list(shards)
         found = self._copy_paths(shards) if not self._own_files() else None
-        if found is None:  # (a local memmap store: its own files)
+        if found is None:  # (its own files, a local memmap store, or no copies to read: the plain touch)
             return super()._touch_behind(shards, sums)  # type: ignore[misc]
         if not found[0]:
             return
