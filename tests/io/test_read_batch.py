@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lmdata.io import descriptors as d
 from lmdata.store.blocks import BlockSums
@@ -84,3 +86,39 @@ def test_bad_arguments_raise(split):
         d.read_batch(np.zeros(1, np.int64), 10, 2, split["bounds"], split["fds"][:2], split["modes"],
                      split["file_bytes"], split["block_base"], np.zeros(len(split["crcs"]), np.uint8), split["crcs"],
                      np.zeros(10, np.uint16), True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.one_of(st.just(0), st.integers(1, 60), st.integers(500, 700), st.integers(5000, 9000)),
+                      min_size=9, max_size=120),
+       seed=st.integers(0, 2**32 - 1), length=st.integers(1, 1500))
+def test_windows_over_many_uneven_shards_match_the_stream(tmp_path_factory, sizes, seed, length):
+    """More than 8 shards: ``shard_of`` guesses a token's shard from its share of the split and gallops
+    from there; uneven sizes (empty shards, a run of large ones) put the guess far off."""
+    if sum(sizes) < length:
+        sizes.append(length)
+    tmp = tmp_path_factory.mktemp("many")
+    stream = (np.arange(sum(sizes), dtype=np.int64) * 40503 % 65521).astype(np.uint16)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    fds, crcs, blocks = [], [], [0]
+    try:
+        for i in range(len(sizes)):
+            path = tmp / f"s{i}.bin"
+            stream[bounds[i]:bounds[i + 1]].tofile(path)
+            fds.append(os.open(path, os.O_RDONLY))
+            sums = BlockSums.of(path.read_bytes())
+            crcs.append(sums.crcs)
+            blocks.append(blocks[-1] + len(sums.crcs))
+        s = {"bounds": bounds, "fds": np.array(fds, np.int32), "modes": np.ones(len(sizes), np.int8),
+             "file_bytes": np.array(sizes, np.int64) * 2, "block_base": np.array(blocks, np.int64),
+             "crcs": np.concatenate(crcs).astype(np.uint32)}
+        rng = np.random.default_rng(seed)
+        ends = np.concatenate([bounds[1:] - 1, [len(stream) - length]])  # each shard's last token, the last start
+        starts = np.clip(np.concatenate([rng.integers(0, len(stream) - length + 1, 40), ends, bounds[:-1]]),
+                         0, len(stream) - length)
+        rc, out, _ = _read(s, starts, length)
+        assert rc == -1
+        np.testing.assert_array_equal(out, stream[starts[:, None] + np.arange(length)])
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -16,9 +16,26 @@
  * hold a window across a shard boundary) ahead of read_windows.
  */
 
-/* The shard holding token t: the last i with bounds[i] <= t (bounds ascending, bounds[0] = 0). */
+/* The shard holding token t: the last i with bounds[i] <= t (bounds ascending, bounds[0] = 0, t inside the split).
+ * Shards are of about one size, so t's share of the split's tokens guesses its shard to within a few
+ * (19 at most of the 11,761 shards of 10,000 tokens cut at document ends that bench/scale.py reads); a
+ * gallop from the guess brackets it and a binary search ends it. A plain binary search over 11,761 shards
+ * took 14 probes, four times a window, and read 0.84-0.86 us a window against 0.52-0.57 at 6 shards of the
+ * same tokens (steady, every block checked). */
 static Py_ssize_t shard_of(const int64_t *bounds, Py_ssize_t n_shards, int64_t t) {
     Py_ssize_t lo = 0, hi = n_shards;  /* bounds[lo] <= t < bounds[hi] */
+    int64_t total = bounds[n_shards];
+    if (n_shards > 8 && t >= 0 && t < total) {
+        Py_ssize_t g = (Py_ssize_t)((double)t / (double)total * (double)n_shards), step = 1;
+        if (g > n_shards - 1) g = n_shards - 1;
+        if (bounds[g] <= t) {
+            for (lo = g; lo + step < n_shards && bounds[lo + step] <= t; step <<= 1) lo += step;
+            hi = lo + step < n_shards ? lo + step : n_shards;
+        } else {
+            for (hi = g; hi - step > 0 && bounds[hi - step] > t; step <<= 1) hi -= step;
+            lo = hi - step > 0 ? hi - step : 0;
+        }
+    }
     while (hi - lo > 1) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
         if (bounds[mid] <= t) lo = mid;
@@ -31,8 +48,7 @@ static Py_ssize_t shard_of(const int64_t *bounds, Py_ssize_t n_shards, int64_t t
  * or, with bases, its mapping made (bases[i] != 0); with check, its CRCs loaded (modes[i] == 1). */
 static int window_ready(const int64_t *bounds, Py_ssize_t n_shards, int64_t t, int64_t length, const int32_t *fds,
                         const int64_t *bases, const int8_t *modes, int check) {
-    Py_ssize_t a = shard_of(bounds, n_shards, t), z = shard_of(bounds, n_shards, t + length - 1);
-    for (Py_ssize_t i = a; i <= z; i++)
+    for (Py_ssize_t i = shard_of(bounds, n_shards, t); i < n_shards && bounds[i] < t + length; i++)
         if (bounds[i + 1] > bounds[i] && ((bases ? !BASE(&bases[i]) : fds[i] < 0) || (check && modes[i] != 1))) return 0;
     return 1;
 }
