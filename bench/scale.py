@@ -24,7 +24,9 @@ as every later run does. ``--shards`` compares, on the same corpus,
 a 6-shard store (x1, 5.9 M tokens) and a 6-shard store of the same 118 M tokens (x20,
 ``--shard-tokens 20000000``) with 114- and 1,160-shard stores (x20, default and
 ``--shard-tokens 100000``), and the default verification with ``verify="size"``: steady on
-the small store, and the first 50 batches of the large one. ``--side-by-side`` reads the
+the small store, and the first 50 batches of the large one; its store columns are the median of
+``--repeat`` fresh processes run in turn across the stores, each reading on for 2,000 more batches
+(timed apart: what the same process reads once most shards have been met). ``--side-by-side`` reads the
 ``--sizes`` stores in one process per format and worker count, rounds of ``--round-batches``
 batches through each, every shard touched first (``interleaved.py``); with ``--linked-copies K``
 also a memmap store K times the largest, its shards hard links to that one's (``linked_store.py``).
@@ -36,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -123,6 +126,7 @@ if args.get("touch_first"):  # each shard's one-time first touch in this process
     touch_us = (time.perf_counter() - t2) / len(firsts) * 1e6
 loader = make_loader(ds, args["B"], num_workers=args["workers"], seed=args["seed"])
 batches = min(args["batches"], len(loader) - args["warmup"] - 1)  # one epoch: a small store has few batches
+later = min(args.get("later", 0), len(loader) - args["warmup"] - 1 - batches)
 it = iter(loader)
 next(it)
 t_first = time.perf_counter() - t0
@@ -132,6 +136,12 @@ t1 = time.perf_counter()
 for _ in range(batches):
     next(it)
 dt = time.perf_counter() - t1
+later_rate = None
+if later > 0:  # the same process reading on: most shards met, their pages mapped, their blocks checked
+    t1 = time.perf_counter()
+    for _ in range(later):
+        next(it)
+    later_rate = later * args["B"] * args["L"] / (time.perf_counter() - t1)
 sys.path.insert(0, args["bench"])
 from common import tree_pss_mb  # after the timing: what the loader costs, not the bench
 pss = tree_pss_mb()
@@ -148,7 +158,7 @@ if args["after_pass"] and args["workers"] == 0:  # the same process once it has 
         next(it)
     after = batches * args["B"] * args["L"] / (time.perf_counter() - t2)
 print(json.dumps({"open_s": t_open, "first_batch_s": t_first, "tokens_per_s": batches * args["B"] * args["L"] / dt,
-                  "pss_mb": pss, "after_pass": after, "touch_us": touch_us}))
+                  "pss_mb": pss, "after_pass": after, "touch_us": touch_us, "later": later_rate}))
 """
 
 
@@ -221,6 +231,7 @@ def warm_page_cache(*dirs: Path) -> None:
 
 
 REPEAT = 1  # --repeat: each cell runs this many times (fresh processes), its best kept
+LATER = 2000  # --shards: the batches each cell's process reads on after its timed ones, timed apart
 
 
 def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", warmup: int = 20,
@@ -243,10 +254,10 @@ def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", 
 
 
 def _run_cell(store: Path, fmt: str, workers: int, *, verify: str, warmup: int, batches: int,
-              seed: int, after_pass: bool = False, touch_first: bool = False) -> dict[str, Any]:
+              seed: int, after_pass: bool = False, touch_first: bool = False, later: int = 0) -> dict[str, Any]:
     args = {"store": str(store), "format": fmt, "workers": workers, "verify": verify, "warmup": warmup,
             "batches": batches, "B": B, "L": L, "seed": seed, "after_pass": after_pass, "touch_first": touch_first,
-            "bench": str(Path(__file__).resolve().parent)}
+            "later": later, "bench": str(Path(__file__).resolve().parent)}
     done = subprocess.run([sys.executable, "-c", _CELL, json.dumps(args)], capture_output=True, text=True,
                           env=cache_env(store.parent))
     if done.returncode != 0:
@@ -364,8 +375,17 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
         run_cell(small, fmt, args.workers[0], warmup=args.warmup, batches=args.batches)
         for workers in args.workers:
             row = {"format": fmt, "workers": workers}
+            runs: dict[str, list[dict]] = {name: [] for name, _ in stores}
+            for _ in range(REPEAT):  # interleaved: a slow spell of this shared box lands on every store alike
+                for name, store in stores:
+                    runs[name].append(_run_cell(store, fmt, workers, verify="first-use", warmup=args.warmup,
+                                                batches=args.batches, seed=0, later=LATER))
+            for name, got in runs.items():  # the median: these cells spread by more than the shard count
+                row[name] = statistics.median(r["tokens_per_s"] for r in got)
+                row[f"{name}_runs"] = [r["tokens_per_s"] for r in got]
+                if all(r["later"] for r in got):
+                    row[f"{name}_later"] = statistics.median(r["later"] for r in got)
             for name, store in stores:
-                row[name] = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches)["tokens_per_s"]
                 if workers == 0:
                     cell = run_cell(store, fmt, workers, warmup=args.warmup, batches=args.batches, touch_first=True)
                     row[f"{name}_touched"], row[f"{name}_touch_us"] = cell["tokens_per_s"], cell["touch_us"]
@@ -380,8 +400,11 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
             f"{n_shards(big)} shards, {n_tokens(big) / 1e6:.0f} M | {n_shards(many):,} shards, {n_tokens(many) / 1e6:.0f} M | "
             f"{n_shards(huge):,} shards, {n_tokens(huge) / 1e6:.0f} M | "
             "default / size, steady (small) | default / size, first 50 batches (big) | "
-            "after each shard's first touch: few / big / many / huge | a shard's first touch, us: few / big / many / huge |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "after each shard's first touch: few / big / many / huge | a shard's first touch, us: few / big / many / huge | "
+            f"reading on, the next {LATER:,} batches: few / big / many / huge |")
+    lines = [f"Each store column: the median of {REPEAT} fresh processes, interleaved across the stores (a store's "
+             f"runs in M tok/s in `bench/results/shards.json`); the last column, the same processes reading on.", "",
+             head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def vs(r: dict, name: str) -> str:  # against the 6 shards of the same tokens, then the small store
         return f"{r[name] / 1e6:.1f} ({r[name] / r['few']:.2f}x; {r[name] / r['small']:.2f}x)"
@@ -394,9 +417,11 @@ def shards_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[d
             touch = " / ".join(f"{r[f'{n}_touch_us']:.0f}" for n in ("few", "big", "many", "huge"))
         else:
             touched = touch = "— (0 workers only)"
+        on = " / ".join(f"{r[f'{n}_later'] / 1e6:.1f}" + (f" ({r[f'{n}_later'] / r['few_later']:.2f}x)" if n != "few" else "")
+                        for n in ("few", "big", "many", "huge")) if r.get("few_later") else "—"
         lines.append(f"| {r['format']} | {r['workers']} | {r['small'] / 1e6:.1f} M tok/s | {r['few'] / 1e6:.1f} | "
                      f"{vs(r, 'big')} | {vs(r, 'many')} | {vs(r, 'huge')} | "
-                     f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x | {touched} | {touch} |")
+                     f"{r['size_small'] / r['small']:.2f}x | {r['first50_size'] / r['first50']:.2f}x | {touched} | {touch} | {on} |")
     return "\n".join(lines), rows
 
 
@@ -434,7 +459,9 @@ def main() -> None:
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default="0,2")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batches", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=1, help="run each cell N times, keep its best (a shared box)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each cell N times, keep its best (a shared box); --shards' store columns: "
+                         "the median, the runs interleaved across the stores")
     table = ap.add_mutually_exclusive_group()
     table.add_argument("--shards", action="store_true",
                        help="the 6 / 114 / 1,160 / 11,761-shard table instead of the scale curve")
