@@ -15,24 +15,35 @@ from lmdata.store.blocks import BlockSums
 pytestmark = pytest.mark.skipif(d.read_batch is None, reason="the C reader was not built")
 
 
-@pytest.fixture
-def split(tmp_path):
-    """Four shards of uint16 tokens (one empty), their descriptors, CRCs and block indices."""
-    sizes = [3000, 0, 2500, 5000]  # tokens: 6,000 / 0 / 5,000 / 10,000 bytes
-    stream = (np.arange(sum(sizes), dtype=np.int64) * 7919 % 65521).astype(np.uint16)
+def _shards(tmp, sizes, mult=7919):
+    """One file of uint16 tokens a shard of ``sizes`` under ``tmp``, their descriptors, CRCs and block indices
+    (the caller closes ``fds``)."""
+    stream = (np.arange(sum(sizes), dtype=np.int64) * mult % 65521).astype(np.uint16)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     fds, crcs, blocks = [], [], [0]
-    for i, n in enumerate(sizes):
-        path = tmp_path / f"s{i}.bin"
-        stream[bounds[i]:bounds[i + 1]].tofile(path)
-        fds.append(os.open(path, os.O_RDONLY))
-        sums = BlockSums.of(path.read_bytes())
-        crcs.append(sums.crcs)
-        blocks.append(blocks[-1] + len(sums.crcs))
-    yield {"stream": stream, "bounds": bounds, "fds": np.array(fds, np.int32), "modes": np.ones(4, np.int8),
-           "file_bytes": np.array(sizes, np.int64) * 2, "block_base": np.array(blocks, np.int64),
-           "crcs": np.concatenate(crcs).astype(np.uint32), "paths": [tmp_path / f"s{i}.bin" for i in range(4)]}
-    for fd in fds:
+    s = {"stream": stream, "bounds": bounds, "file_bytes": np.array(sizes, np.int64) * 2,
+         "modes": np.ones(len(sizes), np.int8), "paths": [tmp / f"s{i}.bin" for i in range(len(sizes))]}
+    try:
+        for i, path in enumerate(s["paths"]):
+            stream[bounds[i]:bounds[i + 1]].tofile(path)
+            fds.append(os.open(path, os.O_RDONLY))
+            sums = BlockSums.of(path.read_bytes())
+            crcs.append(sums.crcs)
+            blocks.append(blocks[-1] + len(sums.crcs))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return {**s, "fds": np.array(fds, np.int32), "block_base": np.array(blocks, np.int64),
+            "crcs": np.concatenate(crcs).astype(np.uint32)}
+
+
+@pytest.fixture
+def split(tmp_path):
+    """Four shards of uint16 tokens (one empty): 6,000 / 0 / 5,000 / 10,000 bytes."""
+    s = _shards(tmp_path, [3000, 0, 2500, 5000])
+    yield s
+    for fd in s["fds"].tolist():
         os.close(fd)
 
 
@@ -97,21 +108,9 @@ def test_windows_over_many_uneven_shards_match_the_stream(tmp_path_factory, size
     from there; uneven sizes (empty shards, a run of large ones) put the guess far off."""
     if sum(sizes) < length:
         sizes.append(length)
-    tmp = tmp_path_factory.mktemp("many")
-    stream = (np.arange(sum(sizes), dtype=np.int64) * 40503 % 65521).astype(np.uint16)
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    fds, crcs, blocks = [], [], [0]
+    s = _shards(tmp_path_factory.mktemp("many"), sizes, mult=40503)
+    stream, bounds = s["stream"], s["bounds"]
     try:
-        for i in range(len(sizes)):
-            path = tmp / f"s{i}.bin"
-            stream[bounds[i]:bounds[i + 1]].tofile(path)
-            fds.append(os.open(path, os.O_RDONLY))
-            sums = BlockSums.of(path.read_bytes())
-            crcs.append(sums.crcs)
-            blocks.append(blocks[-1] + len(sums.crcs))
-        s = {"bounds": bounds, "fds": np.array(fds, np.int32), "modes": np.ones(len(sizes), np.int8),
-             "file_bytes": np.array(sizes, np.int64) * 2, "block_base": np.array(blocks, np.int64),
-             "crcs": np.concatenate(crcs).astype(np.uint32)}
         rng = np.random.default_rng(seed)
         ends = np.concatenate([bounds[1:] - 1, [len(stream) - length]])  # each shard's last token, the last start
         starts = np.clip(np.concatenate([rng.integers(0, len(stream) - length + 1, 40), ends, bounds[:-1]]),
@@ -120,5 +119,5 @@ def test_windows_over_many_uneven_shards_match_the_stream(tmp_path_factory, size
         assert rc == -1
         np.testing.assert_array_equal(out, stream[starts[:, None] + np.arange(length)])
     finally:
-        for fd in fds:
+        for fd in s["fds"].tolist():
             os.close(fd)
