@@ -28,10 +28,25 @@ def _look_ahead(found):
     return list(LookAhead(reads, check)), reads, handed
 
 
-def test_each_read_is_handed_over_one_read_early_while_jobs_find_work():
-    out, reads, handed = _look_ahead(found=5)
-    assert out == reads
-    assert handed == reads[3:]  # read k + 1 handed over when read k is taken, from the third read on
+def test_each_read_is_handed_over_a_group_early_while_jobs_find_work():
+    from lmdata.data.ahead import AHEAD, GROUP
+
+    reads, events = [[k] for k in range(60)], []
+
+    def check(indices):
+        events.append(("handed", indices[0]))
+        return 5
+
+    for read in LookAhead(reads, check):
+        events.append(("taken", read[0]))
+    assert [k for what, k in events if what == "taken"] == list(range(60))
+    assert [k for what, k in events if what == "handed"] == list(range(3, 60))  # from the fourth read on
+    taken = 0
+    for what, k in events:  # a read handed over before the read ``taken`` goes out: how far ahead of it
+        taken += what == "taken"
+        if what == "handed":
+            assert 0 < k - taken <= AHEAD
+            assert k - taken > GROUP or k < 3 + AHEAD  # a group early, after the first hand-over (reads 3-18)
 
 
 def test_a_failing_hand_over_is_never_the_reads_error():

@@ -1,4 +1,5 @@
-"""The check-ahead thread: a later read's blocks checked on a thread of its own; the read stays the authority."""
+"""The check-ahead thread: a later read's blocks checked and its windows read on a thread of its own; the read
+stays the authority."""
 
 from __future__ import annotations
 
@@ -53,19 +54,60 @@ def test_blocks_handed_over_are_checked_and_the_windows_are_unchanged(make_store
     before = int(state._done.sum())
     assert reader.check_ahead(starts, 1025) == -1  # handed over; no job has finished since
     checked = _wait()
-    assert checked == int(state._done.sum()) - before > 0  # checked on the other thread, and counted
+    newly = int(state._done.sum()) - before
+    assert newly > 0 and checked == newly + len(starts)  # checked and read on the other thread, and counted
     reader.check_ahead(starts, 1025)
-    assert _wait() == 0  # the repeat met no unchecked block
+    assert _wait() == len(starts)  # the repeat met no unchecked block, and read its windows again
     done = int(state._done.sum())
+    assert len(state._read_ahead) == 1  # (the repeat's windows: the first read ahead let go)
     np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    assert not state._read_ahead  # the read took the windows read ahead
     assert int(state._done.sum()) == done  # the read found every block under its windows checked
 
 
-def test_size_verification_hands_nothing_over(make_store):
+def test_windows_read_ahead_are_taken_only_by_a_read_of_the_same_windows(make_store):
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    starts = _starts(syn)
+    reader.check_ahead(starts, 1025)
+    _wait()
+    other = starts + 1
+    np.testing.assert_array_equal(reader.windows(other, 1025), syn.stream[other[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1024), syn.stream[starts[:, None] + np.arange(1024)])
+    assert len(reader._read_ahead) == 1  # neither was the read handed over
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    assert not reader._read_ahead
+
+
+def test_what_a_reader_holds_read_ahead_is_bounded_by_bytes(make_store, monkeypatch):
+    from lmdata.store.formats import mapped_windows
+
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    monkeypatch.setattr(mapped_windows, "READ_AHEAD_BYTES", 3 * 64 * 1025 * 2)  # three reads of 64 windows
+    for seed in range(5):
+        reader.check_ahead(_starts(syn, seed=seed), 1025)
+    assert len(reader._read_ahead) == 3  # the oldest let go
+    fresh = open_store(syn.path).reader("train", "memmap")
+    _first_reads(fresh, syn)
+    _wait()
+    before = int(fresh._done.sum())
+    assert fresh.check_ahead(_starts(syn, n=200, seed=9), 1025) == -1  # larger than the bound: checked, not read
+    assert 0 < _wait() == int(fresh._done.sum()) - before and not fresh._read_ahead
+
+
+def test_size_verification_reads_ahead_without_checking(make_store):
     syn = make_store(["memmap"], shard_tokens=2_000)
     reader = open_store(syn.path).reader("train", "memmap", verify="size")
     _first_reads(reader, syn)
-    assert reader.check_ahead(_starts(syn), 1025) == 0
+    starts = _starts(syn)
+    _wait()
+    assert reader.check_ahead(starts, 1025) == -1
+    assert _wait() == len(starts) and not reader._done.any()  # read, nothing checked
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    assert not reader._read_ahead
 
 
 def test_a_bad_block_handed_over_is_left_unmarked_and_the_read_names_it(make_store):
@@ -108,7 +150,9 @@ def test_a_forked_child_starts_a_check_ahead_thread_of_its_own(make_store):
         before = int(reader._done.sum())
         reader.check_ahead(_starts(syn, seed=1), 1025)
         _wait()
-        os._exit(0 if int(reader._done.sum()) > before else 1)
+        held = reader._read_ahead  # this process's own: not the parent's, read by a thread it has not
+        same = np.array_equal(reader.windows(_starts(syn), 1025), syn.stream[_starts(syn)[:, None] + np.arange(1025)])
+        os._exit(0 if int(reader._done.sum()) > before and len(held) == 1 and same else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     _wait()
@@ -194,3 +238,42 @@ def test_a_wait_is_for_the_jobs_handed_over_before_it(make_store):
     feeder.join()
     _wait()
     assert returned, "check_ahead_wait waited for a queue another thread kept full"
+
+
+def test_a_read_whose_job_has_not_started_takes_it_back_and_reads_itself(make_store):
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader, busy = (open_store(syn.path).reader("train", "memmap") for _ in range(2))
+    for r in (reader, busy):
+        _first_reads(r, syn)
+    _wait()
+    for seed in range(3):  # check-only jobs (past the read-ahead bound) keeping the thread busy
+        busy.check_ahead(_starts(syn, n=1_000_000, length=64, seed=seed), 64)
+    starts = _starts(syn)
+    reader.check_ahead(starts, 1025)
+    (_, status), = reader._read_ahead.values()
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    _wait()
+    assert status[0] == -3  # taken back before the thread reached it: never run
+
+
+def test_a_read_waiting_for_its_running_job_takes_the_next_one_back(make_store, monkeypatch):
+    import time
+
+    from lmdata.store.formats import mapped_windows
+
+    monkeypatch.setattr(mapped_windows, "READ_AHEAD_BYTES", 1 << 30)
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    _wait()
+    running, after = _starts(syn, n=1_000_000, length=64), _starts(syn, seed=1)
+    reader.check_ahead(running, 64)  # ~128 MB read ahead: running while the read below waits for it
+    reader.check_ahead(after, 1025)
+    statuses = [status for _, status in reader._read_ahead.values()]
+    time.sleep(0.005)  # (the thread woken and started on the first)
+    got = reader.windows(running, 64)
+    assert statuses[0][0] == -1 and statuses[1][0] == -3  # read by the thread; the next one taken back
+    np.testing.assert_array_equal(got[:5], syn.stream[running[:5, None] + np.arange(64)])
+    np.testing.assert_array_equal(reader.windows(after, 1025), syn.stream[after[:, None] + np.arange(1025)])
+    _wait()
+    assert statuses[1][0] == -3

@@ -1,23 +1,29 @@
-"""The next read's blocks checked on a thread of their own: the 0-worker loader's look-ahead.
+"""The next reads checked and read on a thread of their own: the 0-worker loader's look-ahead.
 
 A loader with no workers reads, widens and hands out every batch on the training thread, and a
 window's first read in a process also checks the CRCs of its 4 KiB blocks (and maps their
-pages): on a store larger than the CPU's caches, most of what a first epoch costs over a later
-one. ``LookAhead`` is then the loader's batch sampler: when the DataLoader takes a read's
-indices (from a pass's third read on), the next reads' go to the dataset's ``check_ahead``,
-which hands their unchecked blocks to the process's check-ahead thread
-(``io._preads.check_ahead``: C, never taking the GIL). It checks and marks them on another core
-while the training thread reads, widens and trains on the current read. The read stays the
-authority: what the thread has not reached, or found bad, the read checks and names itself, so
-the batches and the errors are those of a loader without it. Once the jobs find nothing left to
-check (every block of the store checked: a later epoch), reads are handed over ever more
-rarely. ``LMDATA_CHECK_AHEAD=0`` turns it off.
+pages). ``LookAhead`` is then the loader's batch sampler: when the DataLoader takes a read's
+indices (from a pass's fourth read on), later reads' go to the dataset's ``check_ahead``, which
+hands their windows to the process's check-ahead thread (``io._preads.check_ahead``: C, never
+taking the GIL). It checks and marks their unchecked blocks and copies the windows into a batch
+of their own on another core, while the training thread widens and trains on the current read;
+the read then takes that batch (``MappedWindows._take_read_ahead``). The read stays the
+authority: what the thread could not read, or found bad, the read reads, checks and names itself,
+so the batches and the errors are those of a loader without it. ``LMDATA_CHECK_AHEAD=0`` turns it
+off.
 
-The reads are handed over ``GROUP`` at a time, every ``GROUP`` reads (each still a job of its own):
-the thread, done with a read's blocks before the training thread is done with the read, sleeps
-between hand-overs, and waking it (a futex wake, an IPI to an idle vCPU) cost the training thread
-~4% of a first epoch's samples when it was woken for every read. 1 G tokens read once, a fresh
-process, 4 interleaved runs each: GROUP 1 432-468 M tok/s, 4 420-513, 8 447-509 (median 457 -> 501).
+Why the copy too, and not only the checks: on a store larger than the CPU's caches the copy is
+read from DRAM, and on the training thread it was what kept a 1 G-token store's 0-worker reads at
+~0.84x of a 12 M-token store's (the reader alone: 0.58 against 0.26 us a window). Reads handed
+over with nothing to check (a later epoch) are read too, so they are handed over at every group
+as long as their jobs report work; a job that finds no window it can read and no block to check
+reports 0, and then reads are handed over ever more rarely.
+
+The reads are handed over ``GROUP`` at a time, every ``GROUP`` reads (each still a job of its own),
+``AHEAD`` reads early at most: a group early, so the thread is a group ahead of the reads. Waking it
+(a futex wake, an IPI to an idle vCPU) cost the training thread ~4% of a first epoch's samples
+when it was woken for every read. 1 G tokens read once, a fresh process, 4 interleaved runs each
+(blocks checked ahead, not read): GROUP 1 432-468 M tok/s, 4 420-513, 8 447-509 (median 457 -> 501).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from lmdata.errors import SettingError
 
 ENV = "LMDATA_CHECK_AHEAD"
 GROUP = 8  # reads handed over together, every GROUP reads: the thread is woken once for them (below)
+AHEAD = 2 * GROUP  # reads taken from the sampler ahead of the current one: a group is handed over a group early
 MAX_SKIP = 64  # reads not handed over after jobs that found nothing to check, at most (doubling up to it)
 
 
@@ -63,13 +70,15 @@ class LookAhead:
             return
         yield first  # a pass's first read (one batch) waits for nothing computed ahead
         upcoming: deque[list[int]] = deque(islice(reads, 1))
-        k = 0
+        k = handed = 0  # handed: how many of upcoming's reads (from its front) were handed over
         while upcoming:
             current = upcoming.popleft()
-            upcoming.extend(islice(reads, GROUP - len(upcoming)))
+            handed = max(0, handed - 1)
+            upcoming.extend(islice(reads, AHEAD - len(upcoming)))
             if k >= 1 and (k - 1) % GROUP == 0:  # from the third read on: a process's second read maps its shards,
-                for read in upcoming:  # and a job handed over before it would find nothing and back off
+                for read in islice(upcoming, handed, None):  # and a job handed over before it would find nothing
                     self._hand_over(read)
+                handed = len(upcoming)
             k += 1
             yield current
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lmdata.data.ahead import GROUP as AHEAD_GROUP
+from lmdata.data.ahead import AHEAD as READS_AHEAD
 from lmdata.data.permutation import Permutation, derive_key
 from lmdata.errors import LmdataError
 from lmdata.store.windows import sorted_unique
@@ -164,7 +164,7 @@ class MixedDataset:
         src, local = self.locate(indices)
         located = self.__dict__.setdefault("_located", {})  # the read of these indices (a few later) reuses it
         located[tuple(indices)] = (src, local)
-        while len(located) > AHEAD_GROUP + 1:
+        while len(located) > READS_AHEAD + 1:
             del located[next(iter(located))]
         found = [d.check_ahead(local[src == i].tolist()) for i in sorted_unique(src).tolist()
                  if hasattr(d := self.datasets[i], "check_ahead")]

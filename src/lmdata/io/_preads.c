@@ -285,11 +285,13 @@ static PyMethodDef methods[] = {
     {"read_mapped", read_mapped, METH_VARARGS,
      "read_mapped(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs, out, check)"},
     {"check_ahead", check_ahead, METH_VARARGS,
-     "check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs) -> unchecked "
-     "blocks the jobs finished since met (-1: none finished); the windows' block checks handed to the check-ahead "
-     "thread"},
-    {"check_ahead_wait", check_ahead_wait, METH_NOARGS,
-     "check_ahead_wait() -> as check_ahead's count, once the jobs handed over before it have run (or were dropped)"},
+     "check_ahead(starts, length, itemsize, bounds, bases, modes, file_bytes, block_base, done, crcs[, out, status, "
+     "check]) -> unchecked blocks (and windows read ahead) the jobs finished since met (-1: none finished); the "
+     "windows' block checks handed to the check-ahead thread, or with out and status (int64[2]) the windows read "
+     "into out as read_mapped would: status[0] gets its result (-3 until then), status[1] the job's ticket"},
+    {"check_ahead_wait", check_ahead_wait, METH_VARARGS,
+     "check_ahead_wait([ticket[, cancel]]) -> as check_ahead's count, once the jobs handed over before it (up to "
+     "ticket) have run or were dropped; with cancel, that job is not run if it has not started (no wait)"},
     {"span_crcs", span_crcs, METH_VARARGS,
      "span_crcs(data, lo, hi, out) -> None; out[i]: the CRC-32 of data[lo[i]:hi[i]] (int64 offsets, uint32 out)"},
     {"block_crcs", block_crcs, METH_VARARGS,

@@ -3,7 +3,7 @@
     maps = Mappings(n_shards)
     maps.map(shards, paths, fds, sizes)      # each file mapped (and, if opened here, closed again)
     read_mapped(..., maps.bases, ...)        # io._preads: the batch memcpy'd out, blocks checked
-    check_ahead(..., maps.bases, ...)        # a later batch's blocks checked on a thread of its own
+    check_ahead(..., maps.bases, ...)        # a later batch checked and read on a thread of its own
 
 Why a mapping and not ``pread``: at steady state a ``pread`` of a 2 KiB window costs ~1.6 us,
 most of it the syscall and the file's kernel structures, which are cold when a batch's 32

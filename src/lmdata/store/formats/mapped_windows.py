@@ -24,12 +24,15 @@ from lmdata.store.formats import open_behind
 from lmdata.store.windows import sorted_unique
 
 OPEN_TO_MAP = 32  # descriptors a first touch holds at once: below 64, the size a process's table starts at
+READ_AHEAD_BYTES = 64 << 20  # windows a reader holds read ahead, at most (the loader's 16 reads of 4 x 32 x 1,025
+                             # uint16 ids: 4 MiB); past it, a job only checks the windows' blocks
 
 
 class MappedWindows:
     """Mixin for ``RawWindows`` (which provides ``_mappable_path`` and the split's block state)."""
 
     _mapped_opened = per_process(lambda self: False)  # ``_map_opened`` has run here
+    _read_ahead = per_process(lambda self: {})  # (starts' bytes, length) -> (out, status): ``check_ahead``'s reads
 
     @property
     def _mappings(self) -> Mappings:
@@ -43,8 +46,12 @@ class MappedWindows:
         """The windows in one C call out of the shards' mappings (``io._preads.read_mapped``), the batch's
         shards mapped first if need be (``_map_batch``); None: the ``pread`` paths below (a shard not
         opened here yet or without its CRCs loaded, in memory, not mappable, or a failed block)."""
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        if self._read_ahead:
+            out = self._take_read_ahead(starts, length)
+            if out is not None:
+                return out
         out = np.empty((len(starts), length), dtype=self.dtype)
-        starts = np.ascontiguousarray(starts)
         check = self.verify != "size"
         maps = self._mappings
         for attempt in range(2):
@@ -54,25 +61,48 @@ class MappedWindows:
                 break
         return out if got == -1 else None
 
+    def _take_read_ahead(self, starts: np.ndarray, length: int) -> np.ndarray | None:
+        """The windows ``check_ahead`` had the thread read for these ``starts``, once its job is done; None
+        when it was not asked, its job had not started (it is then not run: this thread reads them itself
+        while the other goes on to the next job), or it could not read them all (a shard not mapped then,
+        a block that failed its CRC, a file cut short: the read does it again itself, and names what
+        failed)."""
+        got = self._read_ahead.pop((starts.tobytes(), length), None)
+        if got is None:
+            return None
+        out, status = got
+        check_ahead_wait(int(status[1]), True)
+        return out if status[0] == -1 else None
+
     def check_ahead(self, starts: np.ndarray, length: int) -> int:
-        """Hand the unchecked blocks under windows a later read will copy to the check-ahead thread
-        (``io._preads.check_ahead``, which checks and marks them while this thread works); returns how
-        many unchecked blocks the jobs finished since the last call met (-1: none finished). Only the
-        windows whose shards are mapped here with their CRCs loaded (from a process's second read on):
-        nothing is opened, mapped or raised, and what the thread leaves undone, or finds bad, the read
-        itself checks and names. While an ``open_behind`` thread opens the split, the windows' shards
+        """Hand the windows a later read will copy to the check-ahead thread (``io._preads.check_ahead``),
+        which reads them into a batch of their own (their unchecked blocks checked and marked first) while
+        this thread works; the read then takes that batch (``_take_read_ahead``). Returns how many
+        unchecked blocks and windows read the jobs finished since the last call met (-1: none finished).
+        Only windows whose shards are mapped here with their CRCs loaded (from a process's second read
+        on) are read: nothing is opened, mapped or raised, and what the thread could not read, the read
+        itself reads and names. While an ``open_behind`` thread opens the split, the windows' shards
         are handed to it first."""
         behind = self._behind
         if behind is not None and len(starts):  # opening the split: these shards first
             shard, _, _ = self._pieces(np.asarray(starts, dtype=np.int64), length)
             if not behind.want(sorted_unique(shard)):
                 self._behind = None
-        if (check_ahead is None or self.verify == "size" or not len(starts) or getattr(self, "_in_memory", 0)
-                or not mapping_on()):
+        if check_ahead is None or not len(starts) or getattr(self, "_in_memory", 0) or not mapping_on():
             return 0
-        return check_ahead(np.array(starts, dtype=np.int64), length, self.dtype.itemsize, self._bounds64,  # (a copy)
-                           self._mappings.bases, self._mode, self._file_bytes(), self._block_base,
-                           self._done.view(np.uint8), self._crcs)
+        starts, held = np.array(starts, dtype=np.int64), self._read_ahead  # (a copy: the job holds it)
+        args = (starts, length, self.dtype.itemsize, self._bounds64, self._mappings.bases, self._mode,
+                self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs)
+        size = len(starts) * length * self.dtype.itemsize
+        while held and sum(out.nbytes for out, _ in held.values()) + size > READ_AHEAD_BYTES:
+            del held[next(iter(held))]  # reads never taken (a pass left early), oldest first
+        if size > READ_AHEAD_BYTES:
+            return 0 if self.verify == "size" else check_ahead(*args)
+        out, status = np.empty((len(starts), length), dtype=self.dtype), np.zeros(2, dtype=np.int64)
+        found = check_ahead(*args, out, status, self.verify != "size")
+        if status[1]:  # handed over (no thread: nothing to take)
+            held[(starts.tobytes(), length)] = (out, status)
+        return found
 
     def _open_at_once(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
                       sidecar_bytes: list[int] | None = None) -> tuple[list[int], memoryview, list[int]]:
@@ -167,6 +197,7 @@ class MappedWindows:
         self._mappings.retire(i)
         if check_ahead_wait is not None:
             check_ahead_wait()
+        self._read_ahead.clear()  # (read out of the old mapping)
         self._done[int(self._block_base[i]):int(self._block_base[i + 1])] = False
 
     def _map_batch(self, starts: np.ndarray, length: int, check: bool) -> bool:
