@@ -89,7 +89,9 @@ def test_what_a_reader_holds_read_ahead_is_bounded_by_bytes(make_store, monkeypa
     monkeypatch.setattr(mapped_windows, "READ_AHEAD_BYTES", 3 * 64 * 1025 * 2)  # three reads of 64 windows
     for seed in range(5):
         reader.check_ahead(_starts(syn, seed=seed), 1025)
-    assert len(reader._read_ahead) == 3  # the oldest let go
+    assert len(reader._read_ahead) == 3  # the next two only checked: the first three are the soonest read
+    starts = _starts(syn, seed=4)
+    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
     fresh = open_store(syn.path).reader("train", "memmap")
     _first_reads(fresh, syn)
     _wait()
@@ -250,7 +252,7 @@ def test_a_read_whose_job_has_not_started_takes_it_back_and_reads_itself(make_st
         busy.check_ahead(_starts(syn, n=1_000_000, length=64, seed=seed), 64)
     starts = _starts(syn)
     reader.check_ahead(starts, 1025)
-    (_, status), = reader._read_ahead.values()
+    (_, status, _), = reader._read_ahead.values()
     np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
     _wait()
     assert status[0] == -3  # taken back before the thread reached it: never run
@@ -269,7 +271,7 @@ def test_a_read_waiting_for_its_running_job_takes_the_next_one_back(make_store, 
     running, after = _starts(syn, n=1_000_000, length=64), _starts(syn, seed=1)
     reader.check_ahead(running, 64)  # ~128 MB read ahead: running while the read below waits for it
     reader.check_ahead(after, 1025)
-    statuses = [status for _, status in reader._read_ahead.values()]
+    statuses = [status for _, status, _ in reader._read_ahead.values()]
     time.sleep(0.005)  # (the thread woken and started on the first)
     got = reader.windows(running, 64)
     assert statuses[0][0] == -1 and statuses[1][0] == -3  # read by the thread; the next one taken back
@@ -277,3 +279,38 @@ def test_a_read_waiting_for_its_running_job_takes_the_next_one_back(make_store, 
     np.testing.assert_array_equal(reader.windows(after, 1025), syn.stream[after[:, None] + np.arange(1025)])
     _wait()
     assert statuses[1][0] == -3
+
+
+def test_windows_read_ahead_and_never_taken_are_let_go(make_store, monkeypatch):
+    from lmdata.store.formats import mapped_windows
+
+    monkeypatch.setattr(mapped_windows, "READ_AHEAD_HANDED", 4)
+    syn = make_store(["memmap"], shard_tokens=2_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    left = _starts(syn, seed=99)
+    reader.check_ahead(left, 1025)  # a pass left early: never read
+    for seed in range(4):
+        reader.check_ahead(_starts(syn, seed=seed), 1025)
+    assert (left.tobytes(), 1025) in reader._read_ahead
+    reader.check_ahead(_starts(syn, seed=4), 1025)  # the fifth hand-over since
+    assert (left.tobytes(), 1025) not in reader._read_ahead and len(reader._read_ahead) == 5
+    _wait()
+
+
+def test_a_shard_cut_short_under_its_mapping_fails_the_job_and_the_read_names_it(make_store):
+    syn = make_store(["memmap"], n_tokens=100_000, shard_tokens=20_000)
+    reader = open_store(syn.path).reader("train", "memmap")
+    _first_reads(reader, syn)
+    shard = open_store(syn.path).manifest.splits["train"].formats["memmap"][2]
+    path = syn.path / "train" / "memmap" / shard.files[0].path
+    start = np.array([shard.first_token + shard.n_tokens - 300])
+    _wait()
+    os.truncate(path, 4096)  # the pages under the window gone from under the mapping
+    reader.check_ahead(start, 100)
+    _wait()  # the thread met SIGBUS in the window, caught it, and lives on
+    (_, status, _), = reader._read_ahead.values()
+    assert status[0] == 0  # the job's first window failed: the read does it again itself
+    with pytest.raises(LmdataError, match=shard.files[0].path):
+        reader.windows(start, 100)
+    assert not reader._read_ahead

@@ -26,13 +26,16 @@ from lmdata.store.windows import sorted_unique
 OPEN_TO_MAP = 32  # descriptors a first touch holds at once: below 64, the size a process's table starts at
 READ_AHEAD_BYTES = 64 << 20  # windows a reader holds read ahead, at most (the loader's 16 reads of 4 x 32 x 1,025
                              # uint16 ids: 4 MiB); past it, a job only checks the windows' blocks
+READ_AHEAD_HANDED = 64  # hand-overs after which windows read ahead and not taken are let go (a pass left early; the
+                        # loader takes a read 16 hand-overs after its own at most, a mixture's source fewer)
 
 
 class MappedWindows:
     """Mixin for ``RawWindows`` (which provides ``_mappable_path`` and the split's block state)."""
 
     _mapped_opened = per_process(lambda self: False)  # ``_map_opened`` has run here
-    _read_ahead = per_process(lambda self: {})  # (starts' bytes, length) -> (out, status): ``check_ahead``'s reads
+    _read_ahead = per_process(lambda self: {})  # (starts' bytes, length) -> (out, status, its hand-over's number)
+    _handed = per_process(lambda self: 0)  # ``check_ahead`` calls made in this process
 
     @property
     def _mappings(self) -> Mappings:
@@ -70,7 +73,7 @@ class MappedWindows:
         got = self._read_ahead.pop((starts.tobytes(), length), None)
         if got is None:
             return None
-        out, status = got
+        out, status, _ = got
         check_ahead_wait(int(status[1]), True)
         return out if status[0] == -1 else None
 
@@ -93,15 +96,16 @@ class MappedWindows:
         starts, held = np.array(starts, dtype=np.int64), self._read_ahead  # (a copy: the job holds it)
         args = (starts, length, self.dtype.itemsize, self._bounds64, self._mappings.bases, self._mode,
                 self._file_bytes(), self._block_base, self._done.view(np.uint8), self._crcs)
+        self._handed = handed = self._handed + 1
+        while held and next(iter(held.values()))[2] < handed - READ_AHEAD_HANDED:
+            del held[next(iter(held))]  # never taken (a pass left early), oldest first
         size = len(starts) * length * self.dtype.itemsize
-        while held and sum(out.nbytes for out, _ in held.values()) + size > READ_AHEAD_BYTES:
-            del held[next(iter(held))]  # reads never taken (a pass left early), oldest first
-        if size > READ_AHEAD_BYTES:
-            return 0 if self.verify == "size" else check_ahead(*args)
+        if sum(out.nbytes for out, _, _ in held.values()) + size > READ_AHEAD_BYTES:  # (reads far larger than the
+            return 0 if self.verify == "size" else check_ahead(*args)                # loader's): checked, not read
         out, status = np.empty((len(starts), length), dtype=self.dtype), np.zeros(2, dtype=np.int64)
         found = check_ahead(*args, out, status, self.verify != "size")
         if status[1]:  # handed over (no thread: nothing to take)
-            held[(starts.tobytes(), length)] = (out, status)
+            held[(starts.tobytes(), length)] = (out, status, handed)
         return found
 
     def _open_at_once(self, shards: list[int], paths: list[str], sidecars: list[str] | None,
