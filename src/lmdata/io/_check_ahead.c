@@ -20,7 +20,7 @@
  * thread goes on to the next job, instead of waiting for the thread to reach them. And when that job is
  * running, the one after it is not run either (the thread is behind: the next read reads it itself, so
  * the two share the work). A first epoch of 1 G tokens, where each read's blocks are checked too: the
- * training thread waited 0.15-0.22 s for the thread; with the next job taken back, 0.05 s, and read
+ * training thread waited 0.15-0.26 s for the thread; with the next job taken back, 0.04-0.05 s, and read
  * ~1.5% of the reads itself.
  * fork: the thread does not exist in a child. Handlers registered at import (ahead_init) hold the
  * lock across fork(), so the child finds the queue whole; its jobs (the running one too) go to the
