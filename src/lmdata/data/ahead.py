@@ -78,8 +78,8 @@ class LookAhead:
             handed = max(0, handed - 1)
             upcoming.extend(islice(reads, AHEAD - len(upcoming)))
             if k >= 1 and (k - 1) % GROUP == 0:  # from the third read on: a process's second read maps its shards,
-                for read in islice(upcoming, handed, None):  # and a job handed over before it would find nothing
-                    self._hand_over(read)
+                for read in islice(upcoming, handed, None):  # and a job handed over before it would find
+                    self._hand_over(read)                      # nothing and back off; each read handed once
                 handed = len(upcoming)
             k += 1
             yield current
