@@ -470,8 +470,8 @@ def make_loader(
         warnings.warn("pin_memory=True but no accelerator is available; batches are not pinned", stacklevel=2)
         pin_memory = False
     reads: Any = sampler
-    if num_workers == 0 and hasattr(dataset, "check_ahead") and check_ahead_on():  # the next read's blocks checked
-        reads = LookAhead(sampler, source.check_ahead)                           # on a helper thread meanwhile
+    if num_workers == 0 and hasattr(dataset, "check_ahead") and check_ahead_on():  # the next reads checked and
+        reads = LookAhead(sampler, source.check_ahead)                           # read on a helper thread meanwhile
     dl = torch.utils.data.DataLoader(source, batch_sampler=reads, num_workers=num_workers,
                                      collate_fn=keep_batch, **workers)
     return TokenLoader(dataset, sampler, dl, in_flight, pin_memory)

@@ -139,7 +139,7 @@ class MixedDataset:
 
     def batch(self, indices: Sequence[int], dtype: Any = np.int64) -> Any:
         """One read per source touched, reassembled in the requested order (windows in ``dtype``)."""
-        located = self.__dict__.get("_located")  # from check_ahead, one read early
+        located = self.__dict__.get("_located")  # from check_ahead, a group of reads early
         found = located.pop(tuple(indices), None) if located else None
         src, local = found if found is not None else self.locate(indices)
         windows = info = None

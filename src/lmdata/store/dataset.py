@@ -111,7 +111,7 @@ class TokenDataset:
 
     def check_ahead(self, indices: Sequence[int], offsets: bool = False) -> int:
         """Start getting a later ``batch(indices)`` (``read(indices)`` with ``offsets``) ready on another
-        thread: its blocks checked (``ShardReader.check_ahead``, whose count it returns)."""
+        thread: its blocks checked and its windows read (``ShardReader.check_ahead``, whose count it returns)."""
         check = getattr(self.reader, "check_ahead", None)  # (a reader of another package's need not have it)
         if check is None:
             return 0

@@ -269,8 +269,9 @@ class ShardReader:
 
     def check_ahead(self, starts: np.ndarray, length: int) -> int:
         """Start getting the windows a later ``windows`` call reads ready on another thread (blocks checked,
-        pages mapped); returns the blocks checked since the last call (0: nothing to do, -1: not known
-        yet). Readers of raw token files do (``MappedWindows``); others need not."""
+        pages mapped, the windows read); returns the work the thread finished since the last call (0:
+        nothing to do, -1: not known yet). Readers of raw token files do (``MappedWindows``); others need
+        not."""
         return 0
 
     def document(self, doc_id: int) -> np.ndarray:
