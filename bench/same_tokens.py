@@ -122,7 +122,8 @@ def main() -> None:
     body = (f"## Same tokens\n\n`python bench/same_tokens.py {argv}` ({os.cpu_count()} cores, load average "
             f"{load:.1f} at start, {time.strftime('%Y-%m-%d')}; stores tiled from {args.corpus.name}; "
             f"{args.tokens / 1e6:,.0f} M tokens read per cell, M tok/s from the first batch to the last, median of "
-            f"{args.repeat} fresh processes, then against the smallest store):\n\n" + "\n".join(table_lines(rows, stores)) + "\n")
+            f"{args.repeat} fresh processes, then against the smallest store):\n\n"
+            + "\n".join(table_lines(rows, stores)) + "\n")
     print(body)
     if args.readme:
         replace_section(args.readme, body, "Same tokens")
