@@ -41,6 +41,11 @@ def _starts(syn, n=64, length=1025, seed=0):
     return np.random.default_rng(seed).integers(100, len(syn.stream) - length, size=n)
 
 
+def _expected(syn, starts, length):
+    """The stream's windows of ``length`` tokens at ``starts``: what a read must return."""
+    return syn.stream[np.asarray(starts)[:, None] + np.arange(length)]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_blocks_handed_over_are_checked_and_the_windows_are_unchanged(make_store, fmt):
     syn = make_store([fmt], shard_tokens=2_000)
@@ -60,7 +65,7 @@ def test_blocks_handed_over_are_checked_and_the_windows_are_unchanged(make_store
     assert _wait() == len(starts)  # the repeat met no unchecked block, and read its windows again
     done = int(state._done.sum())
     assert len(state._read_ahead) == 1  # (the repeat's windows: the first read ahead let go)
-    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     assert not state._read_ahead  # the read took the windows read ahead
     assert int(state._done.sum()) == done  # the read found every block under its windows checked
 
@@ -73,10 +78,10 @@ def test_windows_read_ahead_are_taken_only_by_a_read_of_the_same_windows(make_st
     reader.check_ahead(starts, 1025)
     _wait()
     other = starts + 1
-    np.testing.assert_array_equal(reader.windows(other, 1025), syn.stream[other[:, None] + np.arange(1025)])
-    np.testing.assert_array_equal(reader.windows(starts, 1024), syn.stream[starts[:, None] + np.arange(1024)])
+    np.testing.assert_array_equal(reader.windows(other, 1025), _expected(syn, other, 1025))
+    np.testing.assert_array_equal(reader.windows(starts, 1024), _expected(syn, starts, 1024))
     assert len(reader._read_ahead) == 1  # neither was the read handed over
-    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     assert not reader._read_ahead
 
 
@@ -91,7 +96,7 @@ def test_what_a_reader_holds_read_ahead_is_bounded_by_bytes(make_store, monkeypa
         reader.check_ahead(_starts(syn, seed=seed), 1025)
     assert len(reader._read_ahead) == 3  # the next two only checked: the first three are the soonest read
     starts = _starts(syn, seed=4)
-    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     fresh = open_store(syn.path).reader("train", "memmap")
     _first_reads(fresh, syn)
     _wait()
@@ -108,7 +113,7 @@ def test_size_verification_reads_ahead_without_checking(make_store):
     _wait()
     assert reader.check_ahead(starts, 1025) == -1
     assert _wait() == len(starts) and not reader._done.any()  # read, nothing checked
-    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     assert not reader._read_ahead
 
 
@@ -153,7 +158,7 @@ def test_a_forked_child_starts_a_check_ahead_thread_of_its_own(make_store):
         reader.check_ahead(_starts(syn, seed=1), 1025)
         _wait()
         held = reader._read_ahead  # this process's own: not the parent's, read by a thread it has not
-        same = np.array_equal(reader.windows(_starts(syn), 1025), syn.stream[_starts(syn)[:, None] + np.arange(1025)])
+        same = np.array_equal(reader.windows(_starts(syn), 1025), _expected(syn, _starts(syn), 1025))
         os._exit(0 if int(reader._done.sum()) > before and len(held) == 1 and same else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -253,7 +258,7 @@ def test_a_read_whose_job_has_not_started_takes_it_back_and_reads_itself(make_st
     starts = _starts(syn)
     reader.check_ahead(starts, 1025)
     (_, status, _), = reader._read_ahead.values()
-    np.testing.assert_array_equal(reader.windows(starts, 1025), syn.stream[starts[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     _wait()
     assert status[0] == -3  # taken back before the thread reached it: never run
 
@@ -275,8 +280,8 @@ def test_a_read_waiting_for_its_running_job_takes_the_next_one_back(make_store, 
     time.sleep(0.005)  # (the thread woken and started on the first)
     got = reader.windows(running, 64)
     assert statuses[0][0] == -1 and statuses[1][0] == -3  # read by the thread; the next one taken back
-    np.testing.assert_array_equal(got[:5], syn.stream[running[:5, None] + np.arange(64)])
-    np.testing.assert_array_equal(reader.windows(after, 1025), syn.stream[after[:, None] + np.arange(1025)])
+    np.testing.assert_array_equal(got[:5], _expected(syn, running[:5], 64))
+    np.testing.assert_array_equal(reader.windows(after, 1025), _expected(syn, after, 1025))
     _wait()
     assert statuses[1][0] == -3
 
