@@ -208,6 +208,27 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir
     assert {str(p.relative_to(lance_dir)) for p in (lance_dir / "data").iterdir()} == referenced
 
 
+def test_a_resume_writes_again_a_shard_whose_bytes_changed_since_its_record(tmp_path, tokenizer_dir):
+    """Sizes alone would let a flipped byte through a resume into a manifest that vouches for it."""
+    kw = dict(formats=FORMATS, shard_tokens=SAMPLE_SHARD_TOKENS, workers=1, progress=False, log=None)
+    out = tmp_path / "s"
+    ingest(_sample(), tokenizer_dir, out, **kw)
+    ingest(_sample(), tokenizer_dir, tmp_path / "whole", **kw)
+    train = out / "train"
+    damaged = [train / "memmap" / "tokens-00001.bin", train / "parquet" / "shard-00001.parquet",
+               next((train / "lance" / "data").glob("*.lance")), train / "_provenance" / "origins-00001.npy"]
+    for path in damaged:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    assert not verify_store(out).ok
+    ingest(_sample(), tokenizer_dir, out, resume=True, **kw)
+    assert verify_store(out).ok
+    assert fingerprint(out) == fingerprint(tmp_path / "whole")
+    for path in damaged[:2] + damaged[3:]:  # written again under the same names (Lance's: a new data file)
+        assert path.read_bytes() == (tmp_path / "whole" / path.relative_to(out)).read_bytes()
+
+
 # ---------------------------------------------------------------------------- refusals
 
 

@@ -5,7 +5,8 @@
   so output never depends on the engine or the worker count.
 - ``resume`` re-reads the documents of shards every format already completed (cheap: no
   tokenizing) and skips them (``reusable_prefix``); later shards are recomputed, so cut
-  points match an uninterrupted run.
+  points match an uninterrupted run. A completed shard is reused only while its files hash to
+  its record's sha256 (``drop_damaged``; a record vouches for a file's bytes, not just its size).
 - Provenance (``lmdata.store.provenance``): an engine that passes each batch's ``origins``
   (``[n_docs, 2]``: source index, offset) to ``ShardCutter.add`` gets each shard's origins
   written before the formats get the shard; ``start_split`` counts the provenance records
@@ -171,6 +172,9 @@ def start_split(writers: dict[str, FormatWriter], provenance: ProvenanceWriter |
     as a format's (key ``PROVENANCE_DIR``, after the formats): a shard without them is redone."""
     tables: dict[str, Any] = {**writers, **({PROVENANCE_DIR: provenance} if provenance is not None else {})}
     done = {fmt: w.completed() for fmt, w in tables.items()}
+    for fmt, w in tables.items():  # a resume: what it reuses must still hash to its records (writers with local files)
+        if done[fmt] and hasattr(w, "drop_damaged"):
+            done[fmt] = w.drop_damaged(done[fmt])
     for w in tables.values():
         w.cleanup_partial()
     return done, reusable_prefix(done)

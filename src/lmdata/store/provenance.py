@@ -50,6 +50,10 @@ class ProvenanceWriter:
     def completed(self) -> dict[int, ShardInfo]:
         return base.completed(self.dir)
 
+    def drop_damaged(self, done: dict[int, ShardInfo]) -> dict[int, ShardInfo]:
+        """``base.intact`` over the completed records ``done``."""
+        return base.intact(self.dir, done, lambda index, _: base.record_path(self.dir, index))
+
     def write_shard(self, index: int, origins: np.ndarray, n_tokens: int, first_doc: int, first_token: int) -> ShardInfo:
         """Shard ``index``'s origins (``[n_docs, 2]`` int64), durable before its record."""
         origins = np.ascontiguousarray(origins, dtype="<i8").reshape(-1, 2)

@@ -33,7 +33,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from lmdata.io.atomic import TMP_MARK, fsync_dir
 from lmdata.io.location import location
 from lmdata.io.process_local import per_process
 from lmdata.errors import LmdataError, SettingError
-from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, read_small_file
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, read_small_file, sha256_file
 from lmdata.store.layout import RECORD_DIR
 from lmdata.store.protocol import FileInfo, ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
@@ -121,6 +121,30 @@ def completed(format_dir: Path) -> dict[int, ShardInfo]:
     return {i: shard for i, shard in found.items() if shard is not None}
 
 
+def intact(format_dir: Path, done: dict[int, ShardInfo],
+           record_of: Callable[[int, ShardInfo], Path]) -> dict[int, ShardInfo]:
+    """The shards of ``done`` whose files still hash to their records' sha256 (a file shared by several,
+    a Lance fragment's, hashed once). A shard whose files do not loses its record (``record_of``), durably,
+    so the resume writes it again: sizes alone let a byte flipped since the record through."""
+    sums: dict[str, str | None] = {}
+
+    def sha256_of(relpath: str) -> str | None:
+        if relpath not in sums:
+            try:
+                sums[relpath] = sha256_file(Path(format_dir) / relpath)
+            except OSError:
+                sums[relpath] = None
+        return sums[relpath]
+
+    kept = {}
+    for index, shard in done.items():
+        if all(sha256_of(f.path) == f.sha256 for f in shard.files):
+            kept[index] = shard
+        else:
+            forget_file(format_dir, record_of(index, shard))
+    return kept
+
+
 def npy_bytes(array: np.ndarray) -> bytes:
     """``array`` as the bytes of a ``.npy`` file (written with ``checksum.write_shard_parts``)."""
     buf = io.BytesIO()
@@ -189,6 +213,15 @@ class RecordedShardWriter:
 
     def completed(self) -> dict[int, ShardInfo]:
         return completed(self.format_dir)
+
+    def drop_damaged(self, done: dict[int, ShardInfo]) -> dict[int, ShardInfo]:
+        """``intact`` over this format's completed shards ``done``: what a resume may build on."""
+        return intact(self.format_dir, done, lambda index, shard: self.vouching_record(self.format_dir, index, shard))
+
+    @staticmethod
+    def vouching_record(format_dir: Path, index: int, shard: ShardInfo) -> Path:
+        """The record that vouches for completed shard ``index`` of ``format_dir``."""
+        return record_path(format_dir, index)
 
     def shard_arrays(self, tokens: np.ndarray, doc_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A shard's tokens in the store's dtype (contiguous) and its int64 document starts."""

@@ -25,23 +25,22 @@ is the stream's ``r``-th); ``cleanup_partial`` deletes data files no record refe
 Stores an earlier lmdata wrote also hold ``token_bytes`` (the tokens again; takes read it, ``lmdata
 verify`` checks it): no longer written (2 bytes a token, 2/3 of Lance's writing; windows come from copies).
 
-Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its
-parent (Lance is not fork-safe: ``lance_fork``); its committed row count is checked. Local windows
-come from raw copies of the ingest shards, each decoded once per machine with one take
-(``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a take per batch). On Linux it opens through
-Lance's io_uring reader (``file+uring://``, ``open_uring``; a take: -1/3 wall time, -1/2 CPU,
-bench/README.md "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file`` reads plain files, and
-a machine without io_uring falls back to them with a warning. A batch of windows reads the rows covering them with **one take** (rows located with the
-``rows-*.npy`` index of each fragment the batch touches, loaded on first touch: kept out of the
-manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance files carry no checksums
-of their own, so the row index holds a CRC-32 per row (``blocks.row_checksums``), checked on every
-row a take returns: a flipped bit is refused naming the shard and row. On the first touch of a
-fragment its row index is checked against its sha256 in the manifest (so the CRCs are trusted) and
-the data file only by size. A store without row CRCs falls back to a whole-file sha256 on first
-touch (``verify``: first-use or size, see ``checksum.verify_shard``); with ``verify="size"`` no
-checksum is checked and a flipped bit may decode as a wrong token. A decode error is an
-``LmdataError`` naming the fragment. ``doc_starts`` reads only the row index; ``arrow_rows`` (``lmdata
-sql``): a fragment scan per shard. Remote: the same copies, each made by one remote take (budget 0: a take per batch).
+Reader: the dataset opens lazily in each process, and not in one forked after Lance ran in its parent (Lance is
+not fork-safe: ``lance_fork``); its committed row count is checked. Local windows come from raw copies of the
+ingest shards, each decoded once per machine with one take (``lance_chunks``; ``LMDATA_LANCE_CACHE_BYTES=0``: a
+take per batch). On Linux it opens through Lance's io_uring reader (``file+uring://``, ``open_uring``; a take:
+-1/3 wall time, -1/2 CPU, bench/README.md "Lance layout"); ``io="file"`` or ``LMDATA_LANCE_IO=file`` reads plain
+files, and a machine without io_uring falls back to them with a warning. A batch of windows reads the rows
+covering them with **one take** (rows located with the ``rows-*.npy`` index of each fragment the batch touches,
+loaded on first touch: kept out of the manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance
+files carry no checksums of their own, so the row index holds a CRC-32 per row (``blocks.row_checksums``),
+checked on every row a take returns: a flipped bit is refused naming the shard and row. On the first touch of a
+fragment its row index is checked against its sha256 in the manifest (so the CRCs are trusted) and the data file
+only by size. A store without row CRCs falls back to a whole-file sha256 on first touch (``verify``: first-use
+or size, see ``checksum.verify_shard``); with ``verify="size"`` no checksum is checked and a flipped bit may
+decode as a wrong token. A decode error is an ``LmdataError`` naming the fragment. ``doc_starts`` reads only the
+row index; ``arrow_rows`` (``lmdata sql``): a fragment scan per shard. Remote: the same copies, each made by one
+remote take (budget 0: a take per batch).
 """
 
 from __future__ import annotations
@@ -84,6 +83,7 @@ from lmdata.store.windows import concat_ranges, sorted_unique
 
 class LanceWriter(base.RecordedShardWriter):
     """A staging fragment per shard; ``finish`` groups them into large fragments and commits once."""
+    vouching_record = staticmethod(lance_fragments.vouching_record)  # a fragment's member: the fragment's record
 
     OWNED = re.compile(r"data|_versions|_transactions|_indices|_deletions|_refs|_shards|_fragments"
                        r"|rows-\d{5,}\.npy|index-[0-9-]+\.npy")

@@ -116,6 +116,13 @@ def record_path(format_dir: Path, name: str) -> Path:
     return Path(format_dir) / GROUP_DIR / f"{name}.json"
 
 
+def vouching_record(format_dir: Path, index: int, shard: ShardInfo) -> Path:
+    """The record of completed shard ``index``: its fragment's for a fragment's member, else its own."""
+    if "fragment_of" in shard.extra:
+        return record_path(format_dir, shard.extra["fragment_of"])
+    return base.record_path(format_dir, index)
+
+
 def read_fragments(format_dir: Path) -> dict[str, ShardInfo]:
     """Fragment records whose files are all on disk with the recorded sizes, by name."""
     found = (base.read_record_file(format_dir, p) for p in sorted((Path(format_dir) / GROUP_DIR).glob("*.json")))
