@@ -163,7 +163,7 @@ class TrainConfig:
     out: str = _field("runs/train", "Output folder: checkpoints/, metrics.jsonl, loss.png.", path=True)
     resume: bool = _field(False, "Continue from the newest checkpoint in --out.")
     workers: int = _field(0, "Loader worker processes per rank (0 = read in the training process); TOML key: workers.",
-                      flag="loader-workers")
+                      flag="loader-workers", was="workers")
     prefetch: int = _field(2, "Reads each worker does ahead (a read is --batches-per-read batches).")
     batches_per_read: int = _field(BATCHES_PER_READ, "Consecutive batches read with one call (one Lance take); 1 = evenly spread waits.")
     doc_mask: bool = _field(False, "Attention stays inside documents; RoPE positions restart per document.")
@@ -211,7 +211,7 @@ class BenchConfig:
     formats: list[str] = _field([], "Formats to compare (a comma-separated list on the command line); empty = every "
                             "format of the store.", flag="format")
     workers: list[int] = _field([0, 1, 2], "Loader worker counts to try (comma-separated on the command line); "
-                            "TOML key: workers.", flag="loader-workers")
+                            "TOML key: workers.", flag="loader-workers", was="workers")
     batch_size: int = _field(32, "Sequences per step.")
     seq_len: int = _field(256, "Tokens per sequence.")
     steps: int = _field(100, "Steady-state steps per repeat, after the first step and the warm-up (capped at one "

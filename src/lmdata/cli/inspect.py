@@ -8,20 +8,28 @@ import sys
 
 import click
 
+from lmdata.cli.options import renamed, typed
+from lmdata.errors import LmdataError
+
 
 @click.command("sql")
 @click.argument("store", type=click.Path())
 @click.argument("query")
 @click.option("--output", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="How to print the result rows.")
+@click.option("--format", "old_fmt", type=click.Choice(["table", "csv", "json"]), default=None, hidden=True,
+              callback=renamed("format", "output"))
 @click.option("--limit", type=int, default=None,
               help="At most N rows (0: all). Default: 1,000 for a table; csv and json stream every row.")
-def sql_command(store: str, query: str, fmt: str, limit: int | None) -> None:
+@click.pass_context
+def sql_command(ctx: click.Context, store: str, query: str, fmt: str, old_fmt: str | None, limit: int | None) -> None:
     """DuckDB SQL (one statement) over views docs(split, doc_id, shard, n_tokens, token_offset,
     source, source_offset) and tokens(split, doc_id, token_offset, tokens)."""
     from lmdata.inspect import write_sql
 
-    write_sql(store, query, sys.stdout, fmt, limit)
+    if old_fmt and typed(ctx, "fmt"):
+        raise LmdataError("--output and its old name --format both given; keep --output")
+    write_sql(store, query, sys.stdout, old_fmt or fmt, limit)
 
 
 @click.command("inspect")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +41,43 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", flag(f.name))
 
 
-def _option(f: dataclasses.Field, hint: Any) -> Callable:
-    name = _flag(f)
+WAS = "__was"  # the destination suffix of a renamed field's old flag (``was`` metadata)
+
+
+def _option(f: dataclasses.Field, hint: Any, was: bool = False) -> Callable:
+    """The field's flag; ``was``: its old name's, hidden, warning when typed (``renamed``)."""
+    name, dest = (f.metadata["was"], f.name + WAS) if was else (_flag(f), f.name)
+    option = partial(click.option, hidden=True, callback=renamed(name, _flag(f))) if was else click.option
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     help = f.metadata["help"]
     if "cli" in f.metadata:  # a repeatable flag with its own parser (``--mix A=0.7 --mix B=0.3``)
-        return click.option(f"--{name}", f.name, multiple=True, metavar=f.metadata.get("metavar"), help=help)
+        return option(f"--{name}", dest, multiple=True, metavar=f.metadata.get("metavar"), help=help)
     if isinstance(default, bool):
         # an off-by-default switch shows no "[default: no-x]"
-        return click.option(f"--{name}/--no-{name}", f.name, default=default, show_default=default, help=help)
+        return option(f"--{name}/--no-{name}", dest, default=default, show_default=default, help=help)
     if typing.get_origin(hint) is list:  # comma-separated, and repeatable: --format memmap --format lance adds up
         shown = ",".join(map(str, default)) or "all"
         kind = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else None
-        return click.option(f"--{name}", f.name, default=[shown], show_default=shown, multiple=True,
-                            help=f"{help} Repeatable (the values add up).", type=kind)
+        return option(f"--{name}", dest, default=[shown], show_default=shown, multiple=True,
+                      help=f"{help} Repeatable (the values add up).", type=kind)
     kind = float if "float" in str(hint) else type(default) if default is not None else str
     choice = click.Choice(f.metadata["choices"]) if "choices" in f.metadata else kind
-    return click.option(f"--{name}", f.name, type=choice, default=default, show_default=default not in (None, ""),
-                        help=help)
+    return option(f"--{name}", dest, type=choice, default=default, show_default=default not in (None, ""), help=help)
+
+
+def renamed(old: str, new: str) -> Callable:
+    """The callback of a renamed flag's old name, kept for a release: one warning line when it is typed."""
+    def warn(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if param.name and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
+            click.echo(f"warning: --{old} is deprecated (it goes in a later release); use --{new}", err=True)
+        return value
+
+    return warn
+
+
+def typed(ctx: click.Context, name: str) -> bool:
+    """Whether parameter ``name`` was given (on the command line or in the environment), not defaulted."""
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
 def progress_options(fn: Callable | None = None, *, progress: bool = True) -> Callable:
@@ -89,6 +109,8 @@ def config_options(cls: type, skip: tuple[str, ...] = ()) -> Callable:
         for f in reversed(dataclasses.fields(cls)):
             if f.name not in skip:
                 fn = _option(f, hints[f.name])(fn)
+                if "was" in f.metadata:
+                    fn = _option(f, hints[f.name], was=True)(fn)
         return fn
 
     return decorate
@@ -101,8 +123,16 @@ def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, An
     hints = typing.get_type_hints(cls)
     parsers = {f.name: f.metadata["cli"] for f in dataclasses.fields(cls) if "cli" in f.metadata}
     out = {}
+    values = dict(values)
+    for old in [name for name in values if name.endswith(WAS)]:  # a renamed flag typed by its old name
+        name, value = old[:-len(WAS)], values.pop(old)
+        if typed(ctx, old):
+            if typed(ctx, name):
+                raise LmdataError(f"--{flag(name, cls)} and its old name --{_field_of(cls, name).metadata['was']} "
+                                  "both given; keep --" + flag(name, cls))
+            values[name] = value
     for name, value in values.items():
-        if name not in hints or ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
+        if name not in hints or not (typed(ctx, name) or typed(ctx, name + WAS)):
             continue
         if name in parsers:
             out[name] = [resolve(parsers[name])(v) for v in value] or None
@@ -110,6 +140,10 @@ def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, An
             is_list = typing.get_origin(hints[name]) is list
             out[name] = _list(",".join(value), hints[name], flag(name, cls)) if is_list else value
     return out
+
+
+def _field_of(cls: type, name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _list(value: str, hint: Any, name: str) -> list:  # name: the flag, e.g. loader-workers
