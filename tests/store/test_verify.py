@@ -139,6 +139,10 @@ def test_provenance_and_the_tokenizer_copy_are_verified(sample_store, tmp_path):
     (store / "tokenizer" / "vocab.json").unlink()
     report = verify_store(store)
     assert report.problems and report.problems[-1].startswith("tokenizer: ") and "vocab.json" in report.problems[-1]
+    shutil.rmtree(store / "tokenizer")  # an ingest's store (it has a plan) without the copy: not a valid store
+    assert verify_store(store).problems[-1] == (f"tokenizer: {store / 'tokenizer'} is missing (lmdata ingest wrote it; "
+                                                "`show`, `sample` and training decode with it): copy back the "
+                                                "tokenizer the store was made with")
 
 
 def _copies(cache) -> list:

@@ -29,7 +29,7 @@ import numpy as np
 from lmdata.errors import LmdataError, SettingError
 from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
 from lmdata.store.checksum import mark_verified
-from lmdata.store.layout import PROVENANCE_DIR, TOKENIZER_DIR
+from lmdata.store.layout import PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import Manifest, read_manifest
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.registry import get_format
@@ -84,13 +84,17 @@ def verify_store(path: str | Path) -> VerifyReport:
 
 def _tokenizer_problems(path: Location, manifest: Manifest) -> list[str]:
     """The store's copy of its tokenizer, where it has one: whole, unchanged, and the one the manifest
-    names (`show`, `sample` and training decode with it). A store written without one (a plug-in's
-    writer, a test's) has nothing here to check."""
+    names (`show`, `sample` and training decode with it). A store `lmdata ingest` wrote (it has an
+    ingest plan) always has one; a store written without one (a plug-in's writer, a test's) has
+    nothing here to check."""
     from lmdata.store.store import fetch_tokenizer
     from lmdata.tokenizer.saved import read_dir
 
     copy = path / TOKENIZER_DIR
     if not (copy.list(recursive=True) if path.remote else copy.exists()):
+        if (path / PLAN_NAME).is_file():
+            return [f"tokenizer: {copy} is missing (lmdata ingest wrote it; `show`, `sample` and training decode "
+                    "with it): copy back the tokenizer the store was made with"]
         return []
     try:
         directory = fetch_tokenizer(path) if path.remote else copy.local_path
