@@ -435,6 +435,11 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise LmdataError(f"pipeline {path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise LmdataError(f"pipeline {path}: not UTF-8 text (byte {exc.start}); a pipeline is a TOML file, "
+                          "saved as UTF-8") from None
+    except OSError as exc:
+        raise LmdataError(f"pipeline {path}: cannot be read ({exc.strerror})") from None
     try:
         obj = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

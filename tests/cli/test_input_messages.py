@@ -54,3 +54,24 @@ def test_ingest_values_are_named_by_their_flags(tokenizer_dir, tmp_path, capsys,
     err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--out",
                      str(tmp_path / "s"), flag, value, "-q"], capsys)
     assert message in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["ingest", "--shard-tokens", "1.5"], "error: Invalid value for '--shard-tokens': '1.5' is not a valid integer. "
+                                          "(see `lmdata ingest --help`)"),
+    (["sql"], "error: Missing argument 'STORE'. (see `lmdata sql --help`)"),
+    (["nope"], "error: No such command 'nope'. (see `lmdata --help`)"),
+])
+def test_a_usage_slip_is_one_line_and_exit_2(argv, said, capsys):
+    """click's own usage error is four lines (usage, hint, blank, error); every other error is one."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and capsys.readouterr().err.splitlines() == [said]
+
+
+def test_a_pipeline_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "p.toml"
+    bad.write_bytes(b'[ingest]\nout = "\xff\xfe"\n')
+    for command in ("run", "ingest", "train", "bench"):
+        err = _one_line([command, str(bad)], capsys)
+        assert err == f"error: pipeline {bad}: not UTF-8 text (byte 16); a pipeline is a TOML file, saved as UTF-8"

@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
         argv = sys.argv[1:] if argv is None else argv
         click.echo(f"interrupted{INTERRUPTED.get(next((a for a in argv if a in COMMANDS), ''), '')}", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # one line, as every other error (click's own is usage, hint, blank, error)
+        where = exc.ctx.command_path if exc.ctx is not None else "lmdata"
+        click.echo(f"error: {_one_line(exc.format_message())} (see `{where} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
