@@ -37,6 +37,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
 COMPUTE = ("simulated", "model")
 ENGINES = ("local", "ray")
+MAX_LOCAL_WORKERS = 1024  # the local engine's encoder threads (or processes): 100,000 failed starting threads
 CACHE = ("warm", "cold")
 TRACKERS = ("jsonl", "tensorboard", "wandb")  # lmdata train --log (lmdata.train.trackers)
 
@@ -409,6 +410,9 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
         raise LmdataError(f"{where}: {key('workers')} must be >= 0 (0 = all cores), got {cfg.workers}")
     if cfg.engine not in ENGINES:
         raise LmdataError(f"{where}: {key('engine')} must be local or ray, got {cfg.engine!r}")
+    if cfg.engine == "local" and cfg.workers > MAX_LOCAL_WORKERS:  # past it: the OS's thread limit, mid-start
+        raise LmdataError(f"{where}: {key('workers')} {cfg.workers}: at most {MAX_LOCAL_WORKERS:,} encoders on one "
+                          f"machine ({os.cpu_count()} cores here; 0 = all cores)")
     if cfg.errors not in ERRORS:
         raise LmdataError(f"{where}: {key('errors')} must be one of {', '.join(ERRORS)}, got {cfg.errors!r}")
     for name, split in cfg.splits.items():

@@ -75,3 +75,10 @@ def test_a_pipeline_that_is_not_utf8_is_one_line(tmp_path, capsys):
     for command in ("run", "ingest", "train", "bench"):
         err = _one_line([command, str(bad)], capsys)
         assert err == f"error: pipeline {bad}: not UTF-8 text (byte 16); a pipeline is a TOML file, saved as UTF-8"
+
+
+def test_more_encoders_than_one_machine_runs_is_one_line_before_anything_is_written(tokenizer_dir, tmp_path, capsys):
+    """--workers 100000 had failed while starting threads: a traceback, and a store's lock and plan left."""
+    err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "s"),
+                     "--workers", "100000", "-q"], capsys)
+    assert "--workers 100000: at most 1,024 encoders on one machine" in err and not (tmp_path / "s").exists()

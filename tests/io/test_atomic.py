@@ -1,10 +1,10 @@
-"""``space_for``: a full disk becomes one NoSpaceError; Ctrl-C stays Ctrl-C."""
+"""``space_for``: a full disk becomes one NoSpaceError; Ctrl-C stays Ctrl-C. ``write_file``: errors name the file."""
 
 import errno
 
 import pytest
 
-from lmdata.io.atomic import NoSpaceError, space_for
+from lmdata.io.atomic import NoSpaceError, space_for, write_text
 
 
 def test_enospc_and_the_libraries_messages_are_no_space(tmp_path):
@@ -32,3 +32,12 @@ def test_a_write_error_raised_while_handling_ctrl_c_is_ctrl_c(tmp_path):
                 raise KeyboardInterrupt
             except KeyboardInterrupt:
                 raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+
+def test_a_write_that_fails_names_the_file_not_its_temporary(tmp_path):
+    """``tokenizer export --out nodir/x.json`` had said ``nodir/.x.json.tmp-9759: No such file or directory``."""
+    target = tmp_path / "nodir" / "x.json"
+    with pytest.raises(FileNotFoundError) as e:
+        write_text(target, "{}")
+    assert e.value.filename == str(target) and e.value.errno == errno.ENOENT
+    assert not list(tmp_path.rglob("*.tmp-*"))

@@ -157,6 +157,27 @@ def test_tokenizer_dir_content_changed(saved, capsys, monkeypatch, name):
     assert code == 1 and name in err and "does not match" in err
 
 
+def test_a_damaged_or_unreadable_metadata_file_says_which(saved):
+    """Both had read "not an lmdata tokenizer (format 'lmdata-bpe', version 1 or 2 expected)"."""
+    import os
+
+    meta = saved / "lmdata_tokenizer.json"
+    good = meta.read_text()
+    meta.write_text(good[: len(good) // 2])
+    with pytest.raises(LmdataError, match=r"lmdata_tokenizer.json: not valid JSON \(.*\); the tokenizer directory "
+                                          "is damaged, save or train it again"):
+        Tokenizer.load(saved)
+    meta.write_text(good)
+    meta.chmod(0)
+    try:
+        if os.access(meta, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reads")
+        with pytest.raises(LmdataError, match=r"lmdata_tokenizer.json: cannot be read \(Permission denied\)"):
+            Tokenizer.load(saved)
+    finally:
+        meta.chmod(0o644)
+
+
 def test_metadata_hash_changed(saved):
     meta = json.loads((saved / "lmdata_tokenizer.json").read_text())
     meta["special_tokens"] = ["<|other|>"]

@@ -160,6 +160,11 @@ def write_file(path: Path, write: Callable[[Path], None], *, sync_dir: bool = Tr
             fsync_path(tmp, drop_cache)
         replaced = os.path.lexists(path)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename not in (str(tmp), tmp):
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # named as the caller's file, not our temporary
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -78,6 +78,17 @@ def _read_meta(path: Path) -> tuple[Path, dict] | None:
     return None
 
 
+def _why_not_ours(file: Path) -> str:
+    """Why a metadata file that is there did not read as ours: unreadable, not JSON, or another format."""
+    try:
+        json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror}); check the file's permissions"
+    except (ValueError, RecursionError) as exc:
+        return f"not valid JSON ({exc}); the tokenizer directory is damaged, save or train it again"
+    return f"not an lmdata tokenizer (format {FORMAT!r}, version 1 or 2 expected)"
+
+
 def is_lmdata_tokenizer_dir(path: str | Path) -> bool:
     """Whether ``path`` holds our metadata file (either name), parsed, with our format and a known version."""
     return Path(path).is_dir() and _read_meta(Path(path)) is not None
@@ -183,7 +194,7 @@ def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
         if not (path / METADATA).is_file():
             raise LmdataError(f"{path / METADATA}: missing; the tokenizer directory is incomplete, save or train it "
                               "again (a Hugging Face tokenizer.json is brought in with `lmdata tokenizer import`)")
-        raise LmdataError(f"{path / METADATA}: not an lmdata tokenizer (format {FORMAT!r}, version 1 or 2 expected)")
+        raise LmdataError(f"{path / METADATA}: {_why_not_ours(path / METADATA)}")
     meta_file, meta = found
     for name in FILES[:2]:
         if not (path / name).is_file():
