@@ -167,6 +167,16 @@ def test_one_statement_only(sample_store, tmp_path):
     assert sql(sample_store, "SELECT ';' AS s;") == (["s"], [(";",)])  # DuckDB's parser, not a split on ';'
 
 
+def test_a_wrong_query_is_told_what_there_is_to_query(sample_store):
+    for query, said in (("SELEC 1", 'Parser Error: syntax error at or near "SELEC"'),
+                        ("SELECT nope FROM docs", "Binder Error: "), ("SELECT * FROM nope", "Catalog Error: ")):
+        with pytest.raises(LmdataError) as e:
+            sql(sample_store, query)
+        assert str(e.value).startswith(f"sql: {said}") and str(e.value).endswith(
+            "; fix the query: the views are docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) "
+            "and tokens(split, doc_id, token_offset, tokens)"), e.value
+
+
 def test_views_are_lazy(sample_store, tmp_path):
     """connect() reads no rows: a damaged shard is met by the first query that scans it."""
     from lmdata.inspect import connect

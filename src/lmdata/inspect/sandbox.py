@@ -215,6 +215,16 @@ def _interruptible(con: Any, call: Callable[[], Any], stuck: list[bool]) -> Any:
     return running.result()
 
 
+QUERY_ERRORS = ("Parser Error", "Binder Error", "Catalog Error")  # DuckDB's words for a query that is wrong
+VIEWS = ("docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) and "
+         "tokens(split, doc_id, token_offset, tokens)")
+
+
+def _with_hint(text: str) -> str:
+    """DuckDB's first line; for a query that is wrong (not a damaged store), what there is to query."""
+    return f"{text}; fix the query: the views are {VIEWS}" if text.startswith(QUERY_ERRORS) else text
+
+
 @contextmanager
 def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
     """Run the user's one statement, as given: (column names, batches of rows fetched on demand)."""
@@ -223,7 +233,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise LmdataError(f"sql: {str(exc).splitlines()[0]}") from None
+        raise LmdataError(f"sql: {_with_hint(str(exc).splitlines()[0])}") from None
     if len(statements) != 1:
         raise LmdataError(f"sql: the query holds {len(statements)} statements; give exactly one")
     errors: list[LmdataError] = []
@@ -233,7 +243,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         text = str(exc).splitlines()[0]
         stream = re.search(r"'(_rows_\d+_\d+(?:_\d+)?)'", text)
         damaged = _damaged_shard(sources[stream.group(1)]) if not errors and stream and stream.group(1) in sources else None
-        return LmdataError(f"sql: {errors[0] if errors else damaged or text}")
+        return LmdataError(f"sql: {errors[0] if errors else damaged or _with_hint(text)}")
 
     con = connect(store, errors, sources)
     stuck: list[bool] = []  # a query that would not stop: closing would wait on it
