@@ -37,6 +37,7 @@ stream); with ``errors="replace"`` each bad sequence becomes U+FFFD and is count
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import json
@@ -105,6 +106,17 @@ class SourceStats:
 # ---------------------------------------------------------------------------- files
 
 
+def _link_trouble(path: Path) -> str:
+    """Why a symbolic link leads nowhere: its target is missing, or it loops."""
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 names a loop so
+        return "it loops"
+    except OSError as exc:
+        return "it loops" if exc.errno == errno.ELOOP else f"its target {os.readlink(path)} is missing"
+    return "unreadable"
+
+
 def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
     """Paths, URIs and globs -> the files they name, each glob's sorted; a missing path or a glob
     matching nothing is an error naming it. ``file://PATH`` is the local ``PATH``."""
@@ -121,6 +133,9 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
         else:
             path = loc.local_path
             if not path.exists():
+                if path.is_symlink():  # exists() follows links: a dangling one, or a loop
+                    raise LmdataError(f"input {pattern}: a symbolic link to nothing readable ({_link_trouble(path)}); "
+                                      "point it at the file or give the file itself")
                 raise LmdataError(f"input {pattern}: no such file{fetch_hint(path)}")
             if path.is_dir() and (path / "state.json").is_file():
                 files.extend(location(p) for p in saved_dataset_files(path))

@@ -82,3 +82,14 @@ def test_more_encoders_than_one_machine_runs_is_one_line_before_anything_is_writ
     err = _one_line(["ingest", "--input", str(SAMPLE), "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "s"),
                      "--workers", "100000", "-q"], capsys)
     assert "--workers 100000: at most 1,024 encoders on one machine" in err and not (tmp_path / "s").exists()
+
+
+def test_an_input_link_to_nothing_says_why(tokenizer_dir, tmp_path, capsys):
+    """A symbolic link that loops had been reported as 'no such file'."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to("gone.txt")
+    for name, why in (("loop", "it loops"), ("dangling", "its target gone.txt is missing")):
+        err = _one_line(["ingest", "--input", str(tmp_path / name), "--tokenizer", str(tokenizer_dir),
+                         "--out", str(tmp_path / "s"), "-q"], capsys)
+        assert err == (f"error: input {tmp_path / name}: a symbolic link to nothing readable ({why}); point it at "
+                       "the file or give the file itself") and not (tmp_path / "s").exists()
