@@ -116,13 +116,28 @@ def test_ctrl_c_during_ingest_then_resume_equals_an_uninterrupted_run(small_stor
     proc = _start([*args, "--out", str(out)])
     records = out / "train" / "memmap" / "_shards"  # (Lance records a fragment only when it closes)
     _, err = _ctrl_c(proc, lambda: len(list(records.glob("*.json"))) >= 2, "the ingest")
-    assert err.strip().splitlines() == ["interrupted: rerun with --resume to continue from the completed shards"]
+    assert err.splitlines() == ["interrupted: rerun with --resume to continue from the completed shards"]  # no blank
     assert not (out / "manifest.json").exists()
     resumed = _start([*args, "--out", str(out), "--resume", "--quiet"])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     whole = _start([*args, "--out", str(tmp_path / "whole"), "--quiet"])
     assert whole.wait(timeout=300) == 0, whole.stderr.read()
     assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
+
+
+def test_ctrl_c_before_an_ingest_wrote_anything_offers_no_resume(small_store, tmp_path, monkeypatch, capsys):
+    """Nothing to resume: the hint would send the user to --resume on a store that does not exist."""
+    import lmdata.ingest
+    from lmdata.cli import main
+
+    def interrupted(*args, out_dir=None, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmdata.ingest, "ingest", interrupted)
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as e:
+        main(["ingest", "--input", str(SAMPLE), "--tokenizer", str(small_store / "tokenizer"), "--out", str(out), "-q"])
+    assert e.value.code == 130 and capsys.readouterr().err.splitlines() == ["interrupted"] and not out.exists()
 
 
 def test_ctrl_c_during_bench(small_store, tmp_path):

@@ -11,6 +11,7 @@ import errno
 import importlib
 import sys
 import warnings
+from typing import Any
 
 import click
 
@@ -43,8 +44,23 @@ INTERRUPTED = {
 }
 
 
+class Interrupted(click.ClickException):
+    """Ctrl-C inside a command: its one line and exit 130 (click's own main prints a blank line first)."""
+
+    exit_code = 130
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(f"interrupted{hint}")
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted(INTERRUPTED.get(ctx.invoked_subcommand or "", "")) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -97,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         argv = sys.argv[1:] if argv is None else argv
         click.echo(f"interrupted{INTERRUPTED.get(next((a for a in argv if a in COMMANDS), ''), '')}", err=True)
         sys.exit(130)
+    except Interrupted as exc:
+        click.echo(exc.message, err=True)
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # one line, as every other error (click's own is usage, hint, blank, error)
         where = exc.ctx.command_path if exc.ctx is not None else "lmdata"
         click.echo(f"error: {_one_line(exc.format_message())} (see `{where} --help`)", err=True)
