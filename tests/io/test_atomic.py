@@ -41,3 +41,18 @@ def test_a_write_that_fails_names_the_file_not_its_temporary(tmp_path):
         write_text(target, "{}")
     assert e.value.filename == str(target) and e.value.errno == errno.ENOENT
     assert not list(tmp_path.rglob("*.tmp-*"))
+
+
+def test_a_directory_built_aside_gets_the_mode_mkdir_would(tmp_path):
+    """Tokenizer folders had been 0700 whatever the umask (``mkdtemp``'s mode, kept by the rename)."""
+    import os
+
+    from lmdata.io.atomic import temp_dir
+
+    old = os.umask(0o027)
+    try:
+        made = temp_dir(tmp_path / "tok")
+    finally:
+        os.umask(old)
+    assert made.parent == tmp_path and made.name.startswith(".tok.tmp-")
+    assert made.stat().st_mode & 0o777 == 0o750

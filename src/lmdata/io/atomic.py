@@ -19,6 +19,7 @@ import errno
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,6 +108,25 @@ def temp_path(path: Path) -> Path:
     """The temporary name ``path`` is written under (hidden, tagged with our pid)."""
     path = Path(path)
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+
+
+def temp_dir(path: Path) -> Path:
+    """A new hidden directory beside ``path`` to build it in, with the mode ``mkdir`` gives under the
+    process's umask (``mkdtemp`` makes it 0700, which the rename would give the finished directory)."""
+    path = Path(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent))
+    tmp.chmod(0o777 & ~_umask())
+    return tmp
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)  # no /proc: read it by setting it (for an instant)
+        os.umask(mask)
+        return mask
 
 
 def fsync_path(path: Path, drop_cache: bool = False) -> None:

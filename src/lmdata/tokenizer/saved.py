@@ -25,12 +25,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
+from lmdata.io import atomic
 from lmdata.tokenizer.patterns import GPT2_PATTERN
 
 FORMAT = "lmdata-bpe"
@@ -123,7 +123,7 @@ def write_dir(out: Path, vocab_text: Text, merges_text: Text, special_tokens: li
     out = Path(out)
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = atomic.temp_dir(out)
     try:
         files = {name: _write(tmp / name, text) for name, text in (("vocab.json", vocab_text),
                                                                    ("merges.txt", merges_text))}

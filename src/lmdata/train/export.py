@@ -26,13 +26,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lmdata.errors import LmdataError
+from lmdata.io import atomic
 from lmdata.train.checkpoint import read_checkpoint
 
 MARKER = "lmdata-export.json"
@@ -204,7 +204,7 @@ def export(checkpoint: str | Path, out: str | Path, to: str = "hf", eos_token_na
     eos = eos_token(tok, int(meta["eot_id"]), eos_token_name, ckpt)
     config = llama_config(mcfg, tok.special_ids[eos])
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = atomic.temp_dir(out)
     try:
         save_file(hf_state_dict(payload["model"], mcfg), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
