@@ -359,3 +359,11 @@ def test_loader_state_of_another_version_is_refused(reader):
     state = loader.state_dict() | {"version": 999}
     with pytest.raises(LmdataError, match="version"):
         make_loader(TokenDataset(reader, L), B, num_workers=0, seed=1).load_state_dict(state)
+
+
+@pytest.mark.parametrize("seq_len", [10.5, "16", True, 0, -3])
+def test_a_seq_len_that_is_not_a_whole_positive_number_is_refused(reader, seq_len):
+    """10.5 had been read as 10, silently."""
+    with pytest.raises(LmdataError, match=f"seq_len must be a whole number >= 1, got {seq_len!r}"):
+        TokenDataset(reader, seq_len)
+    assert TokenDataset(reader, np.int64(16)).seq_len == 16
