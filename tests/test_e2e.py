@@ -132,3 +132,22 @@ def test_bad_pipeline_section_is_one_line_naming_the_key(tmp_path: Path) -> None
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line, no traceback
     assert "[bench]: unknown key 'worker'" in proc.stderr and not (tmp_path / "runs").exists()
+
+
+def test_the_jsonl_example_trains_its_tokenizer_on_text_then_ingests_jsonl(tmp_path: Path) -> None:
+    """On a fresh clone its tokenizer step had read data/sample.txt as JSON Lines (the split's kind) and
+    failed; and its tokenizer was the demo's folder, which its --fresh then deleted."""
+    from lmdata.store import open_store
+
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "data").symlink_to(REPO / "data")
+    pipeline = tmp_path / "pipelines" / "jsonl-example.toml"
+    pipeline.write_text((REPO / "pipelines" / "jsonl-example.toml").read_text())
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, "-m", "lmdata", "ingest", str(pipeline), "--no-progress"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    store = open_store(tmp_path / "runs" / "jsonl-store")
+    assert store.manifest.splits["train"].n_docs + store.manifest.splits["validation"].n_docs == 10
+    assert (tmp_path / "runs" / "jsonl-tokenizer" / "vocab.json").is_file()
+    assert not (tmp_path / "runs" / "sample-tokenizer").exists()

@@ -89,9 +89,11 @@ def ensure_tokenizer(cfg: TokenizerConfig, *, progress: bool, log: Callable[[str
     from lmdata.tokenizer.train import train_bpe_stats
 
     # files, s3:// objects and globs of either, as ingest takes them; a JSONL/Parquet/Arrow file is read
-    # as its documents, with the splits' kind and text field where they agree (train_bpe_stats resolves them)
+    # as its documents, with the splits' kind where the files are the splits' own and the kinds agree
+    # (else by extension: a .txt beside a jsonl split is text), and their text field where they agree
     splits = list(ingest.splits.values()) if ingest is not None else []
-    kinds, fields = {s.kind for s in splits}, {s.text_field for s in splits}
+    own = set(cfg.train_files) <= {src for s in splits for src in s.sources}
+    kinds, fields = ({s.kind for s in splits} if own else {"auto"}), {s.text_field for s in splits}
     vocab, merges, stats = train_bpe_stats(list(cfg.train_files), cfg.vocab_size, cfg.special_tokens,
                                            progress=progress, kind=kinds.pop() if len(kinds) == 1 else "auto",
                                            text_field=fields.pop() if len(fields) == 1 else "text",
