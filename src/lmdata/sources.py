@@ -260,15 +260,16 @@ def _read_lines(path: Location) -> Iterator[tuple[int, bytes]]:
             raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {offset} ({exc})") from None
 
 
-def check_text(path: Location, head: bytes) -> None:
-    """Refuse a binary file given as text (whatever ``errors`` says): an Arrow/Parquet file, NUL bytes,
-    or mostly invalid UTF-8 in its first ``SNIFF_BYTES``."""
+def check_text(path: Location, head: bytes, nul_is_binary: bool = True) -> None:
+    """Refuse a binary file given as text (whatever ``errors`` says): an Arrow/Parquet file, NUL bytes
+    (unless not ``nul_is_binary``: a tokenizer learns any byte), or mostly invalid UTF-8 in its first
+    ``SNIFF_BYTES``."""
     what = None
     if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
         what = "an Arrow IPC file; pass kind arrow (--kind arrow, or a .arrow name)"
     elif head.startswith(b"PAR1"):
         what = "a Parquet file; pass kind parquet (--kind parquet, or a .parquet name)"
-    elif head.find(0) >= 0:
+    elif nul_is_binary and head.find(0) >= 0:
         what = f"binary data (a NUL byte at byte {head.find(0)}), not text; {STRIP_NUL}"
     else:
         cut = head[:-3] if len(head) == SNIFF_BYTES else head  # a character cut by the sniff is not invalid

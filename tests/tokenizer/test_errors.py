@@ -91,6 +91,18 @@ def test_invalid_utf8_offset_across_blocks(tmp_path):
         train_bpe(path, 300, [EOT], workers=1, block_bytes=333)
 
 
+def test_a_binary_file_is_refused_even_with_errors_replace(tmp_path, capsys):
+    """As ingest refuses it: a PNG had been 'trained' on, 12,786 invalid sequences replaced."""
+    import random
+
+    path = tmp_path / "image.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + random.Random(0).randbytes(5000))
+    code, _, err = run(["tokenizer", "train", str(path), "--vocab-size", "300", "--out", str(tmp_path / "tok"),
+                        "--errors", "replace", "--workers", "1", "--no-progress"], capsys)
+    assert code == 1 and f"input {path}: binary data (" in err and "--errors replace does not apply" in err
+    assert not (tmp_path / "tok").exists()
+
+
 def test_errors_replace_counts_replacements(tmp_path, capsys):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"hello \xff world \xc3( and \xe2\x82 end")

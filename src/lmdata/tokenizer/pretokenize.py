@@ -25,7 +25,8 @@ import regex
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import location
-from lmdata.tokenizer.inputs import Input, is_compressed, open_input, read_block
+from lmdata.sources import SNIFF_BYTES, check_text
+from lmdata.tokenizer.inputs import DocumentsInput, Input, is_compressed, open_input, read_block
 from lmdata.tokenizer.patterns import GPT2, GPT2_PATTERN, Pattern
 
 PRETOKEN_RE = GPT2.compiled
@@ -149,6 +150,8 @@ def iter_text_blocks(
     carry, offset = "", 0
     with open_input(path, stats) as f:  # (a document input counts what its reading replaced)
         while True:
+            if offset == 0 and not isinstance(path, DocumentsInput) and hasattr(f, "peek"):
+                check_text(path, f.peek(SNIFF_BYTES)[:SNIFF_BYTES], nul_is_binary=False)  # as ingest refuses one
             raw = read_block(f, path, block_bytes)
             pending = len(decoder.getstate()[0])
             try:
