@@ -41,6 +41,9 @@ def test_bad_pattern_and_missing_tiktoken_pattern(corpus, tmp_path, capsys):
     (tmp_path / "r.tiktoken").write_text("YQ== 0\n")
     code, _, err = run(["tokenizer", "import", str(tmp_path / "r.tiktoken"), "--out", str(tmp_path / "x")], capsys)
     assert code == 1 and "--pattern" in err
+    (tmp_path / "notes.md").write_text("# notes\n")  # not a ranks file: said so, not sent to --pattern first
+    code, _, err = run(["tokenizer", "import", str(tmp_path / "notes.md"), "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and err.strip() == f"error: {tmp_path / 'notes.md'}:1: expected 'base64-token rank', got b'# notes'"
 
 
 def test_export_replaces_no_file_without_overwrite_and_never_the_tokenizers_own(corpus, tmp_path, capsys):

@@ -138,6 +138,9 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
         tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src)
     else:
         if not pattern:
+            from lmdata.tokenizer import tiktoken_ranks
+
+            tiktoken_ranks.read(src)  # not a ranks file at all (a README, a JSONL): that, not --pattern, is the news
             raise LmdataError(f"{src}: a tiktoken file holds no pattern; pass --pattern (e.g. cl100k or o200k)")
         tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
     digest = tok.save(out)
