@@ -410,6 +410,11 @@ def check_ingest(cfg: IngestConfig, where: str = "ingest") -> None:
         raise LmdataError(f"{where}: {key('workers')} must be >= 0 (0 = all cores), got {cfg.workers}")
     if cfg.engine not in ENGINES:
         raise LmdataError(f"{where}: {key('engine')} must be local or ray, got {cfg.engine!r}")
+    from lmdata.store.registry import available_formats
+
+    if unknown := [f for f in cfg.formats if f not in available_formats()]:
+        raise LmdataError(f"{where}: {key('formats')} {unknown[0]!r}: no such format; valid formats: "
+                          f"{', '.join(available_formats())}")
     if cfg.engine == "local" and cfg.workers > MAX_LOCAL_WORKERS:  # past it: the OS's thread limit, mid-start
         raise LmdataError(f"{where}: {key('workers')} {cfg.workers}: at most {MAX_LOCAL_WORKERS:,} encoders on one "
                           f"machine ({os.cpu_count()} cores here; 0 = all cores)")
