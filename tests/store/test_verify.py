@@ -56,6 +56,14 @@ def test_bit_flip_is_named(make_store, fmt):
     assert "sha256" in report.problems[0]
     with pytest.raises(LmdataError, match=f"shard {shard['name']}"):
         report.raise_if_bad()
+    # one problem per damaged file: a memmap shard's CRC sidecar names the block in it, not in a second line
+    # telling the user to run the verify they are running
+    assert not [p for p in report.problems if "run `lmdata verify`" in p], report.problems
+    if fmt == "memmap":
+        block = (len(data) // 2) // 4096
+        assert [p for p in report.problems if shard["name"] in p and victim.name in p] == [
+            f"split 'train' format 'memmap' shard {shard['name']}: {victim} fails its sha256 checksum (the file is "
+            f"corrupt: block {block}, bytes {block * 4096}..{(block + 1) * 4096}, differs from its CRC-32)"]
 
 
 def test_truncated_file_is_named(make_store):

@@ -122,6 +122,7 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
     problems = []
     for s in shards:
         crcs: dict[str, Any] = {}  # data file -> its block CRCs, computed in the same pass as its sha256
+        failed: dict[str, int] = {}  # a file that failed its sha256 -> its problem's index
         for f in s.files:
             full = format_dir / f.path  # read_manifest refused paths that leave the store
             size = full.size()
@@ -135,20 +136,35 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
                 continue
             digest, crcs[f.path] = _digest(full)
             if digest != f.sha256:
+                failed[f.path] = len(problems)
                 problems.append(f"{where} shard {s.name}: {full} fails its sha256 checksum (the file is corrupt)")
             elif not full.remote:
                 mark_verified(full.local_path, f)  # the readers of the stream pass below need not hash it again
         for f in s.files:  # a block-checksum sidecar must agree with the data it covers
             data = f.path[: -len(SIDECAR_SUFFIX)]
-            if f.path.endswith(SIDECAR_SUFFIX) and f.path in crcs and data in crcs:
-                try:
-                    sums = BlockSums.decode((format_dir / f.path).read_bytes(), f.path)
-                    found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
-                    if found is None or not np.array_equal(found, sums.crcs):
-                        sums.check(0, (format_dir / data).read_bytes(), str(format_dir / data))
-                except LmdataError as exc:
-                    problems.append(f"{where} shard {s.name}: {exc}")
+            if not (f.path.endswith(SIDECAR_SUFFIX) and f.path in crcs and data in crcs) or f.path in failed:
+                continue  # (a sidecar that fails its own sha256 says nothing about the data)
+            try:
+                sums = BlockSums.decode((format_dir / f.path).read_bytes(), f.path)
+                found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
+                if data in failed and found is not None and len(found) == len(sums.crcs):
+                    problems[failed[data]] = _with_blocks(problems[failed[data]], np.flatnonzero(found != sums.crcs))
+                elif found is None or not np.array_equal(found, sums.crcs):
+                    sums.check(0, (format_dir / data).read_bytes(), str(format_dir / data))
+            except LmdataError as exc:
+                problems.append(f"{where} shard {s.name}: {exc}")
     return problems
+
+
+def _with_blocks(problem: str, blocks: np.ndarray) -> str:
+    """A data file's failed sha256, with where its CRC-32 sidecar says it changed (one problem, not two)."""
+    if not len(blocks):
+        return problem
+    first = int(blocks[0])
+    more = f" and {len(blocks) - 1:,} more" if len(blocks) > 1 else ""
+    return problem.replace("(the file is corrupt)", f"(the file is corrupt: block {first}, bytes "
+                                                     f"{first * BLOCK_BYTES}..{(first + 1) * BLOCK_BYTES}{more}, "
+                                                     "differs from its CRC-32)")
 
 
 def _digest(full: Location) -> tuple[str, Any]:
