@@ -140,6 +140,19 @@ def test_ctrl_c_before_an_ingest_wrote_anything_offers_no_resume(small_store, tm
     assert e.value.code == 130 and capsys.readouterr().err.splitlines() == ["interrupted"] and not out.exists()
 
 
+def test_ctrl_c_before_a_first_checkpoint_offers_no_resume(small_store, tmp_path, monkeypatch, capsys):
+    import lmdata.train.loop
+    from lmdata.cli import main
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmdata.train.loop, "train", interrupted)
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--store", str(small_store), "--out", str(tmp_path / "t"), "-q"])
+    assert e.value.code == 130 and capsys.readouterr().err.splitlines() == ["interrupted"]
+
+
 def test_ctrl_c_during_bench(small_store, tmp_path):
     args = ["bench", "--store", str(small_store), "--out", str(tmp_path / "b"), "--format", "memmap",
             "--loader-workers", "1", "--batch-size", "2", "--seq-len", "16", "--compute", "simulated",

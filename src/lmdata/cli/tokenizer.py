@@ -19,7 +19,8 @@ _READ = 1 << 20  # stdin is processed in pieces of this many characters / bytes
 
 @click.group()
 def tokenizer() -> None:
-    """Train a byte-level BPE tokenizer; encode and decode between stdin and stdout."""
+    """Byte-level BPE tokenizers: train one; encode and decode between stdin and stdout; import a Hugging
+    Face tokenizer.json or a tiktoken file, and export to them."""
 
 
 @tokenizer.command()
@@ -85,7 +86,7 @@ def encode(directory: Path) -> None:
 @tokenizer.command()
 @click.argument("directory", type=click.Path(path_type=Path))
 def decode(directory: Path) -> None:
-    """Decode whitespace-separated ids from stdin to UTF-8 text on stdout."""
+    """Decode ids (whitespace-separated) from stdin to text on stdout."""
     from lmdata.tokenizer.encoder import Tokenizer
 
     tok = Tokenizer.load(directory)

@@ -7,6 +7,7 @@ booleans as ``--doc-mask/--no-doc-mask``), with the same help text; flags overri
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 
@@ -31,7 +32,16 @@ def train(ctx: click.Context, pipeline: str | None, quiet: bool, **flags) -> Non
     cfg = dataclasses.replace(cfg, **given(ctx, TrainConfig, flags))
     if quiet:
         cfg.progress = False
-    result = run_train(cfg, log=echo_unless(quiet))
+    try:
+        result = run_train(cfg, log=echo_unless(quiet))
+    except KeyboardInterrupt:
+        from lmdata.train.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(Path(cfg.out) / "checkpoints") is None:  # nothing to resume from: no hint
+            from lmdata.cli import Interrupted
+
+            raise Interrupted() from None
+        raise
     if quiet:
         click.echo(result.summary())
     elif result.checkpoint is not None:

@@ -167,7 +167,7 @@ class TrainingRun:
         self.seq_len = cfg.seq_len or self.mcfg["context_length"]
         if self.seq_len > self.mcfg["context_length"]:
             raise LmdataError(
-                f"--seq-len {self.seq_len} is longer than model {cfg.model!r}'s context_length "
+                f"--seq-len {self.seq_len} is longer than the context_length of model {cfg.model!r}, "
                 f"{self.mcfg['context_length']}; use --seq-len <= {self.mcfg['context_length']} or a larger preset"
             )
         fmt = cfg.format or None
