@@ -133,7 +133,6 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
     def _own_files(self) -> bool:
         return self.copies is None  # remote: the machine's copies (``RawWindows._own_files``)
 
-
     def _first_touch(self, shards: list[int], sums: bool) -> None:
         """Open local shards met for the first time in one C call (``open_shards``: token file opened
         and sized, sidecar read and its header checked, CRCs copied, without the GIL); here only each
