@@ -20,7 +20,7 @@ LONG_BY_A_LITTLE = {"lmdata.data.loader.make_loader"}  # 63: the loader's one co
 LAYERS = [
     {"lmdata", "errors", "_lazy", "_eot"},  # ``lmdata``: the package's own __init__ (its version)
     {"io"},
-    {"_ownership", "_progress", "_mp", "_gc_pause"},
+    {"_ownership", "_progress", "_mp", "_gc_pause", "text_sniff"},
     {"sources"},
     {"tokenizer"},
     {"store"},

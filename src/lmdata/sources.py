@@ -54,12 +54,11 @@ from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, glob as remote_glob, location
 from lmdata.io.streams import fetch_hint, open_binary, open_seekable, strip_compression
+from lmdata.text_sniff import SNIFF_BYTES, STRIP_NUL, check_text
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
-SNIFF_BYTES = 1 << 16  # the start of a text source checked for binary data
 TEXT_BLOCK_BYTES = 1 << 20  # what the text reader searches at a time
-MAX_INVALID = 0.25  # more invalid UTF-8 than this share of the sniffed bytes: binary, not text
 ERRORS = ("strict", "replace")
 DEFAULT_SEPARATOR = EOT
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
@@ -218,10 +217,6 @@ def no_surrogates(text: str, errors: str, where: str, stats: SourceStats) -> str
     return fixed
 
 
-
-STRIP_NUL = "if it is text with stray NUL bytes, remove them first: tr -d '\\000' < IN > OUT"
-
-
 def decode(data: bytes, errors: str, where: object, offset: int, stats: SourceStats) -> str:
     """UTF-8 -> str; strict names ``where`` (a path, formatted on error) and byte offset; NUL is binary."""
     nul = data.find(0)
@@ -258,26 +253,6 @@ def _read_lines(path: Location) -> Iterator[tuple[int, bytes]]:
                 offset += len(line)
         except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
             raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {offset} ({exc})") from None
-
-
-def check_text(path: Location, head: bytes, nul_is_binary: bool = True) -> None:
-    """Refuse a binary file given as text (whatever ``errors`` says): an Arrow/Parquet file, NUL bytes
-    (unless not ``nul_is_binary``: a tokenizer learns any byte), or mostly invalid UTF-8 in its first
-    ``SNIFF_BYTES``."""
-    what = None
-    if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
-        what = "an Arrow IPC file; pass kind arrow (--kind arrow, or a .arrow name)"
-    elif head.startswith(b"PAR1"):
-        what = "a Parquet file; pass kind parquet (--kind parquet, or a .parquet name)"
-    elif nul_is_binary and head.find(0) >= 0:
-        what = f"binary data (a NUL byte at byte {head.find(0)}), not text; {STRIP_NUL}"
-    else:
-        cut = head[:-3] if len(head) == SNIFF_BYTES else head  # a character cut by the sniff is not invalid
-        invalid = len(cut) - len(cut.decode("utf-8", "ignore").encode("utf-8"))
-        if invalid > MAX_INVALID * len(cut):
-            what = f"binary data ({invalid / len(cut):.0%} of its first {len(cut):,} bytes are invalid UTF-8), not text"
-    if what:
-        raise LmdataError(f"input {path}: {what}; --errors replace does not apply to binary files")
 
 
 def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -367,3 +368,25 @@ def test_a_seq_len_that_is_not_a_whole_positive_number_is_refused(reader, seq_le
     with pytest.raises(LmdataError, match=f"seq_len must be a whole number >= 1, got {seq_len!r}"):
         TokenDataset(reader, seq_len)
     assert TokenDataset(reader, np.int64(16)).seq_len == 16
+
+
+def test_a_state_saved_over_other_data_is_refused_even_with_the_same_sample_count(reader):
+    """Only the sample count had been compared: a state of another split, seq_len or mixture resumed
+    silently on other data."""
+    from lmdata.data import MixedDataset
+
+    a, b = TokenDataset(reader, 2000), TokenDataset(reader, 1900)  # 20,011 tokens: 10 samples each
+    assert len(a) == len(b) == 10
+    state = make_loader(a, 2, seed=1).state_dict()
+    with pytest.raises(LmdataError, match=r"loader state was saved over other data \(20011 tokens as windows of "
+                                          r"2000\); this loader reads 20011 tokens as windows of 1900"):
+        make_loader(b, 2, seed=1).load_state_dict(state)
+    make_loader(TokenDataset(reader, 2000), 2, seed=1).load_state_dict(state)  # the same data: resumes
+    legacy = {k: v for k, v in state.items() if k != "data"}  # a state saved before it was recorded
+    make_loader(b, 2, seed=1).load_state_dict(legacy)
+
+    half = write_tokens(Path(reader.path).with_name("half.npy"), np.arange(10_000, dtype=np.uint16))
+    mix = MixedDataset([(TokenDataset(reader, L), 0.7), (TokenDataset(half, L), 0.3)], seed=0, n_samples=64)
+    other = MixedDataset([(TokenDataset(reader, L), 0.3), (TokenDataset(half, L), 0.7)], seed=0, n_samples=64)
+    with pytest.raises(LmdataError, match="loader state was saved over other data"):
+        make_loader(other, B).load_state_dict(make_loader(mix, B).state_dict())

@@ -40,6 +40,7 @@ import torch
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.ahead import LookAhead, check_ahead_on
+from lmdata.data.mixed import data_identity
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
                                  exit_with_owner, forks_workers, gc_frozen_for_fork, in_next, worker_deaths,
@@ -200,6 +201,7 @@ class TokenLoader:
         self.dataset, self.sampler, self._dl, self._in_flight = dataset, sampler, dataloader, in_flight
         self.pin_memory = pin_memory
         self._epoch, self._batch = 0, 0  # the sampler's base says where batch 0 of this epoch starts
+        self._stream = 0  # bumped by each iteration started, load_state_dict and set_epoch (``_still_current``)
 
     @property
     def epoch(self) -> int:
@@ -215,12 +217,26 @@ class TokenLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch at the next iteration."""
+        if int(epoch) < 0:
+            raise LmdataError(f"set_epoch({epoch}): epochs count from 0")
+        self._stream += 1
         self._next_epoch(int(epoch))
+
+    def _still_current(self, stream: int) -> None:
+        """One loader is one stream, its state what it handed out: an iterator resumed after another one
+        started, or the state was loaded or the epoch set, would hand out batches that state does not
+        count (two ``zip``-ed iterators had each read every other batch, or one batch twice)."""
+        if stream != self._stream:
+            raise LmdataError("this loader was iterated afresh, or had its state loaded or epoch set, since this "
+                              "iterator started: iterate the loader again (one iterator at a time; a loader per "
+                              "stream for two)")
 
     def _next_epoch(self, epoch: int) -> None:
         self._epoch, self._batch, self.sampler.base = epoch, 0, 0
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        self._stream += 1
+        stream = self._stream
         if self._batch and self._batch >= self.sampler.batches_per_epoch:  # left right after an epoch's last batch
             self._next_epoch(self._epoch + 1)
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
@@ -252,6 +268,7 @@ class TokenLoader:
             windows, info = group if isinstance(group, (tuple, list)) else (group, None)
             at = 0
             while at < len(windows):  # the read's batches (``EpochSampler.reads``)
+                self._still_current(stream)
                 n = self.sampler.batch_len(self._batch)
                 if n <= 0:  # more windows than the epoch has batches left: not a read of this sampler
                     break
@@ -335,7 +352,7 @@ class TokenLoader:
         return {"version": STATE_VERSION, "epoch": self._epoch, "batch": self._batch, "base": s.base,
                 "position": s.position_after(self._batch), "seed": s.seed, "sampling": s.sampling,
                 "batch_size": s.batch_size, "rank": s.rank, "world_size": s.world_size, "n_samples": s.n_samples,
-                "drop_last": s.drop_last}
+                "drop_last": s.drop_last, "data": data_identity(self.dataset)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the stored position (O(1): the sampler starts there, nothing is replayed).
@@ -345,6 +362,9 @@ class TokenLoader:
         global ``position``; the same world size and batch size resume at the stored batch.
         """
         s = self.sampler
+        if not isinstance(state, dict):
+            raise LmdataError(f"loader state must be the dict state_dict() returned, not {type(state).__name__}")
+        self._stream += 1
         version = state.get("version", -1)
         if version not in (1, STATE_VERSION):
             raise LmdataError(
@@ -357,6 +377,9 @@ class TokenLoader:
                     f"loader state has {key}={state[key]!r} but this loader has {getattr(s, key)!r}; "
                     f"build the loader with the same {key} to resume"
                 )
+        if "data" in state and state["data"] != data_identity(self.dataset):  # (states before it: not checked)
+            raise LmdataError(f"loader state was saved over other data ({state['data']}); this loader reads "
+                              f"{data_identity(self.dataset)}: build it over the same split, seq_len and mixture")
         s.seed = int(state.get("seed", s.seed))  # the state's seed wins: it defines the order resumed
         epoch, batch = int(state["epoch"]), int(state["batch"])
         world, size = int(state.get("world_size", s.world_size)), int(state.get("batch_size", s.batch_size))

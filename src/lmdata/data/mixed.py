@@ -67,6 +67,12 @@ class _Node:
         self.right.counts(n - c, out)
 
 
+def data_identity(dataset: Any) -> str:
+    """A dataset's ``identity()``, or its type and length: what a loader state must find again on resume."""
+    identity = getattr(dataset, "identity", None)
+    return identity() if callable(identity) else f"{type(dataset).__name__} of {len(dataset)} samples"
+
+
 class MixedDataset:
     """``[(dataset, weight), ...]`` -> one dataset of ``n_samples`` (default: their total)."""
 
@@ -90,6 +96,11 @@ class MixedDataset:
 
     def __len__(self) -> int:
         return self.n_samples
+
+    def identity(self) -> str:
+        """What a loader state records of the mixture: its sources, weights, seed and length."""
+        parts = "; ".join(f"{data_identity(d)} at {w:g}" for d, w in zip(self.datasets, self.weights))
+        return f"mixture of [{parts}], seed {self.seed}, {self.n_samples} samples"
 
     @property
     def fork_safe(self) -> bool:

@@ -81,6 +81,10 @@ class TokenDataset:
     def __len__(self) -> int:
         return self._len
 
+    def identity(self) -> str:
+        """What a loader state records of its data (format-independent: every format holds the same stream)."""
+        return f"{self.n_tokens} tokens as windows of {self.seq_len}"
+
     @property
     def fork_safe(self) -> bool:
         """False when the reader's library breaks in a forked child (the loader then uses forkserver)."""

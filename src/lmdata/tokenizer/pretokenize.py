@@ -25,7 +25,7 @@ import regex
 
 from lmdata.errors import LmdataError
 from lmdata.io.location import location
-from lmdata.sources import SNIFF_BYTES, check_text
+from lmdata.text_sniff import SNIFF_BYTES, check_text
 from lmdata.tokenizer.inputs import DocumentsInput, Input, is_compressed, open_input, read_block
 from lmdata.tokenizer.patterns import GPT2, GPT2_PATTERN, Pattern
 
