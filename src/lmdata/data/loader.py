@@ -40,6 +40,7 @@ import torch
 from lmdata._mp import can_fork, reimports_unguarded_main
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.ahead import LookAhead, check_ahead_on
+from lmdata.data.loader_args import check_counts, check_dataset, checked_start_method, rank_and_world
 from lmdata.data.mixed import data_identity
 from lmdata.data.permutation import Permutation, derive_key, mix64_array
 from lmdata.data.workers import (InFlight, ThreadReads, check_workers_while_waiting, defer_sigchld_errors,
@@ -240,7 +241,7 @@ class TokenLoader:
         if self._batch and self._batch >= self.sampler.batches_per_epoch:  # left right after an epoch's last batch
             self._next_epoch(self._epoch + 1)
         self.sampler.epoch, self.sampler.start = self._epoch, self._batch
-        with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``_start_method``)
+        with warnings.catch_warnings():  # forked only when the dataset said fork is safe (``checked_start_method``)
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
             threads = isinstance(self._dl, ThreadReads)  # reads in this process: nothing forked, nothing to freeze
             workers, context = (0, None) if threads else (self._dl.num_workers, self._dl.multiprocessing_context)
@@ -398,34 +399,6 @@ class TokenLoader:
             self._next_epoch(self._epoch + 1)
 
 
-def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values win; else torch.distributed's if initialised; else a single process."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        rank = dist.get_rank() if rank is None else rank
-        world_size = dist.get_world_size() if world_size is None else world_size
-    rank, world_size = (0 if rank is None else int(rank)), (1 if world_size is None else int(world_size))
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise LmdataError(f"rank {rank} / world_size {world_size}: need world_size >= 1 and 0 <= rank < world_size")
-    return rank, world_size
-
-
-def _start_method(dataset: Any, start_method: str | None) -> str | None:
-    """``start_method``, except that fork becomes forkserver for a dataset that is not fork-safe.
-
-    A reader whose library cannot run in a forked child once used in the parent (Lance's
-    runtime segfaults there) says ``fork_safe = False`` while that is so; asking for fork then
-    would crash workers at random, so the loader forks from a clean server process instead.
-    """
-    import multiprocessing as mp
-
-    if getattr(dataset, "fork_safe", True) or (start_method or mp.get_start_method()) != "fork":
-        return start_method
-    if start_method == "fork":
-        warnings.warn(f"{dataset!r} is not fork-safe; using start_method='forkserver' instead of 'fork'", stacklevel=3)
-    return "forkserver"
-
-
 def make_loader(
     dataset: Any,
     batch_size: int,
@@ -456,10 +429,10 @@ def make_loader(
     """
     if sampling not in SAMPLINGS:
         raise LmdataError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
-    if batch_size < 1 or num_workers < 0 or prefetch < 1 or batches_per_read < 1:
-        raise LmdataError(f"need batch_size >= 1, num_workers >= 0, prefetch >= 1, batches_per_read >= 1 "
-                          f"(got {batch_size}, {num_workers}, {prefetch}, {batches_per_read})")
-    rank, world_size = _rank_and_world(rank, world_size)
+    check_counts(batch_size=(batch_size, 1), num_workers=(num_workers, 0), prefetch=(prefetch, 1),
+                 batches_per_read=(batches_per_read, 1), seed=(seed, 0))
+    check_dataset(dataset)
+    rank, world_size = rank_and_world(rank, world_size)
     n_offsets = 0
     if sampling == "random":
         if not hasattr(dataset, "read"):
@@ -475,7 +448,7 @@ def make_loader(
         )
     workers, in_flight = {}, None
     if num_workers > 0:
-        start_method = _start_method(dataset, start_method)
+        start_method = checked_start_method(dataset, start_method)
         if reimports_unguarded_main(start_method):  # spawned workers would re-run the script: fork or threads
             if not (getattr(dataset, "fork_safe", True) and can_fork()):
                 return TokenLoader(dataset, sampler, ThreadReads(source, sampler, num_workers, prefetch), None,
