@@ -163,3 +163,24 @@ def test_compact_batch_for_the_loader(sources):
     assert wide.token_dtype == np.uint32
     got = wide.batch(idx, dtype=wide.token_dtype)
     assert got.dtype == np.uint32 and np.array_equal(got, wide.__getitems__(idx)) and got.max() >= 70_000
+
+
+def test_a_mixture_of_stores_from_different_tokenizers_is_refused(reader):
+    """The CLI's --mix checked it; MixedDataset itself (the README's mixture) had mixed ids of two vocabularies."""
+    a, b = TokenDataset(reader, 16), TokenDataset(reader, 16)
+    a.tokenizer_hash, b.tokenizer_hash = "sha256:aaa", "sha256:bbb"
+    with pytest.raises(LmdataError, match=r"MixedDataset sources come from different tokenizers \(sha256:aaa, "
+                                          r"sha256:bbb\); mix stores ingested with the same tokenizer"):
+        MixedDataset([(a, 0.5), (b, 0.5)])
+    b.tokenizer_hash = "sha256:aaa"
+    MixedDataset([(a, 0.5), (b, np.float32(0.5))])
+
+
+@pytest.mark.parametrize("sources, said", [
+    (lambda a: [a, a], "MixedDataset needs \\(dataset, weight\\) pairs"),
+    (lambda a: [(a, "0.3"), (a, 0.7)], "MixedDataset weight '0.3': give a number"),
+    (lambda a: [(a, True), (a, 0.7)], "MixedDataset weight True: give a number"),
+])
+def test_malformed_sources_are_named(reader, sources, said):
+    with pytest.raises(LmdataError, match=said):
+        MixedDataset(sources(TokenDataset(reader, 16)))

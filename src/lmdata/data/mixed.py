@@ -18,6 +18,7 @@ epoch; raise ``n_samples`` to see more of it).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
@@ -77,10 +78,15 @@ class MixedDataset:
     """``[(dataset, weight), ...]`` -> one dataset of ``n_samples`` (default: their total)."""
 
     def __init__(self, sources: Sequence[tuple[Any, float]], seed: int = 0, n_samples: int | None = None) -> None:
-        if not sources:
-            raise LmdataError("MixedDataset needs at least one (dataset, weight) pair")
+        if not sources or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sources):
+            raise LmdataError("MixedDataset needs (dataset, weight) pairs, e.g. [(a, 0.7), (b, 0.3)]")
         self.datasets = [d for d, _ in sources]
+        if bad := [w for _, w in sources if isinstance(w, bool) or not isinstance(w, numbers.Real)]:
+            raise LmdataError(f"MixedDataset weight {bad[0]!r}: give a number")
         self.weights = check_weights([float(w) for _, w in sources], "MixedDataset weights")
+        if len(hashes := {getattr(d, "tokenizer_hash", None) for d in self.datasets} - {None}) > 1:
+            raise LmdataError(f"MixedDataset sources come from different tokenizers ({', '.join(sorted(hashes))}); "
+                              "mix stores ingested with the same tokenizer")
         lens = [len(d) for d in self.datasets]
         shapes = {(getattr(d, "seq_len", None), getattr(d, "doc_info", None)) for d in self.datasets}
         if len(shapes) != 1:

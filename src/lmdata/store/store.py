@@ -137,7 +137,9 @@ class Store:
         from lmdata.store.dataset import TokenDataset
 
         kwargs.setdefault("eot_id", self.eot_id)
-        return TokenDataset(self.reader(split, format, verify=verify, **(reader_options or {})), seq_len, **kwargs)
+        ds = TokenDataset(self.reader(split, format, verify=verify, **(reader_options or {})), seq_len, **kwargs)
+        ds.tokenizer_hash = self.manifest.tokenizer_hash  # a mixture refuses sources of other tokenizers
+        return ds
 
     def document(self, split: str, doc_id: int, format: str | None = None) -> np.ndarray:
         """Document ``doc_id`` of ``split`` (its end-of-text id included)."""
