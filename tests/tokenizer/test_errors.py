@@ -225,3 +225,22 @@ def test_cli_processes_end_to_end(corpus, tmp_path):
     assert back.decode() == text
     bad = subprocess.run([*lmdata, "decode", str(out)], input=b"5 123456", capture_output=True)
     assert bad.returncode == 1 and bad.stderr.decode().count("\n") == 1 and "123456" in bad.stderr.decode()
+
+
+def test_decode_and_encode_batch_name_what_they_were_given(saved):
+    """decode(tensor) had said 'unknown token id tensor(100)' for a valid id; encode_batch('abc') had
+    encoded three one-character texts."""
+    import numpy as np
+    import torch
+
+    tok = Tokenizer.load(saved)
+    ids = tok.encode("hello world")
+    assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids)) == tok.decode(tuple(ids)) == "hello world"
+    with pytest.raises(LmdataError, match=r"not a token id \(give a flat sequence of ints\): \[\d+, \d+\]"):
+        tok.decode(torch.tensor([ids[:2]]))
+    with pytest.raises(LmdataError, match="not a sequence of token ids: 5; give a list of ints"):
+        tok.decode(5)
+    with pytest.raises(LmdataError, match="encode_batch takes a list of texts, not one str; use encode"):
+        tok.encode_batch("abc")
+    with pytest.raises(LmdataError, match=r"encode_batch num_workers=-1: give a whole number >= 1"):
+        tok.encode_batch(["abc"], num_workers=-1)

@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lmdata._mp import worker_pool
+from lmdata.errors import LmdataError
 
 if TYPE_CHECKING:
     import numpy as np  # imported where used: `lmdata tokenizer train` needs no NumPy
@@ -56,6 +57,10 @@ def char_runs(texts: list[str], n: int) -> list[list[str]]:
 
 def encode_batch(tok: Tokenizer, texts: list[str], num_workers: int | None, min_chars: int) -> list[list[int]]:
     """``[tok.encode(t) for t in texts]`` on threads (C) or processes (big lists, pure Python)."""
+    if isinstance(texts, (str, bytes)):  # a str is iterable: it had been encoded as one text per character
+        raise LmdataError(f"encode_batch takes a list of texts, not one {type(texts).__name__}; use encode(text)")
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
+        raise LmdataError(f"encode_batch num_workers={num_workers!r}: give a whole number >= 1 (0 or None: all cores)")
     chars = sum(map(len, texts))
     workers = workers_for(len(texts), chars, num_workers, min_chars)
     if workers == 1:

@@ -6,12 +6,11 @@ Inside the token loop a token id is a character, ``chr(id)``: a merge is a C-spe
 ``str.replace`` of a two-character pair.  Pre-tokens longer than ``_LONG`` use a heap
 over a linked list instead, so a 1 MB run of one letter encodes in O(n log n).
 
-Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds
-it when a C compiler is present) the whole loop -- chunk cutting, the chunk cache,
-pre-tokenization (gpt2, cl100k, o200k, a custom regex compiled by ``regex_program``; the
-``regex`` module's classes), special tokens and
-BPE -- runs in C with the GIL released (``encode_batch``: threads sharing one chunk cache; a
-regex outside the C matcher's subset is called from C, GIL held), giving the ids of the pure-Python path, the fallback.
+Where the C accelerator ``lmdata.tokenizer._fastbpe`` was built (``pip install -e .`` builds it when a C
+compiler is present) the whole loop -- chunk cutting, the chunk cache, pre-tokenization (gpt2, cl100k, o200k,
+a custom regex compiled by ``regex_program``; the ``regex`` module's classes), special tokens and BPE -- runs
+in C with the GIL released (``encode_batch``: threads sharing one chunk cache; a regex outside the C matcher's
+subset is called from C, GIL held), giving the ids of the pure-Python path, the fallback.
 ``LMDATA_PURE_PYTHON=1`` forces pure Python (``Tokenizer.accelerated``; ``accelerator``).
 """
 
@@ -27,6 +26,7 @@ from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import added_tokens, batch, bytes_unicode, saved, tiktoken_ranks
 from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
+from lmdata.tokenizer.ids import id_list
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
 from lmdata.tokenizer.train import check_special_tokens
@@ -434,13 +434,14 @@ class Tokenizer:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The raw bytes of ``ids``."""
-        ids = list(ids)
+        """The raw bytes of ``ids``: ints, or a 1-D NumPy array or torch tensor."""
+        ids = id_list(ids)
         try:
             return b"".join(map(self.vocab.__getitem__, ids))
         except (KeyError, TypeError):
             bad = next(i for i in ids if not isinstance(i, int) or i not in self.vocab)
-            raise LmdataError(f"unknown token id {bad!r}: this tokenizer's ids are 0..{max(self.vocab)}") from None
+            what = "unknown token id" if isinstance(bad, int) else "not a token id (give a flat sequence of ints):"
+            raise LmdataError(f"{what} {bad!r}: this tokenizer's ids are 0..{max(self.vocab)}") from None
 
 
 def _merge_tables(
