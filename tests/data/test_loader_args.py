@@ -72,3 +72,21 @@ def test_set_epoch_and_state_shapes_are_checked(ds):
         loader.set_epoch(-1)
     with pytest.raises(LmdataError, match="loader state must be the dict state_dict\\(\\) returned, not NoneType"):
         loader.load_state_dict(None)
+
+
+@pytest.mark.parametrize("change", [dict(epoch=None), dict(batch=-3), dict(base="0"), dict(position=1.5)])
+def test_a_state_edited_or_cut_short_is_named(ds, change):
+    """A missing key had been a bare KeyError; batch=-3 had been taken, failing later mid-iteration."""
+    state = make_loader(ds, B).state_dict()
+    state.update(change)
+    state = {k: v for k, v in state.items() if v is not None}
+    key = next(iter(change))
+    with pytest.raises(LmdataError, match=f"loader state: {key}=.* \\(it needs epoch, batch, base, position"):
+        make_loader(ds, B).load_state_dict(state)
+
+
+def test_an_empty_format_name_is_refused(sample_store):
+    from lmdata.store import open_store
+
+    with pytest.raises(LmdataError, match=r"format='': give a format name \(memmap, "):
+        open_store(sample_store).dataset("train", 16, format="")

@@ -184,3 +184,17 @@ def test_a_mixture_of_stores_from_different_tokenizers_is_refused(reader):
 def test_malformed_sources_are_named(reader, sources, said):
     with pytest.raises(LmdataError, match=said):
         MixedDataset(sources(TokenDataset(reader, 16)))
+
+
+def test_indices_and_counts_must_be_whole_numbers(reader):
+    """ds[1.5], mix[1.5] and n_samples=2.5 had been truncated silently."""
+    ds = TokenDataset(reader, 16)
+    mix = MixedDataset([(ds, 0.5), (TokenDataset(reader, 16), 0.5)], n_samples=8)
+    for data, what in ((ds, "sample"), (mix, "mixture")):
+        for bad in (1.5, "3", True):
+            with pytest.raises(IndexError, match=f"{what} indices must be integers"):
+                data[bad]
+    assert np.array_equal(ds[np.int32(2)], ds[2]) and np.array_equal(mix[np.uint8(3)], mix[3])
+    for kw in (dict(n_samples=2.5), dict(seed=1.7), dict(seed="1")):
+        with pytest.raises(LmdataError, match="give a whole number"):
+            MixedDataset([(ds, 1.0)], **kw)

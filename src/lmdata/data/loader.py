@@ -381,6 +381,11 @@ class TokenLoader:
         if "data" in state and state["data"] != data_identity(self.dataset):  # (states before it: not checked)
             raise LmdataError(f"loader state was saved over other data ({state['data']}); this loader reads "
                               f"{data_identity(self.dataset)}: build it over the same split, seq_len and mixture")
+        needed = ("epoch", "batch") + (("base", "position") if version != 1 else ())
+        if bad := [k for k in needed if isinstance(state.get(k), bool) or not isinstance(state.get(k), int)
+                   or state[k] < 0]:
+            raise LmdataError(f"loader state: {bad[0]}={state.get(bad[0])!r} (it needs {', '.join(needed)} as whole "
+                              "numbers >= 0); load the dict state_dict() returned")
         s.seed = int(state.get("seed", s.seed))  # the state's seed wins: it defines the order resumed
         epoch, batch = int(state["epoch"]), int(state["batch"])
         world, size = int(state.get("world_size", s.world_size)), int(state.get("batch_size", s.batch_size))

@@ -92,6 +92,9 @@ class MixedDataset:
         if len(shapes) != 1:
             raise LmdataError(f"MixedDataset sources must share seq_len and doc_info, got {sorted(shapes, key=str)}")
         self.seq_len, self.doc_info = shapes.pop()
+        for name, value in (("seed", seed), ("n_samples", n_samples)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise LmdataError(f"MixedDataset {name}={value!r}: give a whole number")  # 2.5 had been read as 2
         self.seed = int(seed)
         self.n_samples = int(sum(lens) if n_samples is None else n_samples)
         if not 0 < self.n_samples < (1 << 62) // _D:
@@ -117,7 +120,10 @@ class MixedDataset:
 
     def locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, index within that source's dataset)`` for each mixture index."""
-        k = np.asarray(indices, dtype=np.int64).reshape(-1)
+        k = np.asarray(indices)
+        if k.size and k.dtype.kind not in "iu":  # 1.5 had been read as 1
+            raise IndexError(f"mixture indices must be integers, got {k.reshape(-1).tolist()[:8]}")
+        k = k.astype(np.int64, copy=False).reshape(-1)
         if k.size and (k.min() < 0 or k.max() >= self.n_samples):
             raise IndexError(f"mixture index out of range [0, {self.n_samples})")
         src, local = np.empty_like(k), np.empty_like(k)

@@ -94,7 +94,10 @@ class TokenDataset:
         return f"TokenDataset({self.reader!r}, seq_len={self.seq_len}, samples={self._len}, doc_info={self.doc_info!r})"
 
     def _indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind not in "iu":  # 1.5 and "3" had been read as 1 and 3
+            raise IndexError(f"sample indices must be integers, got {raw.reshape(-1).tolist()[:8]}")
+        idx = raw.astype(np.int64, copy=False).reshape(-1)
         idx = np.where(idx < 0, idx + self._len, idx)
         if idx.size and (idx.min() < 0 or idx.max() >= self._len):
             raise IndexError(f"sample index out of range [0, {self._len}): {np.asarray(indices).tolist()[:8]}")

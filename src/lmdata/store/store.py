@@ -92,6 +92,8 @@ class Store:
         """
         if verify is not None:
             kwargs["verify"] = verify
+        if format is not None and not (isinstance(format, str) and format):
+            raise LmdataError(f"format={format!r}: give a format name ({', '.join(self.formats(split))}) or None")
         fmt = format or self.default_format(split)
         shards = self._split(split).formats.get(fmt)
         if shards is None:
