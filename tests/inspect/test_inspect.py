@@ -242,8 +242,9 @@ def test_show_decodes_documents(sample_store):
     assert show(sample_store, "validation", HOLDOUT - 1) == docs[-1]
     for fmt in FORMATS:
         assert show(sample_store, "train", 3, fmt) == docs[3]
-    with pytest.raises(LmdataError, match="--doc 55: split 'train' has documents 0..54"):
-        show(sample_store, "train", 55)
+    for bad in (55, -1, 1.5):  # (1.5 had been a NumPy IndexError from deep inside a reader)
+        with pytest.raises(LmdataError, match=f"document {bad!r}: split 'train' has documents 0..54"):
+            show(sample_store, "train", bad)
 
 
 def test_cli_commands(sample_store, tokenizer_dir, tmp_path):

@@ -328,3 +328,9 @@ def test_a_table_read_by_many_threads_at_once_is_built_once(make_store):
             assert not errors and got == [(len(raw), len(raw))] * 6
     finally:
         sys.setswitchinterval(old)
+
+
+@pytest.mark.parametrize("path", [None, 123, ""])
+def test_open_store_of_no_path_is_one_line(path):
+    with pytest.raises(LmdataError, match=r"open_store\(.*\): give a store's directory or s3:// URI"):
+        open_store(path)

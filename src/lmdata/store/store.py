@@ -15,6 +15,7 @@ format never stops another from being read; the full checksum pass is ``verify_s
 
 from __future__ import annotations
 
+import numbers
 import os
 import shutil
 from pathlib import Path
@@ -146,8 +147,8 @@ class Store:
     def document(self, split: str, doc_id: int, format: str | None = None) -> np.ndarray:
         """Document ``doc_id`` of ``split`` (its end-of-text id included)."""
         n_docs = self._split(split).n_docs
-        if not 0 <= doc_id < n_docs:
-            raise LmdataError(f"--doc {doc_id}: split {split!r} has documents 0..{n_docs - 1}")
+        if isinstance(doc_id, bool) or not isinstance(doc_id, numbers.Integral) or not 0 <= doc_id < n_docs:
+            raise LmdataError(f"document {doc_id!r}: split {split!r} has documents 0..{n_docs - 1}")
         return self.reader(split, format).document(doc_id)
 
     def tokenizer(self) -> Any:
@@ -189,6 +190,8 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     ``tokenizer_hash``: refuse the store unless its tokenizer has this hash (a training
     job pins the tokenizer its model was built for).
     """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise LmdataError(f"open_store({path!r}): give a store's directory or s3:// URI")
     loc = location(path, flag="store")
     # before the read: a replaced manifest is then noticed (local stores; a remote one has no readers' lock)
     manifest_id = None if loc.remote else readlock.manifest_identity(loc.local_path)
