@@ -334,3 +334,9 @@ def test_a_table_read_by_many_threads_at_once_is_built_once(make_store):
 def test_open_store_of_no_path_is_one_line(path):
     with pytest.raises(LmdataError, match=r"open_store\(.*\): give a store's directory or s3:// URI"):
         open_store(path)
+
+
+def test_a_reader_option_no_reader_takes_is_named(sample_store):
+    """It had been a TypeError: ParquetReader.__init__() got an unexpected keyword argument 'bogus'."""
+    with pytest.raises(LmdataError, match="reader option 'bogus': the parquet reader takes cache_bytes, use_cache, verify"):
+        open_store(sample_store).dataset("train", 16, format="parquet", reader_options={"bogus": 1})

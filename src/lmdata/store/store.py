@@ -15,6 +15,7 @@ format never stops another from being read; the full checksum pass is ``verify_s
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import shutil
@@ -104,7 +105,10 @@ class Store:
         if not self.remote:  # a store replaced since it was opened is said so, not named damaged
             readlock.check_unchanged(self.path.local_path, self.manifest_id)
         self._check_format(split, fmt, shards)
-        reader = get_format(fmt).reader(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
+        make = get_format(fmt).reader
+        if (takes := _options_of(make)) is not None and (unknown := sorted(set(kwargs) - takes)):
+            raise LmdataError(f"reader option {unknown[0]!r}: the {fmt} reader takes {', '.join(sorted(takes)) or 'none'}")
+        reader = make(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
         if not self.remote:  # object storage has no readers' lock (see readlock.py)
             readlock.hold(self.path.local_path, reader)  # no ingest replaces the store while this reader lives
             readlock.check_unchanged(self.path.local_path, self.manifest_id)
@@ -173,6 +177,17 @@ class Store:
         if info is None:
             raise LmdataError(f"{self.path}: no split {split!r}; splits: {', '.join(self.splits) or '(none)'}")
         return info
+
+
+def _options_of(make: Any) -> set[str] | None:
+    """The keyword options a reader takes besides its directory, shards and dtype; None when it takes any."""
+    try:
+        params = inspect.signature(make).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return {n for n, p in list(params.items())[3:] if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
