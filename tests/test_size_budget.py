@@ -31,6 +31,7 @@ LAYERS = [
     {"bench"},
     {"pipeline"},
     {"cli"},
+    {"_console"},  # the console script
     {"__main__"},  # ``python -m lmdata``
 ]
 

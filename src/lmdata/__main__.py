@@ -1,6 +1,6 @@
 """`python -m lmdata` is the `lmdata` command."""
 
-from lmdata.cli import main
+from lmdata._console import main
 
 if __name__ == "__main__":
     main()

@@ -192,3 +192,14 @@ def test_a_bad_setting_is_not_reported_as_a_damaged_store(sample_store, tmp_path
                           text=True, env=_env(LMDATA_CACHE_DIR=str(tmp_path / "cache"), **{name: value}))
     assert proc.returncode == 1 and ("error: " + name in proc.stderr or "$" + name in proc.stderr), proc.stderr
     assert "re-ingest" not in proc.stderr and "offsets" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_ctrl_c_while_the_cli_is_still_imported_is_one_line():
+    """A Ctrl-C in a command's first ~50 ms lands inside an import, before the CLI can catch it: it had
+    printed an import traceback."""
+    code = ("import builtins\nreal = builtins.__import__\n"
+            "def guarded(name, *args, **kw):\n"
+            "    if name == 'lmdata.cli':\n        raise KeyboardInterrupt\n    return real(name, *args, **kw)\n"
+            "builtins.__import__ = guarded\nfrom lmdata._console import main\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
