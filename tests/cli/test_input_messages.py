@@ -93,3 +93,13 @@ def test_an_input_link_to_nothing_says_why(tokenizer_dir, tmp_path, capsys):
                          "--out", str(tmp_path / "s"), "-q"], capsys)
         assert err == (f"error: input {tmp_path / name}: a symbolic link to nothing readable ({why}); point it at "
                        "the file or give the file itself") and not (tmp_path / "s").exists()
+
+
+def test_an_s3_servers_xml_error_body_becomes_its_code():
+    """A truncated Lance object on S3 had printed a ~900-character line holding the server's XML."""
+    from lmdata.cli import _one_line
+
+    body = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidRange</Code><Message>The requested range '
+            'is not satisfiable</Message><RangeRequested>bytes=900-999</RangeRequested></Error>')
+    assert _one_line(f"s3://b/d.lance: 416 Range Not Satisfiable: {body}; re-ingest") == \
+        "s3://b/d.lance: 416 Range Not Satisfiable: [InvalidRange]; re-ingest"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import re
 import sys
 import warnings
 from typing import Any
@@ -152,8 +153,13 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 
 
 def _one_line(text: str) -> str:
-    """``text`` on one line (a library's message wrapped in ours may hold newlines)."""
+    """``text`` on one line (a library's message wrapped in ours may hold newlines); an S3 server's XML
+    error document inside it becomes its <Code> (a truncated object's had made a ~900-character line)."""
+    text = _XML_ERROR.sub(lambda m: f"[{m.group(1) or 'XML error body'}]", text)
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+_XML_ERROR = re.compile(r"<\?xml.*?(?:<Code>([^<]*)</Code>.*?)?</Error>", re.S)
 
 
 def os_error_line(exc: OSError) -> str:
