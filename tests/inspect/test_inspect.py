@@ -147,6 +147,7 @@ def test_a_store_of_only_a_plugin_format(sample_store, tokenizer_dir, tmp_path, 
         ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, out, formats=["toy"],
                shard_tokens=SAMPLE_SHARD_TOKENS, workers=1, holdout=("train", "validation", HOLDOUT),
                progress=False, log=None)
+        assert verify_store(out).ok  # a reader without the built-ins' options (verify, use_cache) verifies too
         report = inspect(out)
         want = inspect(sample_store)
         for split, entry in report["splits"].items():

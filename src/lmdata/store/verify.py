@@ -187,7 +187,9 @@ def _read_once_options(fmt: str) -> dict[str, Any]:
         params = inspect.signature(get_format(fmt).reader).parameters
     except (LmdataError, TypeError, ValueError):
         return {"verify": "size"}
-    return {"verify": "size", **({"use_cache": False} if "use_cache" in params else {})}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())  # a plug-in reader may take neither
+    return {name: value for name, value in (("verify", "size"), ("use_cache", False))
+            if name in params or (takes_any and name == "verify")}
 
 
 def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -196,10 +198,7 @@ def _open_readers(store: Any, split: str, formats: list[str], problems: list[str
     fmt_of: dict[str, str] = {}
     for fmt in formats:
         try:
-            try:
-                reader = store.reader(split, fmt, **_read_once_options(fmt))
-            except TypeError:  # a plug-in reader without the built-ins' verify option
-                reader = store.reader(split, fmt)
+            reader = store.reader(split, fmt, **_read_once_options(fmt))
             alternates = getattr(reader, "alternates", dict)()
         except SettingError:
             raise
