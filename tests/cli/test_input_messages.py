@@ -103,3 +103,13 @@ def test_an_s3_servers_xml_error_body_becomes_its_code():
             'is not satisfiable</Message><RangeRequested>bytes=900-999</RangeRequested></Error>')
     assert _one_line(f"s3://b/d.lance: 416 Range Not Satisfiable: {body}; re-ingest") == \
         "s3://b/d.lance: 416 Range Not Satisfiable: [InvalidRange]; re-ingest"
+
+
+@pytest.mark.parametrize("argv", [[], ["tokenizer"]])
+def test_a_bare_command_group_prints_its_help_whole(argv, capsys):
+    """Since click 8.2 "no arguments: help" is a UsageError; the one-line rule had flattened the help."""
+    with pytest.raises(SystemExit):
+        main(argv)
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert shown.startswith("Usage: lmdata") and "\nCommands:\n" in shown and "error:" not in shown

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as exc:
         click.echo(exc.message, err=True)
         sys.exit(exc.exit_code)
+    except _NO_ARGS_IS_HELP as exc:  # bare ``lmdata`` or ``lmdata tokenizer``: the help, as click prints it
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # one line, as every other error (click's own is usage, hint, blank, error)
         where = exc.ctx.command_path if exc.ctx is not None else "lmdata"
         click.echo(f"error: {_one_line(exc.format_message())} (see `{where} --help`)", err=True)
@@ -150,6 +153,9 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
     """A warning as the CLI prints it: one line on stderr. Python's own format adds the file and the
     source line that raised it (``tokens = self._ensure_copy(i)``), which tell a user nothing."""
     click.echo(f"warning: {_one_line(str(message))}", err=True)
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # a UsageError since click 8.2
 
 
 def _one_line(text: str) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import numbers
 import os
 import warnings
 from typing import Any, Iterator
@@ -253,6 +254,7 @@ class TokenLoader:
             defer_sigchld_errors()
             check_workers_while_waiting(it)
         while True:
+            self._still_current(stream)  # before taking a read: persistent workers' iterator is shared
             try:
                 if worker_deaths:  # a worker died while the caller was busy: report it here, with its samples
                     raise worker_deaths.pop()
@@ -277,6 +279,7 @@ class TokenLoader:
                 at += n
                 self._batch += 1  # counts batches handed out, not batches prefetched
                 yield collate_windows(part, self.pin_memory)
+        self._still_current(stream)  # a state loaded after the epoch's last batch is not ended here
         self._next_epoch(self._epoch + 1)
 
     def _explain(self, exc: Exception, it: Any = None) -> Exception:
@@ -365,7 +368,6 @@ class TokenLoader:
         s = self.sampler
         if not isinstance(state, dict):
             raise LmdataError(f"loader state must be the dict state_dict() returned, not {type(state).__name__}")
-        self._stream += 1
         version = state.get("version", -1)
         if version not in (1, STATE_VERSION):
             raise LmdataError(
@@ -380,9 +382,10 @@ class TokenLoader:
                 )
         if "data" in state and state["data"] != data_identity(self.dataset):  # (states before it: not checked)
             raise LmdataError(f"loader state was saved over other data ({state['data']}); this loader reads "
-                              f"{data_identity(self.dataset)}: build it over the same split, seq_len and mixture")
+                              f"{data_identity(self.dataset)}: build it over the same split and seq_len (a mixture: "
+                              "the same sources, weights and seed)")
         needed = ("epoch", "batch") + (("base", "position") if version != 1 else ())
-        if bad := [k for k in needed if isinstance(state.get(k), bool) or not isinstance(state.get(k), int)
+        if bad := [k for k in needed if isinstance(state.get(k), bool) or not isinstance(state.get(k), numbers.Integral)
                    or state[k] < 0]:
             raise LmdataError(f"loader state: {bad[0]}={state.get(bad[0])!r} (it needs {', '.join(needed)} as whole "
                               "numbers >= 0); load the dict state_dict() returned")
@@ -399,6 +402,7 @@ class TokenLoader:
                               "it was not saved by this loader")
         if (world, size) != (s.world_size, s.batch_size):  # elastic: continue the one global order
             base, batch = position, 0
+        self._stream += 1  # a live iterator is stale from here (a refused state left it running)
         self._epoch, self._batch, s.base = epoch, batch, base
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch, or too little left
             self._next_epoch(self._epoch + 1)
@@ -435,7 +439,7 @@ def make_loader(
     if sampling not in SAMPLINGS:
         raise LmdataError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
     check_counts(batch_size=(batch_size, 1), num_workers=(num_workers, 0), prefetch=(prefetch, 1),
-                 batches_per_read=(batches_per_read, 1), seed=(seed, 0))
+                 batches_per_read=(batches_per_read, 1), seed=(seed, None))
     check_dataset(dataset)
     rank, world_size = rank_and_world(rank, world_size)
     n_offsets = 0

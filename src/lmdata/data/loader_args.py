@@ -19,11 +19,12 @@ from lmdata.errors import LmdataError
 START_METHODS = (None, "fork", "forkserver", "spawn")
 
 
-def check_counts(**counts: tuple[Any, int]) -> None:
-    """Each ``name=(value, least)``: a whole number (not a bool) >= least."""
+def check_counts(**counts: tuple[Any, int | None]) -> None:
+    """Each ``name=(value, least)``: a whole number (not a bool) >= least (None: any)."""
     for name, (value, least) in counts.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-            raise LmdataError(f"make_loader {name}={value!r}: give a whole number >= {least}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (least is not None and value < least):
+            raise LmdataError(f"make_loader {name}={value!r}: give a whole number" + (f" >= {least}" if least is not None
+                                                                                     else ""))
 
 
 def check_dataset(dataset: Any) -> None:

@@ -68,6 +68,15 @@ class _Node:
         self.right.counts(n - c, out)
 
 
+def _is_number(value: Any) -> bool:
+    """A weight ``float()`` takes as a number (a Decimal, a 0-d tensor too), not by parsing text."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def data_identity(dataset: Any) -> str:
     """A dataset's ``identity()``, or its type and length: what a loader state must find again on resume."""
     identity = getattr(dataset, "identity", None)
@@ -81,7 +90,7 @@ class MixedDataset:
         if not sources or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sources):
             raise LmdataError("MixedDataset needs (dataset, weight) pairs, e.g. [(a, 0.7), (b, 0.3)]")
         self.datasets = [d for d, _ in sources]
-        if bad := [w for _, w in sources if isinstance(w, bool) or not isinstance(w, numbers.Real)]:
+        if bad := [w for _, w in sources if isinstance(w, (bool, str, bytes)) or not _is_number(w)]:
             raise LmdataError(f"MixedDataset weight {bad[0]!r}: give a number")
         self.weights = check_weights([float(w) for _, w in sources], "MixedDataset weights")
         if len(hashes := {getattr(d, "tokenizer_hash", None) for d in self.datasets} - {None}) > 1:

@@ -386,9 +386,6 @@ class _TaskWriter:
     def completed(self) -> dict:
         return self.writer.completed()
 
-    def drop_damaged(self, done: dict) -> dict:
-        return self.writer.drop_damaged(done) if hasattr(self.writer, "drop_damaged") else done
-
     def cleanup_partial(self) -> None:
         self.writer.cleanup_partial()
 

@@ -124,21 +124,23 @@ def completed(format_dir: Path) -> dict[int, ShardInfo]:
 def intact(format_dir: Path, done: dict[int, ShardInfo],
            record_of: Callable[[int, ShardInfo], Path]) -> dict[int, ShardInfo]:
     """The shards of ``done`` whose files still hash to their records' sha256 (a file shared by several,
-    a Lance fragment's, hashed once). A shard whose files do not loses its record (``record_of``), durably,
-    so the resume writes it again: sizes alone let a byte flipped since the record through."""
-    sums: dict[str, str | None] = {}
+    a Lance fragment's, hashed once; files on threads: hashlib releases the GIL). A shard whose files do
+    not loses its record (``record_of``), durably, so the resume writes it again: sizes alone let a byte
+    flipped since the record through."""
+    from concurrent.futures import ThreadPoolExecutor
 
     def sha256_of(relpath: str) -> str | None:
-        if relpath not in sums:
-            try:
-                sums[relpath] = sha256_file(Path(format_dir) / relpath)
-            except OSError:
-                sums[relpath] = None
-        return sums[relpath]
+        try:
+            return sha256_file(Path(format_dir) / relpath)
+        except OSError:
+            return None
 
+    paths = sorted({f.path for shard in done.values() for f in shard.files})
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        sums = dict(zip(paths, pool.map(sha256_of, paths)))
     kept = {}
     for index, shard in done.items():
-        if all(sha256_of(f.path) == f.sha256 for f in shard.files):
+        if all(sums[f.path] == f.sha256 for f in shard.files):
             kept[index] = shard
         else:
             forget_file(format_dir, record_of(index, shard))
