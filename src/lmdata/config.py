@@ -199,6 +199,10 @@ class TrainConfig:
             raise LmdataError(f"--warmup: must be >= 0 (or -1 = the preset's), got {self.warmup}")
         if self.lr < 0 or (self.lr > 0 and self.min_lr > self.lr):
             raise LmdataError(f"--lr/--min-lr: need 0 <= min_lr <= lr and lr > 0, got {self.lr} / {self.min_lr}")
+        if self.gpu:  # before --out is made (it had been checked after)
+            from lmdata.model.flops import accelerator_flops
+
+            accelerator_flops(self.gpu)
 
 
 @dataclass

@@ -115,6 +115,20 @@ def test_checkpoint_contents_load_weights_only(sample_store, tmp_path):
     assert "layers.0.attn.q_proj.weight" in payload["model"]
 
 
+def test_a_log_line_whose_window_spans_the_checkpoint_logs_the_same_mean_after_resume(sample_store, tmp_path):
+    """With --log-every 3 and a checkpoint at step 20, the line at step 21 averages steps 19-21: after a
+    resume it had averaged 21 alone (the window's first steps were in the killed process)."""
+    kw = dict(steps=24, log_every=3)
+    train(cfg(sample_store, tmp_path / "full", **kw))
+    with pytest.raises(Crash):
+        train(cfg(sample_store, tmp_path / "cut", **kw), log=crash_at(24))
+    train(cfg(sample_store, tmp_path / "cut", resume=True, **kw))
+    lines = [[json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+             for d in ("full", "cut")]
+    train_loss = [[(r["step"], r["loss"]) for r in m if r["split"] == "train"] for m in lines]
+    assert (21, train_loss[0][6][1]) == train_loss[0][6] and train_loss[0] == train_loss[1]
+
+
 def test_resume_refuses_a_store_with_another_tokenizer(sample_store, tmp_path):
     train(cfg(sample_store, tmp_path / "run", steps=10))
     other = tmp_path / "other"
@@ -132,6 +146,13 @@ def test_truncated_checkpoint_is_a_clear_error(sample_store, tmp_path):
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
     with pytest.raises(LmdataError, match="ckpt-00000010.pt.*truncated"):
         train(cfg(sample_store, tmp_path / "run", steps=20, resume=True))
+
+
+def test_resume_with_another_seed_is_refused(sample_store, tmp_path):
+    """It had been ignored silently: the state's seed wins, so --seed 5 changed nothing."""
+    train(cfg(sample_store, tmp_path / "run", steps=10))
+    with pytest.raises(LmdataError, match="has seed 0 but this run has --seed 5; resume with --seed 0"):
+        train(cfg(sample_store, tmp_path / "run", steps=20, resume=True, seed=5))
 
 
 def test_existing_run_needs_resume(sample_store, tmp_path):

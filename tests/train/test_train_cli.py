@@ -72,6 +72,35 @@ def test_bad_input_is_one_line(sample_store, tmp_path, capsys, args, message):
     assert code == 1 and message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_an_unknown_gpu_is_refused_before_out_is_made(sample_store, tmp_path, capsys):
+    """It had been checked after --out got lmdata.json, an empty metrics.jsonl and a tokenizer copy."""
+    code, _, err = run_cli(["train", "--store", str(sample_store), "--out", str(tmp_path / "r"), "--gpu", "foo"], capsys)
+    assert code == 1 and "--gpu 'foo': unknown accelerator" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda"], "error: --device cuda: this torch build sees no CUDA device; use --device cpu"),
+    (["--device", "foo"], "error: --device 'foo': not a device; use auto, cpu, cuda, cuda:N or mps"),
+    (["--temperature", "-1"], "error: --temperature -1.0: must be >= 0 (0: greedy)"),
+    (["--top-p", "0"], "error: --top-p 0.0: must be in (0, 1]"),
+])
+def test_sample_names_the_flag_in_one_line(tmp_path, capsys, args, message):
+    """--device cuda on a CPU build had been torch's 43-line traceback."""
+    if args[:2] == ["--device", "cuda"] and torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    code, _, err = run_cli(["sample", str(tmp_path), *args], capsys)
+    assert code == 1 and err.strip() == message
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vocab-size", "-5"], "error: --vocab-size -5: must be >= 1 (0 = the preset's)"),
+    (["--seq-len", "100000"], "error: --seq-len 100000 is longer than the context_length of model 'tiny', 64"),
+])
+def test_plan_refuses_what_train_refuses(capsys, args, message):
+    code, _, err = run_cli(["plan", "--model", "tiny", *args], capsys)
+    assert code == 1 and err.strip().startswith(message)
+
+
 def test_top_p_and_greedy():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     torch.testing.assert_close(top_p_filter(probs, 0.7), torch.tensor([0.625, 0.375, 0.0, 0.0]))

@@ -72,10 +72,13 @@ def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size:
 
         vocab_size = open_store(store).manifest.vocab_size
     base = flops.preset(model)
-    vocab_size = vocab_size or base["vocab_size"]
-    for flag, value in sizes.items():
+    for flag, value in {**sizes, "vocab_size": vocab_size or 0}.items():
         if value < 0:
             raise LmdataError(f"--{flag.replace('_', '-')} {value}: must be >= 1 (0 = the preset's)")
+    vocab_size = vocab_size or base["vocab_size"]
+    if seq_len is not None and seq_len > base["context_length"]:  # as train refuses it
+        raise LmdataError(f"--seq-len {seq_len} is longer than the context_length of model {model!r}, "
+                          f"{base['context_length']}; use --seq-len <= {base['context_length']} or a larger preset")
     mcfg = build_model_config(types.SimpleNamespace(model=model, context=0, **sizes), vocab_size)
     sized = {k: v for k, v in mcfg.items() if k not in ("vocab_size", "context_length") and base.get(k) != v}
     p = flops.plan(model, gpu, batch_size, seq_len or base["context_length"], vocab_size, mfu, sizes=sized)

@@ -82,7 +82,7 @@ def export(checkpoint: str, to: str, out: str, eos_token: str | None) -> None:
 @click.argument("run", metavar="RUN_OR_CHECKPOINT", type=click.Path(exists=True))
 @click.option("--step", type=int, required=True, help="Optimizer step (metrics.jsonl's step, from 1).")
 @click.option("--rank", type=int, default=0, show_default=True, help="Rank of a torchrun run whose batch to show.")
-@click.option("--chars", type=int, default=60, show_default=True, help="Characters of each window's text to print.")
+@click.option("--chars", type=click.IntRange(min=0), default=60, show_default=True, help="Characters of each window's text to print.")
 def batch(run: str, step: int, rank: int, chars: int) -> None:
     """The documents behind step N's batch: doc id, source file and offset, text; recomputed from the checkpoints."""
     from lmdata.train.batch_docs import format_step_batch, step_batch

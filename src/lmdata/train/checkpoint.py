@@ -144,8 +144,10 @@ def save_checkpoint(
     loader_state: Any = None,
     meta: dict[str, Any] | None = None,
     keep: int = 0,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``<ckpt_dir>/ckpt-<step>.pt`` atomically; then delete all but the newest ``keep`` (0 = keep all)."""
+    """Write ``<ckpt_dir>/ckpt-<step>.pt`` atomically; then delete all but the newest ``keep`` (0 = keep all).
+    ``extra``: more plain entries of the payload (the trainer's open log window)."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -156,6 +158,7 @@ def save_checkpoint(
         "loader": plain(loader_state),
         "rng": rng_state(),
         "meta": plain(meta or {}),
+        **plain(extra or {}),
     }
     path = ckpt_dir / checkpoint_name(step)
     tmp = ckpt_dir / f".{path.name}.tmp-{os.getpid()}"

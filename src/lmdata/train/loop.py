@@ -5,10 +5,10 @@ runs DDP (gloo on CPU, nccl on CUDA); each rank reads its own share of every epo
 the loader, and rank 0 alone logs and writes. What a step measures (DESIGN.md's stall):
 ``t_wait`` = blocked in ``next(loader)`` + host->device copy; data-wait = Σ t_wait / Σ step time.
 
-Resume is exact on CPU: a checkpoint holds the model, AdamW moments, step, every rank's
-loader position and the RNG states, so the losses after ``--resume`` equal those of an
-uninterrupted run bit for bit (tests/train/test_loop.py), with ``--grad-accum`` and with
-``--mix`` too (checkpoints fall on step boundaries, each step reads ``grad_accum`` batches).
+Resume is exact on CPU: a checkpoint holds the model, AdamW moments, step, every rank's loader
+position, the RNG states and the open log window (a log line's mean spans a checkpoint), so the losses
+after ``--resume`` equal an uninterrupted run's bit for bit (tests/train/test_loop.py), with
+``--grad-accum`` and ``--mix`` too (checkpoints fall on step boundaries).
 
 A step with ``--grad-accum N`` runs N micro-batches, each loss scaled by 1/N before its
 backward, so the gradient is that of the mean loss over all N micro-batches: one batch N
@@ -52,9 +52,9 @@ from lmdata.train.device import (
     init_distributed,
     resolve_device,
 )
-from lmdata.train.loss import cross_entropy
 from lmdata.train.metrics import METRICS, plot_losses, truncate_metrics
-from lmdata.train.optim import AdamW, clip_gradients
+from lmdata.train.step import loss_fn, train_step
+from lmdata.train.optim import AdamW
 from lmdata.train.schedule import cosine_lr
 from lmdata.train.trackers import check_installed, start_trackers
 
@@ -97,39 +97,6 @@ def forever(loader: Any) -> Iterator[tuple[torch.Tensor, ...]]:
     """The loader's batches across epochs (each pass over it is one epoch)."""
     while True:
         yield from loader
-
-
-def loss_fn(model: torch.nn.Module, device: torch.device, precision: str) -> Callable[..., torch.Tensor]:
-    """(inputs, targets[, doc positions]) -> mean cross entropy, under bf16 autocast if asked."""
-    def forward(inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-        with ctx:
-            return cross_entropy(model(inputs, positions), targets)
-    return forward
-
-
-def train_step(forward: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer,
-               micro_batches: list[list[torch.Tensor]], grad_clip: float,
-               no_sync: Callable[[], Any] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step over ``micro_batches`` (each ``[inputs, targets[, positions]]``, all the
-    same shape): forward and backward of each with its loss scaled by 1/N (so the gradient is
-    the big batch's), global-norm clip, update. Returns (mean loss, grad norm) tensors.
-
-    ``no_sync``: DDP's ``model.no_sync`` (gradients all-reduce only on the last micro-batch).
-    bench/train.py times exactly this function.
-    """
-    n = len(micro_batches)
-    optimizer.zero_grad(set_to_none=True)
-    total = torch.zeros(())
-    for i, batch in enumerate(micro_batches):
-        with no_sync() if i < n - 1 else contextlib.nullcontext():
-            loss = forward(*batch)
-            (loss / n).backward()
-        total = total.to(loss.device) + loss.detach().float() / n
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    grad_norm = clip_gradients(params, grad_clip)
-    optimizer.step()
-    return total, grad_norm
 
 
 def _store_name(store: str) -> str:
@@ -288,6 +255,7 @@ class TrainingRun:
         states, world = payload["loader"], self.dist.world_size
         # elastic: every new rank loads rank 0's state (the order is global, data/loader.py)
         self.loader.load_state_dict(states[self.dist.rank] if len(states) == world else states[0])
+        self.log_window = payload.get("log_window")  # the steps since the last log line (older checkpoints: none)
         self.log(f"resumed from {ckpt} at step {payload['step']}")
         return int(payload["step"])
 
@@ -337,18 +305,23 @@ class TrainingRun:
                     f"checkpoint {ckpt} has {key}={meta.get(key)!r} but this run has {mine[key]!r}; "
                     f"resume with the same {flag} (and store) or start a new run with another --out"
                 )
+        if (seed := meta.get("config", {}).get("seed", self.cfg.seed)) != self.cfg.seed:  # the run's order is its own
+            raise LmdataError(f"checkpoint {ckpt} has seed {seed} but this run has --seed {self.cfg.seed}; resume "
+                              f"with --seed {seed} (it set the data order being resumed) or start a new run")
         self._elastic(ckpt, meta)
 
-    def save(self, step: int) -> Path | None:
-        """Every rank's loader state goes into rank 0's checkpoint (ranks resume their own share)."""
+    def save(self, step: int, window: dict) -> Path | None:
+        """Every rank's loader state goes into rank 0's checkpoint (ranks resume their own share), with the
+        open log window, its loss summed as the ranks' mean (what the log line will average)."""
+        window = {**window, "loss": allreduce_mean([window["loss"]], self.dist)[0]}
         states = [self.loader.state_dict()]
         if self.dist.world_size > 1:
             states = [None] * self.dist.world_size
             torch.distributed.all_gather_object(states, self.loader.state_dict())
         path = None
         if self.dist.main:
-            path = save_checkpoint(self.ckpt_dir, self.model, self.optimizer, step,
-                                   loader_state=states, meta=self.meta, keep=self.cfg.keep)
+            path = save_checkpoint(self.ckpt_dir, self.model, self.optimizer, step, loader_state=states,
+                                   meta=self.meta, keep=self.cfg.keep, extra={"log_window": window})
         if self.dist.world_size > 1:
             torch.distributed.barrier()
         return path
@@ -434,7 +407,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
     trackers = start_trackers(cfg.log, run.out, start, asdict(cfg), dist.main, created)  # metrics.jsonl, TB, W&B
     if not isinstance(bar, PlainProgress):  # a terminal's bar: log lines go above it
         say = bar.write
-    window = dict(loss=0.0, wait=0.0, time=0.0, n=0)
+    window = {**dict(loss=0.0, wait=0.0, time=0.0, n=0), **(getattr(run, "log_window", None) or {})}
     try:
         for step in range(start, run.steps):
             lr = cosine_lr(step, cfg.lr, cfg.min_lr, cfg.warmup, run.steps)
@@ -486,7 +459,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None) -> TrainRe
                     say(f"step {done:>6}  val loss {val:.4f}")
                     trackers.log({"step": done, "split": "validation", "loss": val})
             if (cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == run.steps:
-                result.checkpoint = run.save(done)
+                result.checkpoint = run.save(done, window)
     finally:
         bar.close()
         trackers.close()

@@ -14,6 +14,7 @@ import torch
 from lmdata.errors import LmdataError
 from lmdata.model.transformer import TransformerLM
 from lmdata.train.checkpoint import latest_checkpoint, read_checkpoint
+from lmdata.train.device import resolve_device
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -109,9 +110,12 @@ def sample(
     top_p: float = 1.0, seed: int = 0, device: str = "cpu",
 ) -> str:
     """The prompt's continuation as text (the end-of-text token itself is not decoded)."""
-    if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
-        raise LmdataError(f"need --max-tokens >= 1, --temperature >= 0, 0 < --top-p <= 1 "
-                          f"(got {max_tokens}, {temperature}, {top_p})")
+    for bad, flag, value, rule in ((max_tokens < 1, "max-tokens", max_tokens, ">= 1"),
+                                   (temperature < 0, "temperature", temperature, ">= 0 (0: greedy)"),
+                                   (not 0 < top_p <= 1, "top-p", top_p, "in (0, 1]")):
+        if bad:
+            raise LmdataError(f"--{flag} {value}: must be {rule}")
+    device = str(resolve_device(device))  # one line for a device this torch cannot use (was torch's traceback)
     ckpt = find_checkpoint(checkpoint)
     payload = read_checkpoint(ckpt)
     meta = payload["meta"]
