@@ -18,7 +18,7 @@ LONG_BY_A_LITTLE = {"lmdata.data.loader.make_loader"}  # 63: the loader's one co
 # the jobs whose arguments its dataclasses are (data, train, bench), above what it names (model,
 # sources, store).
 LAYERS = [
-    {"lmdata", "errors", "_lazy", "_eot"},  # ``lmdata``: the package's own __init__ (its version)
+    {"lmdata", "errors", "_lazy", "_eot", "_whole"},  # ``lmdata``: the package's own __init__ (its version)
     {"io"},
     {"_ownership", "_progress", "_mp", "_gc_pause", "text_sniff"},
     {"sources"},

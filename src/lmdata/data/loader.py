@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import numbers
 import os
 import warnings
 from typing import Any, Iterator
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from lmdata._mp import can_fork, reimports_unguarded_main
+from lmdata._whole import whole
 from lmdata.config import BATCHES_PER_READ
 from lmdata.data.ahead import LookAhead, check_ahead_on
 from lmdata.data.loader_args import check_counts, check_dataset, checked_start_method, rank_and_world
@@ -385,8 +385,7 @@ class TokenLoader:
                               f"{data_identity(self.dataset)}: build it over the same split and seq_len (a mixture: "
                               "the same sources, weights and seed)")
         needed = ("epoch", "batch") + (("base", "position") if version != 1 else ())
-        if bad := [k for k in needed if isinstance(state.get(k), bool) or not isinstance(state.get(k), numbers.Integral)
-                   or state[k] < 0]:
+        if bad := [k for k in needed if not whole(state.get(k), 0)]:
             raise LmdataError(f"loader state: {bad[0]}={state.get(bad[0])!r} (it needs {', '.join(needed)} as whole "
                               "numbers >= 0); load the dict state_dict() returned")
         s.seed = int(state.get("seed", s.seed))  # the state's seed wins: it defines the order resumed

@@ -8,12 +8,12 @@ fork-safe.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from typing import Any
 
 import torch
 
+from lmdata._whole import whole
 from lmdata.errors import LmdataError
 
 START_METHODS = (None, "fork", "forkserver", "spawn")
@@ -22,7 +22,7 @@ START_METHODS = (None, "fork", "forkserver", "spawn")
 def check_counts(**counts: tuple[Any, int | None]) -> None:
     """Each ``name=(value, least)``: a whole number (not a bool) >= least (None: any)."""
     for name, (value, least) in counts.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (least is not None and value < least):
+        if not whole(value, least):
             raise LmdataError(f"make_loader {name}={value!r}: give a whole number" + (f" >= {least}" if least is not None
                                                                                      else ""))
 

@@ -18,13 +18,13 @@ epoch; raise ``n_samples`` to see more of it).
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Sequence
 
 import numpy as np
 
 from lmdata.data.ahead import AHEAD as READS_AHEAD
 from lmdata.data.permutation import Permutation, derive_key
+from lmdata._whole import whole
 from lmdata.errors import LmdataError
 from lmdata.store.windows import sorted_unique
 
@@ -102,7 +102,7 @@ class MixedDataset:
             raise LmdataError(f"MixedDataset sources must share seq_len and doc_info, got {sorted(shapes, key=str)}")
         self.seq_len, self.doc_info = shapes.pop()
         for name, value in (("seed", seed), ("n_samples", n_samples)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            if value is not None and not whole(value):
                 raise LmdataError(f"MixedDataset {name}={value!r}: give a whole number")  # 2.5 had been read as 2
         self.seed = int(seed)
         self.n_samples = int(sum(lens) if n_samples is None else n_samples)

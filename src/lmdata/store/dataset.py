@@ -19,11 +19,11 @@ not know where its first document began, so counting starts at the window's star
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Sequence
 
 import numpy as np
 
+from lmdata._whole import whole
 from lmdata.errors import LmdataError
 from lmdata.io.s3 import EndpointError
 from lmdata.store.protocol import FormatReader
@@ -59,7 +59,7 @@ class TokenDataset:
     """Map-style dataset of ``L + 1``-token windows over one split (see the module doc)."""
 
     def __init__(self, reader: FormatReader, seq_len: int, *, doc_info: str | None = None, eot_id: int | None = None) -> None:
-        if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 1:
+        if not whole(seq_len, 1):
             raise LmdataError(f"seq_len must be a whole number >= 1, got {seq_len!r}")  # 10.5 had read 10 windows
         if doc_info not in DOC_INFO:
             raise LmdataError(f"doc_info must be one of {DOC_INFO}, got {doc_info!r}")

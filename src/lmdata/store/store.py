@@ -16,7 +16,6 @@ format never stops another from being read; the full checksum pass is ``verify_s
 from __future__ import annotations
 
 import inspect
-import numbers
 import os
 import shutil
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._whole import whole
 from lmdata.errors import LmdataError
 from lmdata.io.cache import keyed_dir
 from lmdata.io.location import Location, location
@@ -106,7 +106,7 @@ class Store:
             readlock.check_unchanged(self.path.local_path, self.manifest_id)
         self._check_format(split, fmt, shards)
         make = get_format(fmt).reader
-        if (takes := _options_of(make)) is not None and (unknown := sorted(set(kwargs) - takes)):
+        if (takes := reader_options(make)) is not None and (unknown := sorted(set(kwargs) - takes)):
             raise LmdataError(f"reader option {unknown[0]!r}: the {fmt} reader takes {', '.join(sorted(takes)) or 'none'}")
         reader = make(self.format_dir(split, fmt), shards, self.dtype, **kwargs)
         if not self.remote:  # object storage has no readers' lock (see readlock.py)
@@ -151,7 +151,7 @@ class Store:
     def document(self, split: str, doc_id: int, format: str | None = None) -> np.ndarray:
         """Document ``doc_id`` of ``split`` (its end-of-text id included)."""
         n_docs = self._split(split).n_docs
-        if isinstance(doc_id, bool) or not isinstance(doc_id, numbers.Integral) or not 0 <= doc_id < n_docs:
+        if not whole(doc_id, 0) or doc_id >= n_docs:
             raise LmdataError(f"document {doc_id!r}: split {split!r} has documents 0..{n_docs - 1}")
         return self.reader(split, format).document(doc_id)
 
@@ -179,8 +179,9 @@ class Store:
         return info
 
 
-def _options_of(make: Any) -> set[str] | None:
-    """The keyword options a reader takes besides its directory, shards and dtype; None when it takes any."""
+def reader_options(make: Any) -> set[str] | None:
+    """The keyword options a format's reader takes besides its directory, shards and dtype; None when it
+    takes any (``**kwargs``) or cannot say (``Store.reader`` and ``verify`` ask it)."""
     try:
         params = inspect.signature(make).parameters
     except (TypeError, ValueError):

@@ -19,7 +19,6 @@ Checks, per split and format, in this order (each problem names the shard):
 from __future__ import annotations
 
 import hashlib
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,13 +182,14 @@ def _read_once_options(fmt: str) -> dict[str, Any]:
     from the store's files, decoded in memory, never from the machine's decoded copies (a copy is no
     part of the store, and one damaged in place would be blamed on the store) and into none (a verify
     had filled the cache with a store's worth of copies nobody might read: 1,160 shards, 464 MB)."""
+    from lmdata.store.store import reader_options
+
     try:
-        params = inspect.signature(get_format(fmt).reader).parameters
-    except (LmdataError, TypeError, ValueError):
-        return {"verify": "size"}
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())  # a plug-in reader may take neither
+        takes = reader_options(get_format(fmt).reader)  # None: any (a plug-in reader may take neither)
+    except LmdataError:
+        takes = None
     return {name: value for name, value in (("verify", "size"), ("use_cache", False))
-            if name in params or (takes_any and name == "verify")}
+            if (name in takes if takes is not None else name == "verify")}
 
 
 def _open_readers(store: Any, split: str, formats: list[str], problems: list[str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -11,11 +11,11 @@ pre-tokenizer runs in Python), lists of 8 M characters or more go to a process p
 from __future__ import annotations
 
 import multiprocessing
-import numbers
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lmdata._mp import worker_pool
+from lmdata._whole import whole
 from lmdata.errors import LmdataError
 
 if TYPE_CHECKING:
@@ -60,8 +60,7 @@ def encode_batch(tok: Tokenizer, texts: list[str], num_workers: int | None, min_
     """``[tok.encode(t) for t in texts]`` on threads (C) or processes (big lists, pure Python)."""
     if isinstance(texts, (str, bytes)):  # a str is iterable: it had been encoded as one text per character
         raise LmdataError(f"encode_batch takes a list of texts, not one {type(texts).__name__}; use encode(text)")
-    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-                                    or num_workers < 0):
+    if num_workers is not None and not whole(num_workers, 0):
         raise LmdataError(f"encode_batch num_workers={num_workers!r}: give a whole number >= 1 (0 or None: all cores)")
     chars = sum(map(len, texts))
     workers = workers_for(len(texts), chars, num_workers, min_chars)
