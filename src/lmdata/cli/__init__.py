@@ -7,11 +7,13 @@ pyarrow. Errors of type ``LmdataError`` become one ``error: ...`` line and exit 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import re
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -52,6 +54,17 @@ class Interrupted(click.ClickException):
 
     def __init__(self, hint: str = "") -> None:
         super().__init__(f"interrupted{hint}")
+
+
+@contextlib.contextmanager
+def resume_hint_only_if(resumable: Callable[[], bool]) -> Iterator[None]:
+    """A Ctrl-C inside keeps the command's hint to resume only when ``resumable()`` (something was written)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not resumable():
+            raise Interrupted() from None
+        raise
 
 
 class LazyGroup(click.Group):

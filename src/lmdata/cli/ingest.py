@@ -89,13 +89,9 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
         name: SourceSpec(tuple(s.sources), s.kind, s.separator, s.text_field, cfg.errors)
         for name, s in cfg.splits.items()
     }
-    try:
+    from lmdata.cli import resume_hint_only_if
+
+    with resume_hint_only_if(lambda: "://" in str(cfg.out) or Path(cfg.out).exists()):  # the store written to
         ingest(specs, tok, cfg.out, formats=cfg.formats or None, shard_tokens=cfg.shard_tokens, workers=cfg.workers,
                resume=resume, overwrite=overwrite, holdout=hold, progress=progress, log=click.echo,
                engine=cfg.engine, ray_address=cfg.ray_address or None)
-    except KeyboardInterrupt:
-        if "://" not in str(cfg.out) and not Path(cfg.out).exists():  # nothing written: nothing to resume
-            from lmdata.cli import Interrupted
-
-            raise Interrupted() from None
-        raise

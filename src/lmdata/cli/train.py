@@ -32,16 +32,11 @@ def train(ctx: click.Context, pipeline: str | None, quiet: bool, **flags) -> Non
     cfg = dataclasses.replace(cfg, **given(ctx, TrainConfig, flags))
     if quiet:
         cfg.progress = False
-    try:
+    from lmdata.cli import resume_hint_only_if
+    from lmdata.train.checkpoint import latest_checkpoint
+
+    with resume_hint_only_if(lambda: latest_checkpoint(Path(cfg.out) / "checkpoints") is not None):
         result = run_train(cfg, log=echo_unless(quiet))
-    except KeyboardInterrupt:
-        from lmdata.train.checkpoint import latest_checkpoint
-
-        if latest_checkpoint(Path(cfg.out) / "checkpoints") is None:  # nothing to resume from: no hint
-            from lmdata.cli import Interrupted
-
-            raise Interrupted() from None
-        raise
     if quiet:
         click.echo(result.summary())
     elif result.checkpoint is not None:

@@ -380,10 +380,10 @@ class TokenLoader:
                     f"loader state has {key}={state[key]!r} but this loader has {getattr(s, key)!r}; "
                     f"build the loader with the same {key} to resume"
                 )
-        if "data" in state and state["data"] != data_identity(self.dataset):  # (states before it: not checked)
+        if "data" in state and state["data"] != (mine := data_identity(self.dataset)):  # (older states: unchecked)
             raise LmdataError(f"loader state was saved over other data ({state['data']}); this loader reads "
-                              f"{data_identity(self.dataset)}: build it over the same split and seq_len (a mixture: "
-                              "the same sources, weights and seed)")
+                              f"{mine}: build it over the same split and seq_len (a mixture: the same sources, "
+                              "weights and seed)")
         needed = ("epoch", "batch") + (("base", "position") if version != 1 else ())
         if bad := [k for k in needed if not whole(state.get(k), 0)]:
             raise LmdataError(f"loader state: {bad[0]}={state.get(bad[0])!r} (it needs {', '.join(needed)} as whole "
