@@ -109,3 +109,11 @@ def test_arrays_in_many_runs_equal_one_run(tok, monkeypatch, workers):
     assert runs.tokens.tolist() == whole.tokens.tolist() and runs.lengths.tolist() == whole.lengths.tolist()
     assert runs.text_bytes == whole.text_bytes and runs.tokens.flags.owndata
     assert tok.encode_arrays([], eot=0).tokens.tolist() == []
+
+
+@pytest.mark.parametrize("eot", [-1, 5.0, True, "3", 1 << 20])
+def test_an_eot_that_is_not_an_id_is_refused(tok, eot):
+    """-1 had meant "no separator" silently (the C path's own marker), 1 << 20 an itemsize error."""
+    with pytest.raises(ValueError, match=f"eot {eot!r} is not an id of this tokenizer"):
+        tok.encode_arrays(["ab", "cd"], eot=eot)
+    assert tok.encode_arrays(["ab"], eot=np.int32(0)).tokens.tolist() == tok.encode("ab") + [0]

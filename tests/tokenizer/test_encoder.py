@@ -346,3 +346,13 @@ def test_the_files_written_in_pieces_are_the_texts_json_writes(tmp_path, special
     t.save(tmp_path / "tok")
     assert (tmp_path / "tok" / "tokenizer.json").read_text(encoding="utf-8") == t.to_hf_json()
     assert (tmp_path / "tok" / "vocab.json").read_text(encoding="utf-8") == vocab_json(t.vocab)
+
+
+def test_decode_refuses_float_and_bool_ids_and_takes_numpy_ints_in_a_list(trained):
+    """The vocab is a dict, where 100.0 and True find ids 100 and 1: a float id had decoded."""
+    import numpy as np
+
+    for bad in ([100.0, 101], [True], [101, 2.5]):
+        with pytest.raises(Exception, match="not a token id"):
+            trained.decode(bad)
+    assert trained.decode([np.int64(100), 101]) == trained.decode([100, 101]) == trained.decode(np.array([100, 101]))

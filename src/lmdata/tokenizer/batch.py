@@ -87,6 +87,8 @@ def encode_arrays(tok: Tokenizer, texts: list[str], eot: int | None, dtype: Any,
     dtype = np.dtype(dtype)
     if dtype not in (np.uint16, np.uint32) or (dtype == np.uint16 and tok.vocab_size > 0x10000):
         raise ValueError(f"dtype {dtype} cannot hold ids up to {tok.vocab_size - 1}; use uint16 (< 65,536) or uint32")
+    if eot is not None and not (whole(eot, 0) and eot < tok.vocab_size):  # -1 had meant "no eot" silently
+        raise ValueError(f"eot {eot!r} is not an id of this tokenizer (0..{tok.vocab_size - 1}); give one, or None for none")
     chars = sum(map(len, texts))
     workers = workers_for(len(texts), chars, num_workers, min_chars) if tok.gil_free else 1
     runs = char_runs(texts, max(RUNS_PER_THREAD * workers if workers > 1 else 1, chars // RUN_CHARS))

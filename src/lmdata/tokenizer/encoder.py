@@ -26,7 +26,7 @@ from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.tokenizer import added_tokens, batch, bytes_unicode, saved, tiktoken_ranks
 from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
-from lmdata.tokenizer.ids import id_list
+from lmdata.tokenizer.ids import id_bytes
 from lmdata.tokenizer.patterns import Pattern
 from lmdata.tokenizer.pretokenize import safe_cut, special_splitter
 from lmdata.tokenizer.train import check_special_tokens
@@ -435,13 +435,7 @@ class Tokenizer:
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The raw bytes of ``ids``: ints, or a 1-D NumPy array or torch tensor."""
-        ids = id_list(ids)
-        try:
-            return b"".join(map(self.vocab.__getitem__, ids))
-        except (KeyError, TypeError):
-            bad = next(i for i in ids if not isinstance(i, int) or i not in self.vocab)
-            what = "unknown token id" if isinstance(bad, int) else "not a token id (give a flat sequence of ints):"
-            raise LmdataError(f"{what} {bad!r}: this tokenizer's ids are 0..{max(self.vocab)}") from None
+        return id_bytes(self.vocab, ids)
 
 
 def _merge_tables(
