@@ -109,8 +109,8 @@ def test_every_store_command_refuses_damage_in_one_line(sample_store, tmp_path, 
             continue  # bench reads with verify="size" by design (it measures reads): sizes only
         if name == "sql tokens" and damage in (truncated_shard, missing_shard):
             continue  # the tokens view reads Parquet's rows, which are sound: a format is checked when it is read
-        if name in ("inspect", "sql docs") and damage is truncated_shard:
-            continue  # they read the documents' bounds, not the token files: a shard file is checked when it is read
+        if name == "sql docs" and damage is truncated_shard:
+            continue  # it reads the documents' bounds, not the token files: a shard file is checked when it is read
         if name in ("train", "bench") and damage is missing_shard:
             continue  # the loader reads the token files, not the documents' bounds (docs-*.npy)
         line = one_line_error(capsys, argv)

@@ -168,14 +168,29 @@ def test_one_statement_only(sample_store, tmp_path):
     assert sql(sample_store, "SELECT ';' AS s;") == (["s"], [(";",)])  # DuckDB's parser, not a split on ';'
 
 
-def test_a_wrong_query_is_told_what_there_is_to_query(sample_store):
-    for query, said in (("SELEC 1", 'Parser Error: syntax error at or near "SELEC"'),
-                        ("SELECT nope FROM docs", "Binder Error: "), ("SELECT * FROM nope", "Catalog Error: ")):
+def test_a_wrong_query_is_told_what_there_is_to_query(sample_store, tmp_path):
+    docs = "docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset)"
+    rows = "(split, doc_id, token_offset, tokens)"
+    for query, said, views in (("SELEC 1", 'Parser Error: syntax error at or near "SELEC"', f"{docs} and tokens{rows}"),
+                               ("SELECT nope FROM docs", "Binder Error: ",
+                                f"{docs}, tokens{rows}, tokens_lance{rows}, tokens_parquet{rows}"),
+                               ("SELECT * FROM nope", "Catalog Error: ",
+                                f"{docs}, tokens{rows}, tokens_lance{rows}, tokens_parquet{rows}")):
         with pytest.raises(LmdataError) as e:
             sql(sample_store, query)
         assert str(e.value).startswith(f"sql: {said}") and str(e.value).endswith(
-            "; fix the query: the views are docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) "
-            "and tokens(split, doc_id, token_offset, tokens)"), e.value
+            f"; fix the query: the views are {views}"), e.value
+    from lmdata.store.manifest import read_manifest, write_manifest
+
+    only_memmap = tmp_path / "memmap-only"  # no row format: the hint had named a tokens view it lacks
+    shutil.copytree(sample_store, only_memmap)
+    manifest = read_manifest(only_memmap)
+    for info in manifest.splits.values():
+        del info.formats["parquet"], info.formats["lance"]
+    write_manifest(only_memmap, manifest)
+    with pytest.raises(LmdataError, match=r"Catalog Error: .*; fix the query: the views are docs\(split, doc_id, "
+                                          r"shard, n_tokens, token_offset, source, source_offset\)$"):
+        sql(only_memmap, "SELECT count(*) FROM tokens")
 
 
 def test_views_are_lazy(sample_store, tmp_path):

@@ -38,9 +38,12 @@ def sql_command(ctx: click.Context, store: str, query: str, fmt: str, old_fmt: s
 def inspect_command(store: str, as_json: bool) -> None:
     """Per split and format: documents, tokens, shards, bytes, document lengths, tokenizer."""
     from lmdata.inspect import format_inspect, inspect
+    from lmdata.inspect.stats import damaged
 
     report = inspect(store)
     click.echo(json.dumps(report, indent=1) if as_json else format_inspect(report))
+    if damaged(report):  # the summary first (what is there), then the error and a non-zero exit
+        raise LmdataError(damaged(report))
 
 
 @click.command("show")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -129,25 +130,43 @@ def _special_ids(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--pattern", default=None, help="A tiktoken file's pattern: gpt2, cl100k, o200k or a regex.")
 @click.option("--special-token", "special_tokens", multiple=True, metavar="NAME=ID",
               help="A tiktoken file's special token and its id (repeatable).")
-def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str, ...]) -> None:
+@click.option("--eot-token", default=None, metavar="NAME",
+              help="The special token that ends each document in a store (ingest appends it). Default: "
+                   f"{EOT}; without one, a directory's tokenizer_config.json eos_token.")
+def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str, ...], eot_token: str | None) -> None:
     """Import SRC, a Hugging Face tokenizer.json (byte-level BPE) or a tiktoken ranks file."""
     from lmdata.tokenizer.encoder import Tokenizer
 
     if src.suffix == ".json" or src.is_dir():
         if pattern or special_tokens:
             raise LmdataError("--pattern and --special-token are for tiktoken files; a tokenizer.json carries its own")
-        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src)
+        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src, eot_token)
+        if eot_token is None and tok.eot_id is None and src.is_dir():  # e.g. Llama 3's <|end_of_text|>
+            named = hf_eos_token(src / "tokenizer_config.json")
+            tok = Tokenizer.from_hf(src / "tokenizer.json", named) if named in tok.special_ids else tok
     else:
         if not pattern:
             from lmdata.tokenizer import tiktoken_ranks
 
             tiktoken_ranks.read(src)  # not a ranks file at all (a README, a JSONL): that, not --pattern, is the news
             raise LmdataError(f"{src}: a tiktoken file holds no pattern; pass --pattern (e.g. cl100k or o200k)")
-        tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens))
+        tok = Tokenizer.from_tiktoken(src, pattern, _special_ids(special_tokens), eot_token)
     digest = tok.save(out)
     ranked = "; BPE by ranks as tiktoken (tokens that are not merges)" if tok.ranked else ""
     flags = "".join(f"; {t} {'+'.join(f)}" for t, f in tok.special_flags.items())  # Hugging Face's added-token flags
-    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}{ranked}{flags}; {digest}")
+    eot = f"; documents end with {tok.eot_token}" if tok.eot_id is not None else (
+        f"; no {tok.eot_token}, so ingest refuses it: import again with --eot-token NAME")
+    click.echo(f"wrote {out}: {tok.vocab_size:,} ids, pattern {tok.pattern_name or 'custom'}{ranked}{flags}{eot}; {digest}")
+
+
+def hf_eos_token(config: Path) -> str | None:
+    """The ``eos_token`` of a Hugging Face ``tokenizer_config.json`` (a string or {"content": ...}), if any."""
+    try:
+        eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return eos if isinstance(eos, str) else None
 
 
 @tokenizer.command("export")

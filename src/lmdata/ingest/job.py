@@ -167,7 +167,9 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
         tokenizer_dir = Path(tokenizer_dir)
         tok = _load_tokenizer(tokenizer_dir)
         if tok.eot_id is None:
-            raise LmdataError(f"tokenizer {tokenizer_dir} has no <|endoftext|> special token; retrain it with one")
+            raise LmdataError(f"tokenizer {tokenizer_dir} has no {tok.eot_token} special token to end documents with; "
+                              + (f"import it again with --eot-token NAME, one of {', '.join(tok.special_tokens)}"
+                                 if tok.special_tokens else "train or import it with one"))
         vocab_size, eot, dtype = _vocab_size(tok)[0], int(tok.eot_id), _dtype(tok)
         workers = workers or os.cpu_count() or 1
         tok_files = output.read_tokenizer_files(tokenizer_dir)

@@ -220,9 +220,18 @@ VIEWS = ("docs(split, doc_id, shard, n_tokens, token_offset, source, source_offs
          "tokens(split, doc_id, token_offset, tokens)")
 
 
-def _with_hint(text: str) -> str:
+def _with_hint(text: str, views: str = VIEWS) -> str:
     """DuckDB's first line; for a query that is wrong (not a damaged store), what there is to query."""
-    return f"{text}; fix the query: the views are {VIEWS}" if text.startswith(QUERY_ERRORS) else text
+    return f"{text}; fix the query: the views are {views}" if text.startswith(QUERY_ERRORS) else text
+
+
+def _views_of(con: Any) -> str:
+    """The views this store's connection has, with their columns (a memmap-only store has no ``tokens``)."""
+    rows = con.execute("SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() "
+                       "WHERE NOT internal AND NOT starts_with(table_name, '_') "
+                       "AND table_name IN (SELECT view_name FROM duckdb_views() WHERE NOT internal) "
+                       "GROUP BY table_name ORDER BY table_name = 'docs' DESC, table_name").fetchall()
+    return ", ".join(f"{name}({', '.join(cols)})" for name, cols in rows) or VIEWS
 
 
 @contextmanager
@@ -243,7 +252,7 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         text = str(exc).splitlines()[0]
         stream = re.search(r"'(_rows_\d+_\d+(?:_\d+)?)'", text)
         damaged = _damaged_shard(sources[stream.group(1)]) if not errors and stream and stream.group(1) in sources else None
-        return LmdataError(f"sql: {errors[0] if errors else damaged or _with_hint(text)}")
+        return LmdataError(f"sql: {errors[0] if errors else damaged or _with_hint(text, _views_of(con))}")
 
     con = connect(store, errors, sources)
     stuck: list[bool] = []  # a query that would not stop: closing would wait on it

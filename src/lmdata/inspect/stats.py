@@ -42,26 +42,49 @@ def inspect(store: str | Path) -> dict[str, Any]:
             "formats": {},
         }
         for fmt, shards in info.formats.items():
-            disk = _disk_bytes(st.format_dir(split, fmt))
+            sizes = _disk_sizes(st.format_dir(split, fmt))
+            disk = sum(sizes.values())
             entry["formats"][fmt] = {"shards": len(ingest_shard_docs(shards)) - 1, "fragments": len(shards),
-                                     "bytes": disk, "bytes_per_token": round(disk / max(1, info.n_tokens), 3)}
+                                     "bytes": disk, "bytes_per_token": round(disk / max(1, info.n_tokens), 3),
+                                     "damaged": _size_problems(sizes, shards)}
         out["splits"][split] = entry
     return out
 
 
-def _disk_bytes(path: Any) -> int:
-    """Bytes of every file under ``path`` (Lance's commit log and sidecars included; remote: one LIST)."""
+def _disk_sizes(path: Any) -> dict[str, int]:
+    """Path under ``path`` -> bytes, of every file there (Lance's commit log and sidecars included; remote: one
+    LIST)."""
     if path.remote:
-        return sum(x.size for x in path.list(recursive=True))
-    total, todo = 0, [os.fspath(path)] if os.path.isdir(path) else []
-    while todo:  # scandir's entries: no path joined or parsed per file (500,000 files: ~2 s of os.walk + lstat)
+        return {x.key: x.size for x in path.list(recursive=True)}
+    root = os.fspath(path)
+    sizes, todo = {}, [root] if os.path.isdir(path) else []
+    while todo:  # scandir's entries: no path parsed per file (500,000 files: ~2 s of os.walk + lstat)
         with os.scandir(todo.pop()) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     todo.append(entry.path)
                 else:
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
+                    sizes[entry.path[len(root) + 1:]] = entry.stat(follow_symlinks=False).st_size
+    return sizes
+
+
+def _size_problems(sizes: dict[str, int], shards: list) -> list[str]:
+    """The manifest's shard files that are missing or of another size (what a truncation or a deleted file
+    leaves; the checksums are ``verify``'s), at most 3 named."""
+    bad = [f"{f.path} is missing" if sizes.get(f.path) is None else
+           f"{f.path} has {sizes[f.path]:,} bytes, the manifest says {f.bytes:,}"
+           for s in shards for f in s.files if sizes.get(f.path) != f.bytes]
+    return bad[:3] + ([f"{len(bad) - 3:,} more"] if len(bad) > 3 else [])
+
+
+def damaged(report: dict[str, Any]) -> str | None:
+    """One line naming the first damaged format of ``inspect``'s report, or None."""
+    for split, s in report["splits"].items():
+        for fmt, f in s["formats"].items():
+            if f["damaged"]:
+                return (f"{report['store']}: {split} {fmt}: {'; '.join(f['damaged'])}; the store is damaged, run "
+                        "`lmdata verify` and re-ingest with --overwrite")
+    return None
 
 
 def format_inspect(report: dict[str, Any]) -> str:

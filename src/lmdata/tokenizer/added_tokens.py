@@ -3,6 +3,8 @@
     lstrip       the token takes the whitespace just before it (RoBERTa's ``<mask>``: "a <mask>" is a, <mask>)
     rstrip       the token takes the whitespace just after it
     single_word  the token counts only where no word character touches it ("x<w>" is x, <, w, >)
+    nonspecial   Hugging Face's ``"special": false``: matched in plain text too (``encode_ordinary``, so in
+                 every document a store holds), and not dropped by ``decode(skip_special_tokens=True)``
 
 Whitespace is Unicode's White_Space and a word character Rust's ``\\w`` (alphabetic, marks, decimal
 digits, connector punctuation, joiners), as in ``tokenizers``' ``added_vocabulary.rs``.  Matches are
@@ -16,7 +18,7 @@ import re
 
 import regex
 
-FLAGS = ("lstrip", "rstrip", "single_word")
+FLAGS = ("lstrip", "rstrip", "single_word", "nonspecial")
 _WORD = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
 _SPACE_BEFORE = regex.compile(r"(?r)\p{White_Space}*")  # matched backwards from endpos
 _SPACE_AFTER = regex.compile(r"\p{White_Space}*")

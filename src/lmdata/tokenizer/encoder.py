@@ -20,11 +20,11 @@ import heapq
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice, repeat
 from operator import add
-from pathlib import Path
 
 from lmdata._eot import EOT
 from lmdata.errors import LmdataError
-from lmdata.tokenizer import added_tokens, batch, bytes_unicode, saved, tiktoken_ranks
+from lmdata.tokenizer import added_tokens, batch, tiktoken_ranks
+from lmdata.tokenizer.files import TokenizerFiles
 from lmdata.tokenizer.accelerator import pure_python_forced, warn_not_built
 from lmdata.tokenizer.ids import id_bytes
 from lmdata.tokenizer.patterns import Pattern
@@ -41,7 +41,7 @@ _MAX_CACHED_CHUNK = 128  # longer chunks are encoded every time, never cached
 _CACHE_ENTRIES = 1 << 18  # a C cache this full is cleared (its table: 2x as many 64-byte slots, 32 MB)
 
 
-class Tokenizer:
+class Tokenizer(TokenizerFiles):
     """Byte-level BPE; special tokens are never merged.
 
     ``pattern`` is the pre-tokenizer: "gpt2" (default), "cl100k", "o200k" or any regex
@@ -50,8 +50,9 @@ class Tokenizer:
     pre-token that is a token no merge reaches is that token (``tiktoken_ranks``).
     ``ignore_merges=True`` is Hugging Face's flag of that name (Llama 3's file): merges rank by
     their order, a pre-token that is a token is that token, one pair merged at a time.
-    ``special_flags``: ``{token: ["lstrip", "rstrip", "single_word"]}``, Hugging Face's added-token flags
-    (RoBERTa's ``<mask>`` takes the spaces before it; ``added_tokens``).
+    ``special_flags``: ``{token: ["lstrip", "rstrip", "single_word", "nonspecial"]}``, Hugging Face's added-token
+    flags (RoBERTa's ``<mask>`` takes the spaces before it; ``added_tokens``).  ``eot_token``: the special token
+    that ends each document in a store (``eot_id``), if not ``<|endoftext|>`` (an imported Llama 3's).
     """
 
     _slice_chars = 1 << 20  # long texts are encoded a slice of about this many characters at a time
@@ -59,7 +60,7 @@ class Tokenizer:
     def __init__(
         self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str] | None = None,
         pattern: str | Pattern | None = None, ranked: bool = False, ignore_merges: bool = False,
-        special_flags: dict[str, list[str]] | None = None,
+        special_flags: dict[str, list[str]] | None = None, eot_token: str | None = None,
     ) -> None:
         self._pattern = Pattern.get(pattern)
         self.ranked = bool(ranked)
@@ -76,6 +77,12 @@ class Tokenizer:
         self.special_ids = {tok: ids[tok.encode("utf-8")] for tok in self.special_tokens}
         self.special_flags = added_tokens.check_flags(special_flags, self.special_tokens)
         self._added = added_tokens.AddedSplitter(self.special_ids, self.special_flags) if self.special_flags else None
+        plain = {t: i for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())}
+        self._added_plain = added_tokens.AddedSplitter(plain, self.special_flags) if plain else None
+        if eot_token is not None and eot_token not in self.special_ids:
+            raise LmdataError(f"eot token {eot_token!r} is not a special token of this tokenizer "
+                              f"({', '.join(self.special_tokens) or 'it has none'})")
+        self._eot_choice = None if eot_token == EOT else eot_token  # (None: the default, outside the hash)
         self._vocab_size = max(self.vocab, default=-1) + 1
         if self._vocab_size > 0x110000 or min(self.vocab, default=0) < 0:
             raise LmdataError("vocab ids must lie in 0..1114111")
@@ -151,96 +158,20 @@ class Tokenizer:
         any other regex, or added tokens with lstrip/rstrip/single_word, run in Python."""
         return self._fast is not None and self._pattern.c_mode is not None and self._added is None
 
-    # -- construction and files ------------------------------------------------------
-
-    @classmethod
-    def from_files(
-        cls, vocab_path: str | Path, merges_path: str | Path, special_tokens: list[str] | None = None
-    ) -> "Tokenizer":
-        """Load GPT-2 style ``vocab.json`` and ``merges.txt`` (e.g. GPT-2's own)."""
-        vocab = bytes_unicode.read_vocab(Path(vocab_path))
-        return cls(vocab, bytes_unicode.read_merges(Path(merges_path)), special_tokens)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
-        """Load a directory written by ``save``, checking its files against the recorded hash."""
-        vocab_text, merges_text, specials, pattern, digest, bpe, flags = saved.read_dir(Path(path))
-        tok = cls(
-            bytes_unicode.parse_vocab(vocab_text, str(Path(path) / "vocab.json")),
-            bytes_unicode.parse_merges(merges_text, str(Path(path) / "merges.txt")),
-            specials,
-            pattern,
-            bpe == "ranks",
-            bpe == "words", flags,
-        )
-        tok._hash = digest
-        return tok
-
-    @classmethod
-    def from_hf(cls, path: str | Path) -> "Tokenizer":
-        """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens)."""
-        from lmdata.tokenizer import hf
-
-        vocab, merges, specials, pattern, ignore_merges, flags = hf.read(path)
-        try:
-            return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges, special_flags=flags)
-        except LmdataError as exc:  # (a merge of tokens the vocab lacks, a missing byte: name the file)
-            raise LmdataError(f"{path}: {exc}") from None
-
-    @classmethod
-    def from_tiktoken(cls, path: str | Path, pattern: str | Pattern,
-                      special_tokens: dict[str, int] | None = None) -> "Tokenizer":
-        """Import a tiktoken ranks file; ``pattern`` is its regex or name (e.g. "cl100k"),
-        ``special_tokens`` maps each special token to its id (e.g. ``{"<|endoftext|>": 100257}``).
-        A file with tokens that are not merges of two lower ranks (Llama 3's) encodes ``ranked``."""
-        pattern = Pattern.get(pattern)  # (a bad --pattern is refused before the file is read)
-        ranks = tiktoken_ranks.read(path)
-        vocab = tiktoken_ranks.vocab_of(ranks, special_tokens or {}, path)
-        merges, ranked = tiktoken_ranks.merges_of(ranks)
-        try:
-            return cls(vocab, merges, list(special_tokens or {}), pattern, ranked)
-        except LmdataError as exc:  # (a byte missing from the ranks: name the file)
-            raise LmdataError(f"{path}: {exc}") from None
-
-    def save(self, path: str | Path) -> str:
-        """Write the tokenizer directory atomically (``saved.FILES``, Hugging Face's included); returns the hash."""
-        from lmdata.tokenizer import hf
-
-        hf_json = hf.to_json_pieces(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges,
-                                    self.special_flags)  # pieces, written as made: no file is held whole
-        extra = {"tokenizer.json": hf_json, "tokenizer_config.json": hf.config_json(self.special_ids)}
-        return saved.write_dir(Path(path), bytes_unicode.vocab_pieces(self.vocab), bytes_unicode.merges_pieces(self.merges),
-                               self.special_tokens, self.vocab_size, self.pattern, extra, self.bpe, self.special_flags)
-
-    def to_hf_json(self) -> str:
-        """The text of a Hugging Face ``tokenizer.json`` that gives this tokenizer's ids."""
-        from lmdata.tokenizer import hf
-
-        return hf.to_json(self.vocab, self.merges, self.special_ids, self._pattern, self.ignore_merges, self.special_flags)
-
-    def to_tiktoken(self) -> str:
-        """The text of a tiktoken ranks file (special tokens and pattern are passed to tiktoken separately)."""
-        return tiktoken_ranks.to_text(self.vocab, self.special_ids, self.special_flags)
-
-    def _texts(self) -> tuple[str, str]:
-        return bytes_unicode.vocab_json(self.vocab), bytes_unicode.merges_txt(self.merges)
-
-    @property
-    def hash(self) -> str:
-        """Content hash, as recorded in ``tokenizer.json`` (``"sha256:..."``)."""
-        if self._hash is None:
-            self._hash = saved.content_hash(*self._texts(), self.special_tokens, self.pattern, self.bpe, self.special_flags)[0]
-        return self._hash
-
     @property
     def vocab_size(self) -> int:
         """One more than the largest id (special tokens included): every id is below it."""
         return self._vocab_size
 
     @property
+    def eot_token(self) -> str:
+        """The special token that ends each document in a store: ``<|endoftext|>`` unless chosen."""
+        return self._eot_choice or EOT
+
+    @property
     def eot_id(self) -> int | None:
-        """Id of ``<|endoftext|>`` if it is one of the special tokens, else None."""
-        return self.special_ids.get(EOT)
+        """Id of ``eot_token`` if it is one of the special tokens, else None."""
+        return self.special_ids.get(self.eot_token)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # ship to worker processes without the caches
@@ -280,6 +211,8 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special-token strings treated as plain text."""
+        if self._added_plain is not None:  # Hugging Face's non-special added tokens are matched in any text
+            return self._added_plain.encode(text, self._encode_into)
         if self._fast is not None:
             return self._fast.encode_plain(text)
         ids: list[int] = []

@@ -23,6 +23,7 @@ error naming the file and the field.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from lmdata.tokenizer.added_tokens import FLAGS, is_space, is_word
 from lmdata.tokenizer.bytes_unicode import json_array, json_object, str_to_token, token_to_str
 from lmdata.tokenizer.patterns import GPT2_PATTERN, Pattern
 
+WHOLE_PIECE = r"[\s\S]+"  # a chain step that matches each piece whole
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
 
 
@@ -84,7 +86,7 @@ def _skeleton(special_ids: dict[str, int], pattern: Pattern, ignore_merges: bool
               vocab: object, merges: object) -> dict:
     """The tokenizer.json object, with ``vocab`` and ``merges`` as given."""
     added = [{"id": i, "content": tok, **{f: f in flags.get(tok, ()) for f in ("single_word", "lstrip", "rstrip")},
-              "normalized": False, "special": True}
+              "normalized": False, "special": "nonspecial" not in flags.get(tok, ())}
              for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
     return {
         "version": "1.0",
@@ -117,12 +119,12 @@ def _pre_tokenizer(pattern: Pattern) -> dict:
     ]}
 
 
-def config_json(special_ids: dict[str, int]) -> str:
+def config_json(special_ids: dict[str, int], eot_token: str = EOT) -> str:
     """``tokenizer_config.json``: tells ``AutoTokenizer`` to use the fast tokenizer of tokenizer.json."""
     data: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                   "model_max_length": 1 << 30}
-    if EOT in special_ids:
-        data |= {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT}
+    if eot_token in special_ids:
+        data |= {"bos_token": eot_token, "eos_token": eot_token, "unk_token": eot_token}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -151,13 +153,34 @@ def read(path: str | Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]],
         raise LmdataError(f"{path}: model.dropout is {model['dropout']}; lmdata encodes without BPE dropout, "
                           "set it to null")
     pattern = _pattern(data.get("pre_tokenizer"), path)
-    vocab = _vocab(model.get("vocab"), path)
+    vocab = _vocab(model.get("vocab"), path, _added_contents(data.get("added_tokens")))
     merges = model.get("merges", [])
     if not isinstance(merges, list):
         raise LmdataError(f"{path}: model.merges is a {type(merges).__name__}; expected a list of merges")
     merges = [_merge(m, path) for m in merges]
     specials, flags = _added_tokens(data.get("added_tokens"), vocab, path)
+    added = _post_processor_tokens(data.get("post_processor"))
+    if added:  # (Llama 3's file adds <|begin_of_text|>): said, not silently dropped
+        warnings.warn(f"{path}: its post_processor adds {', '.join(map(repr, added))} to each text Hugging Face encodes "
+                      "with add_special_tokens=True; lmdata's ids are those of add_special_tokens=False (a store "
+                      "ends each document with its eot token instead)", stacklevel=3)
     return vocab, merges, specials, pattern, bool(model.get("ignore_merges")), flags
+
+
+def _post_processor_tokens(post: object) -> list[str]:
+    """The tokens a ``post_processor`` adds around a single text (TemplateProcessing's ``single``, Bert's and
+    RoBERTa's cls/sep; a Sequence's steps in turn); ByteLevel adds none (it trims offsets)."""
+    if not isinstance(post, dict):
+        return []
+    kind = post.get("type")
+    if kind == "Sequence":
+        return [t for step in post.get("processors") or [] for t in _post_processor_tokens(step)]
+    if kind == "TemplateProcessing":
+        return [piece["SpecialToken"].get("id", "?") for piece in post.get("single") or []
+                if isinstance(piece, dict) and isinstance(piece.get("SpecialToken"), dict)]
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return [pair[0] for pair in (post.get("cls"), post.get("sep")) if isinstance(pair, list) and pair]
+    return []
 
 
 def _load(path: Path) -> object:
@@ -175,8 +198,16 @@ def _load(path: Path) -> object:
                           "is the file complete?") from None
 
 
-def _vocab(raw: object, path: Path) -> dict[int, bytes]:
-    """id -> bytes of ``model.vocab``: a token-string -> integer-id object, each id once."""
+def _added_contents(raw: object) -> set[tuple[str, int]]:
+    """(content, id) of each well-formed added token (the rest is checked by ``_added_tokens``)."""
+    return {(t["content"], t["id"]) for t in raw if isinstance(t, dict) and isinstance(t.get("content"), str)
+            and _is_id(t.get("id"))} if isinstance(raw, list) else set()
+
+
+def _vocab(raw: object, path: Path, added: set[tuple[str, int]] = frozenset()) -> dict[int, bytes]:
+    """id -> bytes of ``model.vocab``: a token-string -> integer-id object, each id once.  An added token's
+    entry may be its text as is (not GPT-2's byte form: ``<|im start|>``, DeepSeek's ``<｜begin▁of▁sentence｜>``),
+    as ``tokenizers`` writes and reads it."""
     if not isinstance(raw, dict):
         raise LmdataError(f"{path}: model.vocab is {'missing' if raw is None else 'a ' + type(raw).__name__}; "
                           "expected an object mapping token strings to integer ids")
@@ -189,7 +220,12 @@ def _vocab(raw: object, path: Path) -> dict[int, bytes]:
         if i in names:
             raise LmdataError(f"{path}: model.vocab gives id {i} to both {names[i]!r} and {s!r}; each id once")
         names[i] = s
-        vocab[i] = str_to_token(s, f"{path} (model.vocab)")
+        try:
+            vocab[i] = str_to_token(s, f"{path} (model.vocab)")
+        except LmdataError:
+            if (s, i) not in added:
+                raise
+            vocab[i] = s.encode("utf-8")
     return vocab
 
 
@@ -198,7 +234,8 @@ def _is_id(i: object) -> bool:
 
 
 def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[list[str], dict]:
-    """The added tokens (all become special tokens), each entered into ``vocab`` at its id, and their flags."""
+    """The added tokens (special tokens to us; ``"special": false`` is the flag ``nonspecial``), each entered into
+    ``vocab`` at its id, and their flags."""
     if raw is None:
         return [], {}
     if not isinstance(raw, list):
@@ -217,8 +254,9 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         content, i = tok.get("content"), tok["id"]
         if not isinstance(content, str) or not content:
             raise LmdataError(f"{path}: {field} (id {i}) has no non-empty string \"content\"")
-        if any(tok.get(f) for f in FLAGS):
-            flags[content] = tuple(f for f in FLAGS if tok.get(f))
+        given = {f for f in FLAGS if tok.get(f)} | ({"nonspecial"} if tok.get("special") is False else set())
+        if given:
+            flags[content] = tuple(f for f in FLAGS if f in given)
         normalized[content] = bool(tok.get("normalized", not tok.get("special")))
         if by_id.get(i, content) != content:
             raise LmdataError(f"{path}: {field} {content!r} has id {i}, which added token {by_id[i]!r} has too")
@@ -302,7 +340,14 @@ def _pattern(pre: object, path: Path) -> str:
                           "ByteLevel, or isolating regex Splits then ByteLevel(use_regex=false)")
     regexes = [_split_regex(step, i, path) for i, step in enumerate(steps[:-1])]
     try:
-        return Pattern.get(regexes).text
+        try:
+            return Pattern.get(regexes).text
+        except LmdataError:
+            if len(regexes) > 1:
+                raise
+            # one Split whose matches leave text between them: Hugging Face keeps that text as pieces, which
+            # a chain does (a single regex's pieces must cover the text); the second step keeps every piece whole
+            return Pattern.get([regexes[0], WHOLE_PIECE]).text
     except LmdataError as exc:  # (worded for --pattern, which this file's user did not give)
         why = str(exc).removeprefix(f"--pattern {regexes[0]!r}: ")
         raise LmdataError(f"{path}: pre_tokenizer's Split regex cannot be used: {why}") from None

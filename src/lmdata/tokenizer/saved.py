@@ -8,7 +8,9 @@
                                  "hash": "sha256:<hex>"}
                                  (+ "bpe": "ranks" for tiktoken's BPE over ranks, ``Tokenizer(ranked=True)``,
                                  or "words" for Hugging Face's ignore_merges; + "special_flags":
-                                 {"<mask>": ["lstrip"]} for Hugging Face's added-token flags, in the hash)
+                                 {"<mask>": ["lstrip"]} for Hugging Face's added-token flags, in the hash;
+                                 + "eot_token": "<|end_of_text|>" when documents end with another token
+                                 than <|endoftext|>, in the hash)
     <dir>/tokenizer.json         Hugging Face's format, derived from the above (``hf.py``), so
     <dir>/tokenizer_config.json  ``AutoTokenizer.from_pretrained(dir)`` loads the directory
 
@@ -46,21 +48,23 @@ FILES = ("vocab.json", "merges.txt", METADATA, *HF_FILES)  # what ``write_dir`` 
 
 def content_hash(
     vocab_text: str, merges_text: str, special_tokens: list[str], pattern: str = GPT2_PATTERN, bpe: str = "merges",
-    flags: dict | None = None,
+    flags: dict | None = None, eot_token: str | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """The tokenizer's hash and the per-file digests it is made of (``bpe`` and the special tokens' ``flags``
-    count only when not "merges" / not empty, so every other tokenizer keeps its hash)."""
+    """The tokenizer's hash and the per-file digests it is made of (``bpe``, the special tokens' ``flags`` and
+    ``eot_token`` count only when not "merges" / not empty / not None, so every other tokenizer keeps its hash)."""
     files = {
         "vocab.json": hashlib.sha256(vocab_text.encode("utf-8")).hexdigest(),
         "merges.txt": hashlib.sha256(merges_text.encode("utf-8")).hexdigest(),
     }
-    return _digest(files, special_tokens, pattern, bpe, flags), files
+    return _digest(files, special_tokens, pattern, bpe, flags, eot_token), files
 
 
-def _digest(files: dict[str, str], special_tokens: list[str], pattern: str, bpe: str, flags: dict | None) -> str:
+def _digest(files: dict[str, str], special_tokens: list[str], pattern: str, bpe: str, flags: dict | None,
+            eot_token: str | None = None) -> str:
     """``content_hash`` of the files' digests."""
     header = json.dumps([FORMAT, HASH_VERSION, pattern, special_tokens, files] + ([f"bpe:{bpe}"] if bpe != "merges" else [])
-                        + ([{"special_flags": {t: list(f) for t, f in flags.items()}}] if flags else []),
+                        + ([{"special_flags": {t: list(f) for t, f in flags.items()}}] if flags else [])
+                        + ([{"eot_token": eot_token}] if eot_token is not None else []),
                         sort_keys=True)
     return "sha256:" + hashlib.sha256(header.encode("utf-8")).hexdigest()
 
@@ -112,7 +116,7 @@ def check_replaceable(out: Path, flag: str = "--out") -> None:
 
 def write_dir(out: Path, vocab_text: Text, merges_text: Text, special_tokens: list[str], vocab_size: int,
               pattern: str = GPT2_PATTERN, extra: dict[str, Text] | None = None, bpe: str = "merges",
-              flags: dict | None = None) -> str:
+              flags: dict | None = None, eot_token: str | None = None) -> str:
     """Write the files (``extra``: name -> text, the Hugging Face ones) into a temp dir beside
     ``out``, then rename it into place.  A text is a str or an iterable of pieces, written (and
     hashed) as they come, so no file is held whole.
@@ -127,8 +131,9 @@ def write_dir(out: Path, vocab_text: Text, merges_text: Text, special_tokens: li
     try:
         files = {name: _write(tmp / name, text) for name, text in (("vocab.json", vocab_text),
                                                                    ("merges.txt", merges_text))}
-        digest = _digest(files, special_tokens, pattern, bpe, flags)
-        _write(tmp / METADATA, json.dumps(_meta(files, digest, special_tokens, vocab_size, pattern, bpe, flags),
+        digest = _digest(files, special_tokens, pattern, bpe, flags, eot_token)
+        _write(tmp / METADATA, json.dumps(_meta(files, digest, special_tokens, vocab_size, pattern, bpe, flags) |
+                                          ({"eot_token": eot_token} if eot_token is not None else {}),
                                           indent=2, ensure_ascii=False) + "\n")
         for name, text in (extra or {}).items():
             _write(tmp / name, text)
@@ -183,9 +188,9 @@ def _meta(files: dict[str, str], digest: str, special_tokens: list[str], vocab_s
                                                       if flags else {})
 
 
-def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
+def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict, str | None]:
     """Read and check a saved tokenizer: (vocab text, merges text, special tokens, pattern, hash, bpe,
-    special-token flags)."""
+    special-token flags, the eot token if chosen)."""
     path = Path(path)
     if not path.is_dir() or not any((path / name).exists() for name in (*FILES[:3], "tokenizer.json")):
         raise LmdataError(f"{path}: not a tokenizer directory (expected {', '.join(FILES[:3])})")
@@ -215,11 +220,14 @@ def read_dir(path: Path) -> tuple[str, str, list[str], str, str, str, dict]:
     flags = meta.get("special_flags") or {}
     if not isinstance(flags, dict):
         raise LmdataError(f"{meta_file}: \"special_flags\" must be an object {{token: [flags]}}")
-    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe, flags)
+    eot = meta.get("eot_token")
+    if eot is not None and eot not in specials:
+        raise LmdataError(f"{meta_file}: \"eot_token\" {eot!r} is not one of its special_tokens")
+    digest, files = content_hash(texts["vocab.json"], texts["merges.txt"], specials, pattern, bpe, flags, eot)
     recorded = meta.get("files") or {}
     for name, sha in files.items():
         if recorded.get(name) != sha:
             raise LmdataError(f"{path / name}: content does not match the hash in {meta_file.name}; the file was changed")
     if meta.get("hash") != digest:
         raise LmdataError(f"{meta_file}: recorded hash does not match the content; the file was changed")
-    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe, flags
+    return texts["vocab.json"], texts["merges.txt"], specials, pattern, digest, bpe, flags, eot
