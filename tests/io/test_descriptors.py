@@ -144,7 +144,8 @@ def test_read_windows_checks_new_blocks_once_and_stops_at_a_bad_one(tmp_path):
     raw = data.tobytes()
     crcs = np.array([zlib.crc32(raw[k:k + 4096]) for k in range(0, len(raw), 4096)], np.uint32)
     done = np.zeros(4, np.uint8)
-    fds = np.full(2, d.Descriptors(4).get(str(path)), np.int32)
+    pool = d.Descriptors(4)  # (held: a pool closes its descriptors when it goes)
+    fds = np.full(2, pool.get(str(path)), np.int32)
     offsets, out = np.array([100, 5000], np.int64), np.zeros((2, 1025), np.uint16)
     sizes, base = np.full(2, len(raw), np.int64), np.zeros(2, np.int64)
     lens = np.full(2, 2050, np.int64)
@@ -244,3 +245,32 @@ def test_growing_the_table_never_replaces_a_descriptor_another_pool_holds(tmp_pa
             assert os.fstat(top).st_ino == os.fstat(fh.fileno()).st_ino
         finally:
             os.close(top)
+
+
+def test_a_threads_pool_closes_its_descriptors_when_the_thread_ends(tmp_path):
+    """The loader's thread fallback (ThreadReads) starts new threads each epoch: their pools had leaked, 16
+    descriptors a shard-reading thread an epoch, until the process hit its open-file limit."""
+    import gc
+    import threading
+
+    from lmdata.io.descriptors import descriptors
+
+    files = []
+    for i in range(20):
+        files.append(tmp_path / f"shard-{i}")
+        files[-1].write_bytes(b"x" * 10)
+
+    def open_all() -> None:
+        for f in files:
+            descriptors().get(str(f))
+
+    def open_count() -> int:
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_count()
+    for _ in range(5):
+        t = threading.Thread(target=open_all)
+        t.start()
+        t.join()
+    assert open_count() <= before + 1  # (+1: /proc/self/fd's own listing descriptor may differ)

@@ -179,6 +179,16 @@ class Descriptors:
         while self.fds:
             os.close(self.fds.popitem()[1])
 
+    def __del__(self) -> None:
+        """A thread's pool goes with its thread: the loader's thread fallback (``ThreadReads``) starts new
+        threads every epoch, and each pool's descriptors had stayed open (a sixteenth of the limit a thread,
+        every epoch, until the process ran out).  A forked child's copy is the parent's, left alone."""
+        try:
+            if self.pid == os.getpid():
+                self.close_all()
+        except Exception:  # at interpreter exit (os gone), or a descriptor closed by someone else
+            pass
+
 
 def _expand_table(fd: int, top: int) -> None:
     """Grow the process's descriptor table to hold descriptor ``top`` at once (a copy of ``fd`` at the
