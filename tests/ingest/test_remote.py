@@ -364,3 +364,68 @@ def test_a_parquet_input_object_is_read_by_random_access(s3, tokenizer_dir, tmp_
     ingest({"train": SourceSpec((s3.uri("in", "docs.parquet"),))}, tokenizer_dir, tmp_path / "store",
            formats=["memmap"], workers=1, progress=False, log=None)
     assert open_store(tmp_path / "store").manifest.splits["train"].n_docs == len(docs)
+
+
+def _stop_the_upload_after(monkeypatch, n: int) -> None:
+    """The next upload stops (Ctrl-C) after ``n`` objects: the staging holds a whole store, the prefix part of it."""
+    from lmdata.io.location import Location
+
+    sent, real = [], Location.upload
+
+    def upload(self, path):
+        if len(sent) >= n:
+            raise KeyboardInterrupt
+        sent.append(self.uri)
+        return real(self, path)
+
+    monkeypatch.setattr(Location, "upload", upload)
+
+
+def test_a_resume_after_the_upload_stopped_refuses_changed_inputs_on_this_machine_and_another(
+        s3, tokenizer_dir, tmp_path, monkeypatch):
+    """--resume with the staging whole had uploaded it unchecked (another input, another --shard-tokens), and on
+    another machine (no staging) had ingested anew and skipped the objects of the same name and size: exit 0
+    on a store that failed verify. Both now compare the plan; the same arguments finish the store."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache-a"))
+    changed = tmp_path / "changed.txt"
+    changed.write_text(SAMPLE.read_text(encoding="utf-8") + "\none more line\n", encoding="utf-8")
+    opts = dict(formats=["memmap", "parquet"], shard_tokens=5_000, workers=1, progress=False, log=None)
+    spec, other = {"train": SourceSpec((str(SAMPLE),))}, {"train": SourceSpec((str(changed),))}
+    uri = s3.uri("stopped")
+    with monkeypatch.context() as m:
+        _stop_the_upload_after(m, 6)
+        with pytest.raises(KeyboardInterrupt):
+            ingest(spec, tokenizer_dir, uri, **opts)
+    for cache in ("cache-a", "cache-b"):  # this machine (its staging is whole), then another (none)
+        monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / cache))
+        with pytest.raises(LmdataError, match=rf"^{uri} was started with different settings \(split 'train': its inputs were"):
+            ingest(other, tokenizer_dir, uri, resume=True, **opts)
+        with pytest.raises(LmdataError, match=r"different settings \(--shard-tokens was 5000, now 6000"):
+            ingest(spec, tokenizer_dir, uri, resume=True, **{**opts, "shard_tokens": 6000})
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache-a"))
+    ingest(spec, tokenizer_dir, uri, resume=True, **opts)
+    assert verify_store(uri).ok
+    with pytest.raises(LmdataError, match="different settings"):  # finished, with another staging left elsewhere
+        ingest(other, tokenizer_dir, uri, resume=True, **opts)
+
+
+def test_a_second_ingest_to_the_same_uri_on_this_machine_is_refused_at_once(s3, tokenizer_dir, tmp_path, monkeypatch):
+    """It had deleted the first one's staging directory before taking any lock: both failed."""
+    from filelock import FileLock
+
+    from lmdata.ingest.publish import staging_dir
+
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri = s3.uri("busy")
+    staging = staging_dir(location(uri))
+    staging.mkdir(parents=True)
+    (staging / "marker").write_text("the first ingest's")
+    held = FileLock(str(staging.with_name(staging.name + ".lock")), timeout=0)
+    held.acquire()
+    try:
+        with pytest.raises(LmdataError, match=rf"^--out {uri}: another ingest on this machine is writing this store"):
+            ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, formats=["memmap"], workers=1,
+                   progress=False, log=None)
+        assert (staging / "marker").exists()
+    finally:
+        held.release()

@@ -38,6 +38,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 from lmdata._ownership import refuse_foreign
@@ -155,10 +157,21 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
             )
         refuse_foreign(loc.uri, output.foreign_keys(keys, layout), "--out", "a store")  # type: ignore[arg-type]
     staging = staging_dir(loc)
-    if existing and resume and not staging.exists() and _finished(loc, plan_of):
+    with _staging_lock(staging, loc):
+        return _ingest_staged(run, loc, staging, existing, resume, overwrite, log, plan_of, kwargs)
+
+
+def _ingest_staged(run: Callable[..., Any], loc: Location, staging: Path, existing: list, resume: bool,
+                   overwrite: bool, log: Callable[[str], None] | None, plan_of: Callable[[], dict[str, Any]],
+                   kwargs: dict[str, Any]) -> Any:
+    """``ingest_remote`` once this machine's staging directory for ``loc`` is ours alone."""
+    if resume and _finished(loc, plan_of):  # (a store of other settings, or another run's, is refused)
+        shutil.rmtree(staging, ignore_errors=True)
         if log:
             log(f"{loc.uri} already holds this finished store; nothing to ingest or upload")
         return None
+    if resume and (staging / MANIFEST_NAME).is_file():  # staged whole, then stopped in the upload: its plan
+        output.same_plan(_staged_plan(staging), plan_of(), loc.uri)  # must be these arguments' (inputs hashed)
     check_bucket(loc, "--out")  # after the refusals: a refused run writes nothing there
     if existing and overwrite:
         for x in existing:  # only the objects our layout names (checked above); never the whole prefix
@@ -177,6 +190,8 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
             if direct and not existing and not isinstance(exc, (output.ResumableError, NoSpaceError)):
                 for x in loc.list(recursive=True):  # bad input in a fresh prefix: the tasks' objects go too
                     x.loc.delete()
+            if str(exc).startswith(f"{staging} "):  # about the store as a whole: name the one the user gave
+                exc.args = (f"{loc.uri}{str(exc)[len(str(staging)):]}",)
             raise
     publish(staging, loc, log)
     shutil.rmtree(staging, ignore_errors=True)
@@ -184,15 +199,42 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
 
 
 def _finished(loc: Location, plan_of: Callable[[], dict[str, Any]]) -> bool:
-    """Whether ``loc`` holds a finished store of exactly the plan ``plan_of()``; a finished store of
-    other settings is refused as a local one is (``output.same_plan``). Without a final plan of its own
-    (none uploaded, or one whose inputs were never hashed) a store is not known finished: the caller
-    ingests again and uploads what differs."""
+    """Whether ``loc`` holds a finished store of exactly the plan ``plan_of()``. A final plan there of other
+    settings -- a finished store's, or an interrupted ingest's from another machine or another run -- is
+    refused as a local one is (``output.same_plan``): a resume had built a new staging directory, and the
+    upload skipped the objects of the same name and size, leaving another run's shards under this manifest.
+    Without a final plan (none uploaded, or inputs never hashed) the caller ingests and uploads what differs."""
     plan = _remote_json(loc / PLAN_NAME)
-    if remote_manifest(loc) is None or not isinstance(plan, dict) or output.pending(plan):
+    if not isinstance(plan, dict) or output.pending(plan):
         return False
     output.same_plan(plan, plan_of(), loc.uri)
-    return True
+    return remote_manifest(loc) is not None
+
+
+def _staged_plan(staging: Path) -> Any:
+    try:
+        return json.loads((staging / PLAN_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def _staging_lock(staging: Path, loc: Location) -> Iterator[None]:
+    """This machine's lock on ``loc``'s staging directory, held from before it is cleaned to the end of the upload
+    (a second ingest to the same URI had deleted the first one's staging, and both failed)."""
+    from filelock import FileLock, Timeout
+
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(staging.with_name(staging.name + ".lock")), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise LmdataError(f"--out {loc.uri}: another ingest on this machine is writing this store right now; wait "
+                          "for it to finish or choose another --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _tasks_write(kwargs: dict[str, Any]) -> bool:
