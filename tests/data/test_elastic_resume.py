@@ -133,3 +133,27 @@ def test_states_of_another_dataset_or_order_are_refused(tmp_path):
         make_loader(ds, B, sampling="random").load_state_dict(state)
     with pytest.raises(LmdataError, match="position"):
         make_loader(ds, B).load_state_dict({**state, "position": len(ds) + 1})
+
+
+def test_len_is_a_whole_epochs_batches_after_any_resume(dataset):
+    """After an elastic resume len() had counted only the rest of the resumed epoch (54 of 79), after a same-size
+    one the whole epoch's (158): one meaning now, torch's."""
+    seed = 3
+    state = take_state = make_loader(dataset, B, rank=0, world_size=2, seed=seed)
+    take(take_state, 5)
+    state = take_state.state_dict()
+    for world in (2, 4):
+        fresh = make_loader(dataset, B, rank=0, world_size=world, seed=seed)
+        whole_epoch = len(fresh)
+        fresh.load_state_dict(state)
+        assert len(fresh) == whole_epoch
+        assert len(list(fresh)) < whole_epoch and len(fresh) == whole_epoch == len(list(fresh))  # the next one: whole
+
+
+def test_set_epoch_takes_whole_numbers_only(dataset):
+    loader = make_loader(dataset, B, seed=0)
+    for bad in (2.5, "1", True, None, -1):
+        with pytest.raises(LmdataError, match=r"set_epoch\(.*\): give a whole number >= 0"):
+            loader.set_epoch(bad)
+    loader.set_epoch(np.int64(2))
+    assert loader.epoch == 2

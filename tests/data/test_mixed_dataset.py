@@ -198,3 +198,15 @@ def test_indices_and_counts_must_be_whole_numbers(reader):
     for kw in (dict(n_samples=2.5), dict(seed=1.7), dict(seed="1")):
         with pytest.raises(LmdataError, match="give a whole number"):
             MixedDataset([(ds, 1.0)], **kw)
+
+
+def test_sources_of_batch_at_an_epochs_end_and_before_any_batch(sources):
+    """It had asked for batch -1 once the state moved on to the next epoch (IndexError), and before any batch."""
+    mix = MixedDataset(list(zip(sources, (0.5, 0.3, 0.2))), seed=1, n_samples=40)
+    loader = make_loader(mix, 8, seed=2)
+    with pytest.raises(LmdataError, match="has handed out no batch yet"):
+        mix.sources_of_batch(loader)
+    for inputs, _ in loader:
+        last = inputs
+    counts = mix.sources_of_batch(loader)
+    assert counts.sum() == len(last) and loader.state_dict()["batch"] == 0

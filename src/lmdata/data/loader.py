@@ -91,7 +91,14 @@ class EpochSampler:
 
     @property
     def batches_per_epoch(self) -> int:
+        """This rank's batches in the epoch from ``base`` (an elastically resumed epoch: what is left of it)."""
         full, rest = divmod(self.per_rank, self.batch_size)
+        return full + int(rest > 0 and not self.drop_last)
+
+    @property
+    def batches_per_full_epoch(self) -> int:
+        """This rank's batches in an epoch from its start, whatever ``base`` this one resumed at."""
+        full, rest = divmod(self.n_samples // self.world_size, self.batch_size)
         return full + int(rest > 0 and not self.drop_last)
 
     def batch(self, epoch: int, b: int) -> np.ndarray:
@@ -214,13 +221,14 @@ class TokenLoader:
         return self.sampler.batch_size
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-        return self.sampler.batches_per_epoch
+        """Batches per epoch for this rank: a whole epoch's, as torch's DataLoader counts them (a resumed epoch
+        hands out what is left of it; an elastic resume's had counted only that)."""
+        return self.sampler.batches_per_full_epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch at the next iteration."""
-        if int(epoch) < 0:
-            raise LmdataError(f"set_epoch({epoch}): epochs count from 0")
+        if not whole(epoch, 0):  # (2.5 had been epoch 2, None a TypeError)
+            raise LmdataError(f"set_epoch({epoch!r}): give a whole number >= 0 (epochs count from 0)")
         self._stream += 1
         self._next_epoch(int(epoch))
 

@@ -210,7 +210,12 @@ class MixedDataset:
     def sources_of_batch(self, loader: Any) -> np.ndarray:
         """Samples per source in the batch ``loader`` (a make_loader over this mixture) last handed out."""
         state = loader.state_dict()
-        indices = loader.sampler.batch(state["epoch"], state["batch"] - 1)
+        epoch, batch = state["epoch"], state["batch"] - 1
+        if batch < 0 and epoch == 0:
+            raise LmdataError("sources_of_batch: the loader has handed out no batch yet")
+        if batch < 0:  # the last batch was the previous epoch's last (the state has moved on to the next)
+            epoch, batch = epoch - 1, loader.sampler.batches_per_full_epoch - 1
+        indices = loader.sampler.batch(epoch, batch)
         return np.bincount(self.locate(indices)[0], minlength=len(self.datasets))
 
 
