@@ -17,6 +17,7 @@ command-line flags and built-in defaults stay relative to the working directory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 try:
     import tomllib
@@ -66,6 +67,15 @@ def flag(name: str, cls: type | None = None) -> str:
         if f is not None and "flag" in f.metadata:
             return f.metadata["flag"]
     return name.replace("_", "-")
+
+
+def check_finite(cfg: Any) -> None:
+    """Every float field of ``cfg`` a finite number: NaN passed every ``< 0`` check (--step-ms nan had been a
+    64-line traceback, --lr nan a run of NaN losses), inf overflowed a timer."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise LmdataError(f"--{flag(f.name, type(cfg))} {value}: give a finite number")
 
 
 # ---------------------------------------------------------------------------- [tokenizer], [ingest]
@@ -178,6 +188,7 @@ class TrainConfig:
 
     def check(self) -> None:
         """Values that parse but cannot work: name the flag and what is allowed."""
+        check_finite(self)
         if self.device not in DEVICES:
             raise LmdataError(f"--device: {self.device!r} is not one of {', '.join(DEVICES)}")
         if self.precision not in PRECISIONS:
@@ -252,6 +263,7 @@ class BenchConfig:
 
     def check(self) -> None:
         """Reject flag values that cannot run, naming the flag."""
+        check_finite(self)
         if self.compute not in COMPUTE:
             raise LmdataError(f"--compute {self.compute!r}: choose one of {', '.join(COMPUTE)}")
         if bad := [c for c in self.cache if c not in CACHE]:

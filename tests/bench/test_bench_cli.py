@@ -126,6 +126,11 @@ def test_bench_errors_are_one_line(sample_store, tmp_path, capsys):
     code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--step-ms", "1", "--loader-workers", "0",
                             "--warmup-steps", "100000")  # more than the split's batches
     assert code == 1 and "--warmup-steps 100000" in err and len(err.strip().splitlines()) == 1
+    for value in ("nan", "inf"):  # they passed the ">= 0" check: a traceback from the timer
+        code, _, err = run_main(capsys, "bench", "--store", str(sample_store), "--step-ms", value)
+        assert code == 1 and err.strip() == f"error: --step-ms {value}: give a finite number", err
+    code, _, err = run_main(capsys, "train", "--store", str(sample_store), "--lr", "nan", "--out", str(tmp_path / "t"))
+    assert code == 1 and err.strip() == "error: --lr nan: give a finite number", err
 
 
 def test_plan_prints_the_models_own_parameter_count(capsys):

@@ -81,7 +81,8 @@ def test_an_unknown_gpu_is_refused_before_out_is_made(sample_store, tmp_path, ca
 @pytest.mark.parametrize("args, message", [
     (["--device", "cuda"], "error: --device cuda: this torch build sees no CUDA device; use --device cpu"),
     (["--device", "foo"], "error: --device 'foo': not a device; use auto, cpu, cuda, cuda:N or mps"),
-    (["--temperature", "-1"], "error: --temperature -1.0: must be >= 0 (0: greedy)"),
+    (["--temperature", "-1"], "error: --temperature -1.0: must be >= 0 and finite (0: greedy)"),
+    (["--temperature", "nan"], "error: --temperature nan: must be >= 0 and finite (0: greedy)"),
     (["--top-p", "0"], "error: --top-p 0.0: must be in (0, 1]"),
 ])
 def test_sample_names_the_flag_in_one_line(tmp_path, capsys, args, message):

@@ -111,7 +111,8 @@ def sample(
 ) -> str:
     """The prompt's continuation as text (the end-of-text token itself is not decoded)."""
     for bad, flag, value, rule in ((max_tokens < 1, "max-tokens", max_tokens, ">= 1"),
-                                   (temperature < 0, "temperature", temperature, ">= 0 (0: greedy)"),
+                                   (not 0 <= temperature < float("inf"), "temperature", temperature,
+                                    ">= 0 and finite (0: greedy)"),
                                    (not 0 < top_p <= 1, "top-p", top_p, "in (0, 1]")):
         if bad:
             raise LmdataError(f"--{flag} {value}: must be {rule}")
