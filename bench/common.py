@@ -69,6 +69,16 @@ def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CO
     return path
 
 
+RESULTS = Path(__file__).resolve().parent / "results"  # the JSON the recorded tables were made from
+
+
+def add_results_arg(parser: argparse.ArgumentParser) -> None:
+    """``--results DIR``: where the run's JSON goes (default bench/results, whose files the README's tables
+    came from: a trial run elsewhere leaves them alone)."""
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="directory for the JSON results (default: bench/results, the recorded ones)")
+
+
 HAND_WRITTEN = "<!-- written by hand from here on: kept when the tables above are generated again -->"
 
 

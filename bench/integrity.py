@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import add_store_args, ensure_tokenizer, replace_section
+from common import add_results_arg, add_store_args, ensure_tokenizer, replace_section
 from interleaved import ratios
 from scale import FORMATS, ensure_store, n_shards, n_tokens, read_side_by_side
 
@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--first-batches", type=int, default=50, help="batches of a reader made fresh (no block checked)")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Integrity' section")
+    add_results_arg(ap)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
@@ -80,7 +81,8 @@ def main() -> None:
             f"{args.rounds} rounds of {args.batches} batches of 32 x 1,025 tokens per mode):\n\n"
             + "\n".join(table(rows)) + "\n")
     print(body)
-    (Path(__file__).resolve().parent / "results" / "integrity.json").write_text(json.dumps(rows, indent=1))
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "integrity.json").write_text(json.dumps(rows, indent=1))
     if args.readme:
         replace_section(args.readme, body, "Integrity")
 

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from common import CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section
+from common import add_results_arg, CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section
 from peers import LABELS, LMDATA, PEERS, ensure_peer, heading, run_cell
 from remote import start_moto, start_proxy, start_s3rver
 from scale import cache_env, ensure_store
@@ -115,6 +115,7 @@ def main() -> None:
                     help="the S3 server: moto (pip), or s3rver (npm; a ranged GET reads only its range)")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Peers (remote)' section "
                                                 "('## Peers (remote): s3rver' with --server s3rver)")
+    add_results_arg(ap)
     args = ap.parse_args()
     compile_lmdata()  # the cells' first batches run from bytecode, as the peers' do
     args.work.mkdir(parents=True, exist_ok=True)
@@ -154,7 +155,7 @@ def main() -> None:
             proc.kill()
         if hasattr(server, "objects"):  # s3rver's files
             shutil.rmtree(server.objects, ignore_errors=True)
-    out = Path(__file__).resolve().parent / "results"
+    out = args.results
     out.mkdir(parents=True, exist_ok=True)
     suffix = ("" if args.shard_tokens == 1 << 20 else f"-x{args.tiles}-s{args.shard_tokens}") + (
         "-s3rver" if args.server == "s3rver" else "")

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from common import CORPUS, ensure_tokenizer, replace_section  # bench/ is on sys.path when a script runs
 
-SECTION = "Ray driver (tasks write an s3:// store)"
+SECTION = "Ray driver"  # (tasks write an s3:// store): the README's heading
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
        "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED", "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED",
        "AWS_EC2_METADATA_DISABLED": "true"}

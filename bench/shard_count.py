@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import add_store_args, ensure_tokenizer, replace_section
+from common import add_results_arg, add_store_args, ensure_tokenizer, replace_section
 from scale import FORMATS, ensure_store, n_shards, n_tokens, side_by_side_lines, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--round-batches", type=int, default=1000, help="with --side-by-side: batches a round, per store")
     ap.add_argument("--readme", type=Path, help="rewrite this file's '## Shard count' section "
                                                 "('## Shard count: side by side' with --side-by-side)")
+    add_results_arg(ap)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
@@ -122,7 +123,8 @@ def side_by_side_table(args: argparse.Namespace, tokenizer: Path, load: float) -
                                      rounds=args.rounds)
     lines = ["| format | level | workers | " + " | ".join(f"{n_shards(st):,} shards" for st in stores)
              + " |", "|---|---|---:|" + "---:|" * len(stores), *table]
-    (Path(__file__).resolve().parent / "results" / "shard-count-side-by-side.json").write_text(json.dumps(rows, indent=1))
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "shard-count-side-by-side.json").write_text(json.dumps(rows, indent=1))
     body = (f"## Shard count: side by side\n\n`python bench/shard_count.py {' '.join(sys.argv[1:])}` "
             f"({os.cpu_count()} cores, load average {load:.1f} at start, {time.strftime('%Y-%m-%d')}; "
             f"{args.corpus.name} tiled x{args.tiles}, {n_tokens(stores[0]) / 1e6:.0f} M tokens; {args.rounds} rounds "

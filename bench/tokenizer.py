@@ -318,15 +318,18 @@ def readme_section(path: Path, args, results: dict[str, dict], header: str) -> N
     text = path.read_text() if path.exists() else ""
     start = text.find("\n## Tokenizer\n")
     old = text[start:text.find("\n## ", start + 1)] if start >= 0 else ""
-    blocks = {}
+    blocks, others = {}, []
     for part in old.split("\n### ")[1:]:
         name = part.split("\n", 1)[0]
         if "MB)" in name:
             body = part.split("\n- Training (C):", 1)[0].rstrip()
             blocks[name.split(" (")[0]] = "### " + body
+        else:  # another script's subsection (tokenizer_custom.py's patterns): kept, after the notes
+            others.append("### " + part.strip("\n"))
     blocks[Path(args.input).name] = block(args, results, header, cmd)
     order = sorted(blocks, key=lambda n: ("tiled" in n, n))
-    replace_section(path, "\n\n".join(["## Tokenizer", INTRO] + [blocks[n] for n in order] + [NOTES]), "Tokenizer")
+    replace_section(path, "\n\n".join(["## Tokenizer", INTRO] + [blocks[n] for n in order] + [NOTES] + others),
+                    "Tokenizer")
 
 
 def main() -> None:
