@@ -288,6 +288,11 @@ LABELS = {"memmap": "lmdata memmap", "parquet": "lmdata Parquet", "lance": "lmda
           "litdata": "LitData 0.2.76", "mosaic": "Mosaic streaming 0.13.0"}
 
 
+def _seconds(value: float | None) -> str:
+    """A time for a table: "-" where none was measured (a --store given: its ingest was not timed here)."""
+    return "-" if value is None or value != value else f"{value:.0f} s"
+
+
 def table(rows: list[dict]) -> str:
     best = {w: max((r["tokens_per_s"] for r in rows if r["tool"] in PEERS and r["workers"] == w), default=None)
             for w in {r["workers"] for r in rows}}  # None: no peer in --tools
@@ -297,7 +302,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {LABELS[r['tool']]} | {r['workers']} | {r['tokens_per_s'] / 1e6:.1f} | "
                      + (f"{r['tokens_per_s'] / best[r['workers']]:.2f}x" if best[r["workers"]] else "—")
                      + f" | {r['first_batch_s']:.2f} s | "
-                     f"{r['pss_mb']:,.0f} | {r['bytes_per_token']:.2f} | {r['conversion_s']:.0f} s | "
+                     f"{r['pss_mb']:,.0f} | {r['bytes_per_token']:.2f} | {_seconds(r['conversion_s'])} | "
                      f"{'yes' if r['resume'] else 'no'} |")
     return "\n".join(lines)
 
@@ -361,7 +366,7 @@ def main() -> None:
         else:
             paths[tool], conversion[tool] = ensure_peer(tool, store, args.work, env)
             size[tool] = disk_bytes(paths[tool])
-        print(f"{tool}: {size[tool] / n_tokens(store):.2f} bytes/token, conversion {conversion[tool]:.0f} s", flush=True)
+        print(f"{tool}: {size[tool] / n_tokens(store):.2f} bytes/token, conversion {_seconds(conversion[tool])}", flush=True)
     decode_s = {tool: decode_copies(store, args.work, tool) for tool in args.tools if tool in LMDATA}
     rows = []
     for tool in args.tools:
@@ -372,7 +377,7 @@ def main() -> None:
             r = run_cell(tool, paths[tool], workers, env, args.repeat, mode="speed", warmup=args.warmup,
                          batches=args.batches)
             rows.append({"tool": tool, "workers": workers, **r, "bytes_per_token": size[tool] / n_tokens(store),
-                         "conversion_s": conversion[tool],
+                         "conversion_s": None if conversion[tool] != conversion[tool] else conversion[tool],
                          "resume": resumes(tool, paths[tool], workers, env, args.work)})
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

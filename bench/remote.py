@@ -175,6 +175,17 @@ def cache_epochs(store: str, args: argparse.Namespace) -> tuple[float, float, in
         del os.environ["LMDATA_REMOTE_CACHE_BYTES"], os.environ["LMDATA_MEMMAP_CACHE_BYTES"]
 
 
+def _no_nan(value):
+    """``value`` with NaN as null: a bare NaN is not JSON (a failed cell's stall and start-up are NaN)."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", type=Path, default=REPO / "data" / "sample.txt")
@@ -249,8 +260,8 @@ def main() -> None:
         if args.png:
             plot(rows, args, args.png)
         if args.json:
-            args.json.write_text(json.dumps({"rows": rows, "cache": cache, "args": vars(args) | {
-                "corpus": str(args.corpus), "json": str(args.json), "png": str(args.png)}}, indent=1))
+            args.json.write_text(json.dumps(_no_nan({"rows": rows, "cache": cache, "args": vars(args) | {
+                "corpus": str(args.corpus), "json": str(args.json), "png": str(args.png)}}), indent=1))
     finally:
         for proc in proxies + [moto]:
             proc.kill()
@@ -273,8 +284,8 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
             f"| {r['format']} | {r['where']} | {r['delay_ms']:g} | {r['workers']} | {r['loader_tok_s'] / 1e6:.2f} | - | "
         )
         out[-1] += (f"{r['loader_tok_s'] / loc:.2f} | " if loc and r["where"] == "s3" else "- | ")
-        out[-1] += (f"{r['tok_s'] / 1e6:.2f} | " + ("-" if np.isnan(r["stall"]) else f"{r['stall']:.0%}") + " | "
-                    + ("-" if np.isnan(r["startup_s"]) else f"{r['startup_s']:.2f}") + " |")
+        out[-1] += (f"{r['tok_s'] / 1e6:.2f} | " + ("-" if r["stall"] is None or np.isnan(r["stall"]) else f"{r['stall']:.0%}") + " | "
+                    + ("-" if r["startup_s"] is None or np.isnan(r["startup_s"]) else f"{r['startup_s']:.2f}") + " |")
     return "\n".join(out)
 
 

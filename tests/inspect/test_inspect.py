@@ -252,6 +252,11 @@ def test_output_formats():
     assert json.loads(format_rows(cols, rows, "json")) == [{"a": 1, "b": "x,y"}, {"a": 2, "b": None}]
     assert format_rows(cols, rows, "table").splitlines()[2] == "1  x,y"
 
+    odd = [(float("nan"), float("inf"), b"x\xff\\", [1.0, float("-inf")])]  # bare NaN is not JSON; b'..' is Python's
+    assert json.loads(format_rows(["n", "i", "blob", "l"], odd, "json")) == [
+        {"n": None, "i": None, "blob": "x\\xFF\\x5C", "l": [1.0, None]}]
+    assert format_rows(["blob"], [(b"x\xff",)], "csv") == "blob\nx\\xFF"
+
 
 def test_show_decodes_documents(sample_store):
     docs = [d.text for d in iter_documents(SourceSpec((str(SAMPLE),)))]

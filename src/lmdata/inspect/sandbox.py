@@ -350,13 +350,33 @@ def write_rows(columns: list[str], rows: Any, out: TextIO, fmt: str) -> int:
         w = csv.writer(out, lineterminator="\n")
         w.writerow(columns)
         for n, row in enumerate(rows, 1):
-            w.writerow(row)
+            w.writerow([_blob_text(v) if isinstance(v, bytes) else v for v in row])
         return n
     out.write("[")
     for n, row in enumerate(rows, 1):
-        out.write((", " if n > 1 else "") + json.dumps(dict(zip(columns, row)), default=str))
+        out.write((", " if n > 1 else "") + json.dumps({c: _json_value(v) for c, v in zip(columns, row)},
+                                                       default=str, allow_nan=False))
     out.write("]\n")
     return n
+
+
+def _json_value(value: Any) -> Any:
+    """A cell as JSON has it: NaN and infinities null (a bare NaN is not JSON: parsers refused the output), a
+    BLOB as DuckDB prints it, lists and structs element by element."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes):
+        return _blob_text(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return value
+
+
+def _blob_text(value: bytes) -> str:
+    """DuckDB's text of a BLOB: printable ASCII as is, any other byte as \\xHH (not Python's b'...')."""
+    return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02X}" for b in value)
 
 
 def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
