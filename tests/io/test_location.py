@@ -159,3 +159,18 @@ def test_a_timeout_on_an_object_whose_name_holds_403_is_a_timeout_not_access_den
     denied = OSError(f"When reading information for key '{key}' in bucket '{bucket}': AWS Error UNKNOWN "
                      "(HTTP status 403) during HeadObject operation: No response body.")
     assert "access denied" in str(remote_error(denied, f"s3://{bucket}/{key}"))
+
+
+@pytest.mark.parametrize("uri", ["s3://nobucket/e", "s3://nobucket/s", "s3://nobucket/o/n"])
+def test_a_short_name_in_the_uri_leaves_the_librarys_words_alone(uri, monkeypatch):
+    """Every occurrence of a name had been taken out: a key "s" turned NoSuchBucket into NoSuchBucket's remains."""
+    from lmdata.io.s3 import EndpointError, remote_error
+
+    missing = OSError(f"When getting information for bucket 'nobucket': AWS Error NO_SUCH_BUCKET during HeadBucket "
+                      "operation: NoSuchBucket: The specified bucket does not exist")
+    assert str(remote_error(missing, uri)) == f"{uri}: the bucket does not exist (create it, or check the URI)"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    refused = OSError("When reading information for key 'e' in bucket 'nobucket': AWS Error NETWORK_CONNECTION during "
+                      "HeadObject operation: curlCode: 7, Couldn't connect to server")
+    err = remote_error(refused, uri)
+    assert isinstance(err, EndpointError) and "cannot reach 127.0.0.1:1" in str(err), str(err)

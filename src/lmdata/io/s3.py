@@ -182,10 +182,11 @@ def within_timeout(call: Callable[[], T], uri: str) -> T:
 def _library_words(text: str, uri: str) -> str:
     """``text`` lowercased without the bucket and key it names (pyarrow's messages quote them): a
     frozen endpoint's timeout on bucket ``t-0396d9b11403`` had read as "access denied" (its "403"),
-    as would any failure on a key ``forbidden.txt``."""
+    as would any failure on a key ``forbidden.txt``.  Only whole names go (not inside a word)."""
     low = text.lower()
     for name in sorted({p for p in uri.removeprefix("s3://").lower().split("/") if p}, key=len, reverse=True):
-        low = low.replace(name, " ")
+        # as a whole name only: a key "s" had taken every "s" out of the library's words ("nosuchbucket")
+        low = re.sub(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])", " ", low)
     return low
 
 
