@@ -429,3 +429,24 @@ def test_a_second_ingest_to_the_same_uri_on_this_machine_is_refused_at_once(s3, 
         assert (staging / "marker").exists()
     finally:
         held.release()
+
+
+def test_a_damaged_remote_tokenizer_is_named_by_its_uri_not_the_cache(s3, tokenizer_dir, tmp_path, monkeypatch):
+    """show/verify had named the local cache's copy (~/.cache/lmdata/tokenizers/...), and said to train it again."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    uri = s3.uri("tok-gone")
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, uri, formats=["memmap"], workers=1,
+           progress=False, log=None)
+    location(f"{uri}/tokenizer/merges.txt").delete()
+    with pytest.raises(LmdataError, match=rf"^{uri}/tokenizer/merges.txt: missing; the store's tokenizer is damaged "
+                                          r"\(re-ingest with --overwrite\)$"):
+        open_store(uri).tokenizer()
+
+
+def test_a_missing_input_leaves_the_prefix_untouched(s3, tokenizer_dir, tmp_path, monkeypatch):
+    """The write probe ran before the inputs were looked at, and left a 0-byte "prefix/" marker behind."""
+    monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(LmdataError, match="no such file"):
+        ingest({"train": SourceSpec((str(tmp_path / "nope.txt"),))}, tokenizer_dir, s3.uri("refused"),
+               progress=False, log=None)
+    assert s3.client().list_objects_v2(Bucket=s3.bucket).get("KeyCount") == 0  # (raw keys: markers too)

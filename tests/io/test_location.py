@@ -174,3 +174,19 @@ def test_a_short_name_in_the_uri_leaves_the_librarys_words_alone(uri, monkeypatc
                       "HeadObject operation: curlCode: 7, Couldn't connect to server")
     err = remote_error(refused, uri)
     assert isinstance(err, EndpointError) and "cannot reach 127.0.0.1:1" in str(err), str(err)
+
+
+def test_lance_errors_become_one_short_line():
+    """Lance's messages name Rust source places, some a whole HTTP response (2.9 KB for missing credentials)."""
+    from lmdata.io.s3 import library_text, remote_error
+
+    creds = OSError("LanceError(IO): Generic N/A error: Failed to get AWS credentials: ProviderError(TokenError { kind: "
+                    "Forbidden }, raw: Response { status: 403, headers: {" + "x: y, " * 300 + "} }), "
+                    "/home/runner/work/lance/lance/rust/lance-io/src/object_store/providers/aws.rs:630:30")
+    said = str(remote_error(creds, "s3://b/store/train/lance"))
+    assert said == ("s3://b/store/train/lance: access denied (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the "
+                    "bucket's permissions)")
+    gone = OSError("Not found: b/store/train/lance/data/x.lance, "
+                   "/rustc/90b35a6239c3d8bdabc530a6a0816f7ff89a0aaf/library/core/src/ops/function.rs:250:5")
+    assert library_text(gone) == "Not found: b/store/train/lance/data/x.lance"
+    assert len(library_text(creds)) <= 240 and library_text(creds).endswith("...")

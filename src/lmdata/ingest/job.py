@@ -130,6 +130,9 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
     if out_loc.remote:  # object storage: build in a local staging directory, upload, manifest last
         from lmdata.ingest.publish import ingest_remote
 
+        for spec in splits.values():  # a missing input before the bucket is touched (the write probe leaves a
+            expand(spec.paths)        # 0-byte "prefix/" marker behind: a refused run writes nothing there)
+
         def plan_of() -> dict[str, Any]:
             return requested_plan(splits, tokenizer_dir, formats, shard_tokens, holdout)
 

@@ -194,6 +194,16 @@ def _denied(low: str) -> bool:
     return any(s in low for s in _DENIED) or re.search(r"(?<![0-9])403(?![0-9])", low) is not None
 
 
+_SOURCE_PLACE = re.compile(r",?\s*(?:/rustc/|/home/runner/|/Users/runner/|[A-Za-z]:\\\\)\S*|\s+at \S+\.rs:\d+:\d+")
+
+
+def library_text(exc: BaseException, limit: int = 240) -> str:
+    """A library's message on one line, short: Lance's (Rust's) name the source file and line of the error,
+    sometimes a whole HTTP response in debug form (a 2.9 KB line for missing credentials)."""
+    text = _SOURCE_PLACE.sub("", " ".join(str(exc).split()))
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
 def remote_error(exc: BaseException, uri: str) -> LmdataError:
     """A library's failure on the object ``uri`` as one line naming it and the likely fix."""
     if isinstance(exc, LmdataError):
@@ -212,5 +222,5 @@ def remote_error(exc: BaseException, uri: str) -> LmdataError:
     elif is_missing(exc):
         why = "no such object"
     else:
-        why = f"{type(exc).__name__}: {text[:300]}"
+        why = f"{type(exc).__name__}: {library_text(exc)}"
     return LmdataError(f"{uri}: {why}")

@@ -27,7 +27,7 @@ import numpy as np
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
 from lmdata.io.descriptors import descriptors
-from lmdata.io.s3 import EndpointError, remote_error
+from lmdata.io.s3 import EndpointError, library_text, remote_error
 from lmdata.store.manifest import format_dir_inside, plain_name, resolve_inside
 from lmdata.store.protocol import FileInfo, ShardInfo
 
@@ -283,7 +283,7 @@ def read_error(path: Path, shard: ShardInfo, exc: BaseException) -> LmdataError:
     if getattr(path, "remote", False) and isinstance(err := remote_error(exc, str(path)), EndpointError):
         return err  # the endpoint failed (no answer, unreachable), not the shard
     return LmdataError(
-        f"{path}: shard {shard.name} could not be read ({type(exc).__name__}: {exc}); the store is damaged "
+        f"{path}: shard {shard.name} could not be read ({type(exc).__name__}: {library_text(exc)}); the store is damaged "
         "(run `lmdata verify`; re-ingest with --overwrite)"
     )
 

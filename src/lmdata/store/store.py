@@ -159,7 +159,14 @@ class Store:
         """The store's tokenizer (``<store>/tokenizer``), checked against the manifest's hash."""
         from lmdata.tokenizer import Tokenizer
 
-        tok = Tokenizer.load(self.tokenizer_dir())
+        local = self.tokenizer_dir()
+        try:
+            tok = Tokenizer.load(local)
+        except LmdataError as exc:  # a remote store's: name its objects, not the cache's copy of them
+            if not self.remote or str(local) not in str(exc):
+                raise
+            said = str(exc).replace(str(local), str(self.path / TOKENIZER_DIR)).split("; ")[0]
+            raise LmdataError(f"{said}; the store's tokenizer is damaged (re-ingest with --overwrite)") from None
         found = tok.hash
         if found != self.manifest.tokenizer_hash:
             raise LmdataError(

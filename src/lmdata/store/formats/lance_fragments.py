@@ -31,7 +31,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
-from lmdata.io.s3 import within_timeout
+from lmdata.io.s3 import library_text, within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info, write_shard_parts
@@ -168,7 +168,7 @@ def _member_batches(format_dir: Path, shard: ShardInfo, columns: list[str]) -> I
     except LmdataError:
         raise
     except Exception as exc:
-        raise LmdataError(f"{path}: shard {shard.name} could not be read ({exc}); "
+        raise LmdataError(f"{path}: shard {shard.name} could not be read ({library_text(exc)}); "
                           "rerun the ingest with --overwrite") from exc
 
 
