@@ -279,6 +279,8 @@ def test_cli_commands(sample_store, tokenizer_dir, tmp_path):
     assert r.returncode == 1 and r.stderr.startswith("error: sql:") and "Traceback" not in r.stderr
     r = _lmdata("show", str(sample_store), "--split", "train", "--doc", "0")
     assert r.stdout.startswith("Fellow-Citizens of the Senate")
+    doc = show(sample_store, "train", 0)  # printed as it is: a newline only where the document has none at its end
+    assert r.stdout == (doc if doc.endswith("\n") else doc + "\n")
     assert _lmdata("verify", str(sample_store)).returncode == 0
     # the shipped pipeline, with the tokenizer and output overridden by flags
     out = tmp_path / "from-pipeline"

@@ -5,6 +5,7 @@ network is needed: tiktoken from our ranks and pattern, Hugging Face from the
 tokenizer.json every saved directory holds.
 """
 
+import base64
 import json
 from pathlib import Path
 
@@ -226,3 +227,31 @@ def test_imported_o200k_size_vocab_ingests_to_uint32(tmp_path):
     doc = store.document("train", 1, "memmap").tolist()
     assert doc[-1] == 200_018 and tok.decode(doc[:-1]).strip() == "abc, cab"
     assert max(doc[:-1]) > 65_535
+
+
+def test_a_gap_in_the_ranks_at_a_special_tokens_id_imports_and_exports(ours, tmp_path):
+    """tiktoken's p50k_base has no rank 50256: <|endoftext|> sits there. The import had refused any gap, and the
+    export a tokenizer whose special tokens come first (as Hugging Face's trainers place them)."""
+    tok = ours[0]
+    ordinary = sorted((i, b) for i, b in tok.vocab.items() if i not in tok.special_ids.values())
+    ranks = {b: i + (i >= 600) for i, b in ordinary}  # rank 600 left free, the order kept
+    path = tmp_path / "gap.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(b).decode()} {r}\n" for b, r in sorted(ranks.items(), key=lambda x: x[1])))
+    with pytest.raises(LmdataError, match=r"rank 600 is missing .*a gap the id of a --special-token"):
+        Tokenizer.from_tiktoken(path, tok.pattern)
+    imported = Tokenizer.from_tiktoken(path, tok.pattern, {"<|gap|>": 600, EOT: len(ranks) + 1})
+    tt = tiktoken.Encoding("gap", pat_str=tok.pattern, mergeable_ranks=ranks,
+                           special_tokens={"<|gap|>": 600, EOT: len(ranks) + 1})
+    for text in ("hello world, 12345 <|gap|> x", SAMPLE.read_text(encoding="utf-8")[:3000], *MULTILINGUAL):
+        assert imported.encode(text) == tt.encode(text, allowed_special="all")
+    (tmp_path / "again.tiktoken").write_text(imported.to_tiktoken())
+    again = Tokenizer.from_tiktoken(tmp_path / "again.tiktoken", tok.pattern, {"<|gap|>": 600, EOT: len(ranks) + 1})
+    assert again.hash == imported.hash
+
+
+def test_a_compressed_ranks_file_is_called_binary(tmp_path):
+    import gzip
+
+    (tmp_path / "r.tiktoken.gz").write_bytes(gzip.compress(b"IQ== 0\n"))
+    with pytest.raises(LmdataError, match=r"r.tiktoken.gz: binary, not a tiktoken ranks file .*decompressed first$"):
+        Tokenizer.from_tiktoken(tmp_path / "r.tiktoken.gz", "gpt2")

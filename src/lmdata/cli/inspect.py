@@ -58,7 +58,8 @@ def show_command(store: str, split: str, doc: int, fmt: str | None) -> None:
     from lmdata.store import open_store
 
     st = open_store(store)  # once: a 100,000-shard manifest takes ~0.7 s to parse
-    click.echo(show(st, split, doc, fmt))
+    text = show(st, split, doc, fmt)
+    click.echo(text, nl=not text.endswith("\n"))  # a document that ends a line is printed as it is
     click.echo(source_line(st, split, doc), err=True)
 
 

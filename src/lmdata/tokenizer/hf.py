@@ -335,9 +335,16 @@ def _pattern(pre: object, path: Path) -> str:
         raise LmdataError(f"{path}: ByteLevel add_prefix_space=true cannot be represented; set it false")
     if len(steps) == 1 and last.get("use_regex", True):
         return GPT2_PATTERN
-    if len(steps) == 1 or last.get("use_regex", True):
-        raise LmdataError(f"{path}: pre_tokenizer {json.dumps(pre)[:80]} cannot be represented; lmdata supports "
-                          "ByteLevel, or isolating regex Splits then ByteLevel(use_regex=false)")
+    for i, step in enumerate(steps[:-1]):  # (the field named: a truncated JSON dump had named nothing)
+        if step.get("type") != "Split":
+            raise LmdataError(f"{path}: pre_tokenizer.pretokenizers[{i}] is {step.get('type')}; lmdata supports "
+                              "regex Splits before ByteLevel")
+    if len(steps) == 1:
+        raise LmdataError(f"{path}: pre_tokenizer is ByteLevel with use_regex=false and no Split (the whole text one "
+                          "pre-token); lmdata supports ByteLevel(use_regex=true), or regex Splits before it")
+    if last.get("use_regex", True):
+        raise LmdataError(f"{path}: pre_tokenizer.pretokenizers[{len(steps) - 1}] is ByteLevel with use_regex=true "
+                          "after Split steps; lmdata supports ByteLevel(use_regex=false) after Splits")
     regexes = [_split_regex(step, i, path) for i, step in enumerate(steps[:-1])]
     try:
         try:

@@ -40,9 +40,10 @@ def to_text(vocab: dict[int, bytes], special_ids: dict[str, int], flags: dict | 
                           "represent; export --to hf instead")
     specials = set(special_ids.values())
     ids = sorted(i for i in vocab if i not in specials)
-    if ids != list(range(len(ids))):
-        gap = next(i for n, i in enumerate(ids) if n != i)
-        raise LmdataError(f"ids below {gap} are not all ordinary tokens; tiktoken ranks must be 0..n-1 without gaps")
+    hole = next((i for i in range(ids[-1] if ids else 0) if i not in vocab), None)  # (a special's id is no hole)
+    if hole is not None:
+        raise LmdataError(f"id {hole} is no token; tiktoken ranks must be 0..n-1 with a gap only at a special "
+                          "token's id")
     return "".join(f"{base64.b64encode(vocab[i]).decode('ascii') or '='} {i}\n" for i in ids)
 
 
@@ -61,13 +62,18 @@ def read(path: str | Path) -> dict[bytes, int]:
         raise LmdataError(f"{path}: cannot read ({exc.strerror})") from None
     if not ranks:
         raise LmdataError(f"{path}: holds no tokens; is it a tiktoken ranks file?")
-    seen = bytearray(len(ranks))  # one byte per rank, not a sorted list of ints
-    for r in ranks.values():
-        if r < len(seen):
-            seen[r] = 1
-    if 0 in seen:
-        raise LmdataError(f"{path}: rank {seen.index(0)} is missing (ranks must be 0..{len(seen) - 1} without gaps)")
+    top = max(ranks.values())
+    if top >= 2 * len(ranks) + 1024:  # (a gap is a special token's id: p50k_base's <|endoftext|> at 50256)
+        raise LmdataError(f"{path}: rank {top} is far past its {len(ranks):,} tokens; is it a tiktoken ranks file?")
     return ranks
+
+
+def missing_ranks(ranks: dict[bytes, int]) -> list[int]:
+    """The ids below the top rank that no token has (tiktoken allows them: a special token sits there)."""
+    seen = bytearray(max(ranks.values(), default=-1) + 1)  # one byte per rank, not a sorted list of ints
+    for r in ranks.values():
+        seen[r] = 1
+    return [i for i, there in enumerate(seen) if not there]
 
 
 def _read_lines(f, path: Path) -> dict[bytes, int]:
@@ -85,6 +91,9 @@ def _read_lines(f, path: Path) -> dict[bytes, int]:
             raw = b"" if token.strip(b"=") == b"" else base64.b64decode(token, validate=True)  # "=": the empty token
             ranks[raw] = int(rank)
         except (ValueError, binascii.Error):
+            if not line.isascii() or b"\0" in line:  # (a .gz had printed 60 bytes of gzip)
+                raise LmdataError(f"{path}: binary, not a tiktoken ranks file (base64 and a rank a line); a "
+                                  "compressed one must be decompressed first") from None
             shown = line.rstrip(b"\r\n")[:60]
             raise LmdataError(f"{path}:{lineno}: expected 'base64-token rank', got {shown!r}") from None
         if len(ranks) != n:
@@ -95,11 +104,16 @@ def _read_lines(f, path: Path) -> dict[bytes, int]:
 def vocab_of(ranks: dict[bytes, int], special_tokens: dict[str, int], path: Path) -> dict[int, bytes]:
     """id -> token of the ranks, with each special token at its id (above the ranks)."""
     vocab = {i: tok for tok, i in ranks.items()}
+    gaps = missing_ranks(ranks)
     for name, i in special_tokens.items():
         if i in vocab:
+            free = f"{', '.join(map(str, gaps[:3]))} or " if gaps else ""
             raise LmdataError(f"--special-token {name}={i}: id {i} is the rank of {vocab[i]!r} in {path}; "
-                              f"use an id of {len(vocab)} or more")
+                              f"use an id of {free}{max(vocab) + 1} or more")
         vocab[i] = name.encode("utf-8")
+    if unfilled := [i for i in gaps if i not in vocab]:
+        raise LmdataError(f"{path}: rank {unfilled[0]} is missing (ranks must be 0..{max(ranks.values())} without "
+                          "gaps, or a gap the id of a --special-token)")
     return vocab
 
 
