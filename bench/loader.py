@@ -57,20 +57,23 @@ CACHES = ("warm", "cold")
 
 
 
-def ensure_store(work: Path, tiles: int, tokenizer: Path) -> Path:
-    """The store of ``tiles`` copies of the corpus (ingested once, then reused)."""
+def ensure_store(work: Path, tiles: int, tokenizer: Path, corpus: Path = CORPUS) -> Path:
+    """The store of ``tiles`` copies of ``corpus`` (ingested once, then reused)."""
     from lmdata.ingest import ingest
     from lmdata.sources import SourceSpec
 
-    out = work / f"prose-x{tiles}"
+    if not corpus.is_file():
+        raise SystemExit(f"--corpus {corpus}: no such file (the default is ../shared/corpus/english-prose.txt beside "
+                         "the checkout); pass --corpus PATH")
+    out = work / f"{corpus.stem}-x{tiles}"
     if (out / "manifest.json").is_file():
         return out
-    text = CORPUS
+    text = corpus
     if tiles > 1:
-        text = work / f"english-prose-x{tiles}.txt"
+        text = work / f"{corpus.stem}-x{tiles}.txt"
         with open(text, "wb") as fh:
             for _ in range(tiles):
-                fh.write(CORPUS.read_bytes())
+                fh.write(corpus.read_bytes())
     ingest({"train": SourceSpec((str(text),))}, tokenizer, out, overwrite=True, progress=False, log=None)
     return out
 
@@ -341,7 +344,7 @@ def run(args: argparse.Namespace) -> tuple[dict, dict]:
     sizes = {}
     for tiles in args.tiles:
         name = f"x{tiles}"
-        path = ensure_store(args.work, tiles, tokenizer)
+        path = ensure_store(args.work, tiles, tokenizer, args.corpus)
         work = args.work / f"naive-x{tiles}"
         work.mkdir(parents=True, exist_ok=True)
         from lmdata.store import open_store
@@ -412,6 +415,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "lmdata-bench-loader")
     p.add_argument("--tokenizer", type=Path, default=CACHED_TOKENIZER)
+    p.add_argument("--corpus", type=Path, default=CORPUS, help="Text tiled into the stores (default: english-prose.txt).")
     p.add_argument("--tiles", type=int, nargs="+", default=[1, 10], help="Stores: corpus copies (1 and 10).")
     p.add_argument("--seconds", type=float, default=2.0, help="Timed seconds per cell.")
     p.add_argument("--repeat", type=int, default=2, help="Runs per cell; the best is reported.")

@@ -51,7 +51,7 @@ from typing import Any, Iterator  # noqa: E402
 
 from common import (CACHED_TOKENIZER, CORPUS, compile_lmdata, ensure_tokenizer, replace_section,  # noqa: E402
                     steady_seconds, tree_pss_mb)
-from scale import (TOKENS_PER_TILE, cache_env, decode_copies, read_from, ensure_store, n_shards,  # noqa: E402
+from scale import (tokens_per_tile, cache_env, decode_copies, read_from, ensure_store, n_shards,  # noqa: E402
                    n_tokens, warm_page_cache)
 
 B, L = 32, 1024
@@ -330,7 +330,7 @@ def the_store(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Pa
         if not (args.store / "manifest.json").is_file():
             ap.error(f"--store {args.store}: no manifest.json there; give an lmdata store (or leave --store out)")
         return args.store, math.nan, None
-    tiles = math.ceil(MIN_TOKENS / TOKENS_PER_TILE)
+    tiles = math.ceil(MIN_TOKENS / tokens_per_tile(args.corpus))
     store, facts = ensure_store(args.work, args.corpus, ensure_tokenizer(args.tokenizer), tiles, 1 << 20)
     return store, facts["seconds"], tiles
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section
-from scale import (B, L, TOKENS_PER_TILE, cache_env, decode_copies, ensure_store, n_shards, n_tokens, parse_size,
+from scale import (B, L, tiles_for, cache_env, decode_copies, ensure_store, n_shards, n_tokens, parse_size,
                    read_from, warm_page_cache)
 
 FORMATS = ("memmap", "parquet", "lance")
@@ -104,8 +104,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     tokenizer = ensure_tokenizer(args.tokenizer)
     load, argv = os.getloadavg()[0], " ".join(sys.argv[1:])
-    stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
-              for size in args.sizes]
+    stores = [ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)[0]
+              for tiles in tiles_for(args.sizes, args.corpus)]
     rows = []
     for fmt in args.formats:
         for st in stores:

@@ -53,7 +53,24 @@ from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
 FORMATS = ("memmap", "parquet", "lance")
 WORKERS = (0, 2)
 B, L = 32, 1024
-TOKENS_PER_TILE = 5.7e6  # english-prose.txt at vocab 8,192 (measured: 5,75x,xxx)
+BYTES_PER_TOKEN = 4.01  # english-prose.txt at vocab 8,192 (5.7 M tokens a copy): what sizes a corpus by its length
+
+
+def tokens_per_tile(corpus: Path) -> float:
+    """About how many tokens one copy of ``corpus`` makes (english text at vocab 8,192: ~4 bytes a token)."""
+    return Path(corpus).stat().st_size / BYTES_PER_TOKEN
+
+
+def tiles_for(sizes: list[int], corpus: Path) -> list[int]:
+    """The corpus copies of each store of ``sizes`` tokens; sizes that would be the same store are refused (a
+    300K and a 1M store of a 1 MB corpus had been one store, measured twice and compared with itself)."""
+    per = tokens_per_tile(corpus)
+    tiles = [max(1, round(size / per)) for size in sizes]
+    for k in range(1, len(tiles)):
+        if tiles[k] in tiles[:k]:
+            raise SystemExit(f"--sizes {sizes[tiles.index(tiles[k])]:,} and {sizes[k]:,} tokens are the same store "
+                             f"({tiles[k]} copies of {corpus}, ~{per:,.0f} tokens each); give sizes at least a copy apart")
+    return tiles
 
 
 def parse_size(text: str) -> int:
@@ -241,6 +258,9 @@ def run_cell(store: Path, fmt: str, workers: int, *, verify: str = "first-use", 
     ``after_pass`` (0 workers): also the rate once the process has read the whole store;
     ``touch_first`` (0 workers): first touch every shard (one window each, timed: ``touch_us`` a
     shard), then the cell as usual (its blocks are still checked as they come)."""
+    if (have := n_tokens(store) // (L + 1) // B) < warmup + batches:  # (a bare StopIteration from the child)
+        raise SystemExit(f"{store}: {n_tokens(store):,} tokens hold {have} batches of {B} x {L}, fewer than the "
+                         f"{warmup} + {batches} asked; give larger --sizes (or --tiles), or fewer --batches/--warmup")
     runs = [_run_cell(store, fmt, workers, verify=verify, warmup=warmup, batches=batches, seed=seed,
                       after_pass=after_pass, touch_first=touch_first) for _ in range(REPEAT)]
 
@@ -279,8 +299,7 @@ def n_tokens(store: Path) -> int:
 
 def scale_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
     rows = []
-    for size in args.sizes:
-        tiles = max(1, round(size / TOKENS_PER_TILE))
+    for tiles in tiles_for(args.sizes, args.corpus):
         store, ingest = ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)
         for fmt in args.formats:
             decode_s = decode_copies(store, args.work, fmt)
@@ -324,8 +343,8 @@ def read_side_by_side(work: Path, stores: list[Path], fmt: str, modes: tuple[str
 def side_by_side_table(args: argparse.Namespace, tokenizer: Path) -> tuple[str, list[dict]]:
     """Each format's stores of ``--sizes`` in one process, every shard touched first (``interleaved.py``):
     what a run reads once its first pass is done."""
-    stores = [ensure_store(args.work, args.corpus, tokenizer, max(1, round(size / TOKENS_PER_TILE)), 1 << 20)[0]
-              for size in args.sizes]
+    stores = [ensure_store(args.work, args.corpus, tokenizer, tiles, 1 << 20)[0]
+              for tiles in tiles_for(args.sizes, args.corpus)]
     if args.linked_copies > 1:  # memmap only (linked_store.py): the other formats' rows leave its column out
         stores.append(linked_store(stores[-1], args.linked_copies))
     lines, rows = side_by_side_lines(args.work, stores, args.formats, args.workers, batches=args.round_batches,

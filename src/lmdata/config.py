@@ -264,6 +264,7 @@ class BenchConfig:
     def check(self) -> None:
         """Reject flag values that cannot run, naming the flag."""
         check_finite(self)
+        self.formats, self.workers, self.cache = (list(dict.fromkeys(v)) for v in (self.formats, self.workers, self.cache))
         if self.compute not in COMPUTE:
             raise LmdataError(f"--compute {self.compute!r}: choose one of {', '.join(COMPUTE)}")
         if bad := [c for c in self.cache if c not in CACHE]:

@@ -172,3 +172,12 @@ def test_plan_sizes_the_model_as_train_does_from_the_store_and_the_size_flags(sa
     assert p["preset"] == "small (d_model 64, num_layers 1)"
     code, _, err = run_main(capsys, "plan", "--layers", "-1")
     assert code == 1 and "--layers -1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_repeated_format_or_worker_count_is_measured_once():
+    """--format memmap,memmap --loader-workers 0,0 had measured four identical cells."""
+    from lmdata.config import BenchConfig
+
+    cfg = BenchConfig(store="x", formats=["memmap", "lance", "memmap"], workers=[0, 0, 2], step_ms=1.0)
+    cfg.check()
+    assert (cfg.formats, cfg.workers) == (["memmap", "lance"], [0, 2])

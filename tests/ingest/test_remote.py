@@ -348,6 +348,9 @@ def test_lmdata_bench_reads_an_s3_store(remote_sample, tmp_path):
     assert report["config"]["store"] == uri  # the URI, never folded into a local 's3:' directory
     assert not (tmp_path / "s3:").exists()
     assert sorted({row["format"] for row in report["runs"]}) == ["lance", "memmap", "parquet"]
+    cold = CliRunner().invoke(cli, ["bench", "--store", uri, "--format", "memmap", "--cache", "cold", "--step-ms", "1",
+                                    "--steps", "3", "--batch-size", "4", "--seq-len", "64"])
+    assert cold.exit_code == 1 and "--cache cold: " in str(cold.exception) and "object storage" in str(cold.exception)
 
 
 def test_a_parquet_input_object_is_read_by_random_access(s3, tokenizer_dir, tmp_path, monkeypatch):

@@ -66,6 +66,10 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     if cfg.split not in store.splits:
         raise LmdataError(f"--split {cfg.split!r}: not in {cfg.store}; it has {', '.join(store.splits)}")
     formats = _formats(store, cfg)
+    if store.remote and "cold" in cfg.cache:  # (nothing local to evict: the row had read "cold 100%")
+        raise LmdataError(f"--cache cold: {cfg.store} is on object storage, where there is no page cache of its "
+                          "files to evict; bench it warm (the default), or point LMDATA_CACHE_DIR at an empty "
+                          "folder for a first read")
     device = str(resolve_device(cfg.device))
     vocab = store.manifest.vocab_size
     tokens_per_step = cfg.batch_size * cfg.seq_len
