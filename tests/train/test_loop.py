@@ -162,7 +162,7 @@ def test_existing_run_needs_resume(sample_store, tmp_path):
 
 
 @pytest.mark.parametrize("change,match", [
-    (dict(model="huge"), "unknown preset 'huge'; valid presets: gpt2-small, small, tiny"),
+    (dict(model="huge"), "--model 'huge': unknown preset; choose one of tiny, small, gpt2-small"),
     (dict(seq_len=65), "--seq-len 65 is longer than the context_length of model 'tiny', 64"),
     (dict(batch_size=100_000), "--batch-size 100000 is larger than a rank's share"),
     (dict(split="nope"), "no split 'nope'; splits: train, validation"),

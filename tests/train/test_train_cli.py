@@ -62,7 +62,7 @@ def test_pipeline_file_and_flag_override(sample_store, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--model", "medium"], "valid presets: gpt2-small, small, tiny"),
+    (["--model", "medium"], "--model 'medium': unknown preset; choose one of tiny, small, gpt2-small"),
     (["--seq-len", "100"], "--seq-len 100 is longer than the context_length of model 'tiny'"),
     (["--batch-size", "99999"], "larger than a rank's share"),
     (["--split", "dev"], "no split 'dev'"),

@@ -59,10 +59,9 @@ def load_presets() -> dict[str, dict[str, Any]]:
 
 def preset(name: str) -> dict[str, Any]:
     """A preset's constructor kwargs (its own vocab_size and context_length included)."""
-    presets = load_presets()
-    if name not in presets:
-        raise LmdataError(f"--model {name!r}: unknown preset; choose one of {', '.join(presets)}")
-    return dict(presets[name])
+    from lmdata.model.presets import get_preset
+
+    return get_preset(name)
 
 
 def model_kwargs(name: str, vocab_size: int, context_length: int) -> dict[str, Any]:

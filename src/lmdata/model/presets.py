@@ -18,3 +18,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpt2-small": dict(vocab_size=50257, context_length=1024, d_model=768, num_layers=12, num_heads=12, d_ff=2048,
                        rope_theta=10000.0),
 }
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """A copy of preset ``name``'s kwargs; an unknown name is one line naming ``--model`` and the presets
+    (train and plan/bench had worded it two ways)."""
+    if name not in PRESETS:
+        from lmdata.errors import LmdataError
+
+        raise LmdataError(f"--model {name!r}: unknown preset; choose one of {', '.join(PRESETS)}")
+    return dict(PRESETS[name])

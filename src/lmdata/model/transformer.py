@@ -14,14 +14,12 @@ from torch import Tensor, nn
 from lmdata.errors import LmdataError
 from lmdata.model.attention import MultiHeadSelfAttention, causal_mask
 from lmdata.model.layers import Embedding, Linear, RMSNorm, SwiGLU
-from lmdata.model.presets import PRESETS
+from lmdata.model.presets import PRESETS, get_preset  # noqa: F401 (PRESETS: re-exported)
 
 
 def model_config(preset: str, **overrides: Any) -> dict[str, Any]:
     """The constructor kwargs of ``preset`` with ``overrides`` applied; unknown preset -> LmdataError."""
-    if preset not in PRESETS:
-        raise LmdataError(f"--model: unknown preset {preset!r}; valid presets: {', '.join(sorted(PRESETS))}")
-    return {**PRESETS[preset], **overrides}
+    return {**get_preset(preset), **overrides}
 
 
 def document_mask(positions: Tensor) -> Tensor:
