@@ -254,7 +254,7 @@ def test_a_short_committed_fragment_is_caught_before_the_manifest(local_store, t
         check_committed("lance", writer, shards, last_docs, manifest.dtype, manifest.eot_id)
 
 
-def test_an_address_without_ray_fails_fast():
+def test_an_address_without_ray_fails_fast(monkeypatch):
     import socket
 
     from lmdata.ingest.ray import _check_address
@@ -264,7 +264,18 @@ def test_an_address_without_ray_fails_fast():
         port = s.getsockname()[1]
     with pytest.raises(LmdataError, match=f"--ray-address 127.0.0.1:{port}: no Ray there"):
         _check_address(f"127.0.0.1:{port}")
-    _check_address("auto")  # resolved by Ray itself
+    services = pytest.importorskip("ray._private.services")
+    # auto: what Ray resolves it to is probed too (a stale cluster file's address had hung the ingest for good)
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", lambda addr, temp_dir=None: f"127.0.0.1:{port}")
+    with pytest.raises(LmdataError, match=rf"--ray-address auto \(Ray resolves it to 127.0.0.1:{port}\): no Ray there"):
+        _check_address("auto")
+
+    def nothing_running(addr, temp_dir=None):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", nothing_running)
+    with pytest.raises(LmdataError, match="--ray-address auto: no Ray is running on this machine"):
+        _check_address("auto")
 
 
 @needs_ray

@@ -252,13 +252,25 @@ def _check_address(address: str | None) -> None:
     """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would retry for minutes)."""
     import socket
 
-    if not address or address in ("auto", "local"):
+    if not address or address == "local":
         return
+    given = address
+    if address == "auto":  # what Ray resolves it to (this machine's running cluster), probed like any other
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            address = canonicalize_bootstrap_address("auto") or ""
+        except ConnectionError:
+            raise LmdataError("--ray-address auto: no Ray is running on this machine; start one with `ray start "
+                              "--head`, or pass the head's address") from None
+        except (ImportError, AttributeError):  # (a Ray without that helper: ray.init resolves it)
+            return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except (OSError, ValueError) as exc:
-        raise LmdataError(f"--ray-address {address}: no Ray there ({exc}); start one with `ray start --head` "
+        shown = given if given == address else f"{given} (Ray resolves it to {address})"  # (auto had hung for good)
+        raise LmdataError(f"--ray-address {shown}: no Ray there ({exc}); start one with `ray start --head` "
                           "or pass the address it printed") from None
 
 
