@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -67,6 +68,17 @@ def ensure_tokenizer(path: Path, vocab_size: int = 8192, corpus: Path = TRAIN_CO
         vocab, merges = train_bpe(str(corpus), vocab_size, ["<|endoftext|>"])
         Tokenizer(vocab, merges, ["<|endoftext|>"]).save(path)
     return path
+
+
+def run_child(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)``; a failed child is one line with its own last
+    error line (a bare CalledProcessError had hidden it: a store too small for the batches, say)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "(no message)")
+        what = "a measuring process" if len(cmd) < 2 or cmd[1] == "-c" else Path(cmd[1]).name
+        raise SystemExit(f"{what} failed (exit {done.returncode}): {last}")
+    return done
 
 
 RESULTS = Path(__file__).resolve().parent / "results"  # the JSON the recorded tables were made from

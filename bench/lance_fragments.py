@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from common import (  # bench/ is on sys.path when a script runs
     CACHED_TOKENIZER,
     CORPUS,
     ensure_tokenizer,
+    run_child,
     tiled_corpus,
 )
 
@@ -55,8 +55,7 @@ def ensure(text: Path, tokenizer: Path, mi: int, out: Path) -> tuple[float | Non
         return None, None
     script = out.parent / "_ingest_fragments.py"
     script.write_text(INGEST)
-    res = subprocess.run([sys.executable, str(script), str(text), str(tokenizer), str(mi), str(out)],
-                         capture_output=True, text=True, check=True)
+    res = run_child([sys.executable, str(script), str(text), str(tokenizer), str(mi), str(out)])
     seconds, rss = res.stdout.split()
     return float(seconds), float(rss)
 

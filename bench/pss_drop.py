@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,9 +58,12 @@ def main() -> None:
         print(json.dumps(one(args.store, args.one, args.batches)))
         return
     print("| K | M tok/s | PSS MB |\n|---:|---:|---:|")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import run_child
+
     for k in (int(x) for x in args.every.split(",")):
-        out = subprocess.run([sys.executable, __file__, "--store", args.store, "--one", str(k), "--batches",
-                              str(args.batches)], capture_output=True, text=True, check=True).stdout
+        out = run_child([sys.executable, __file__, "--store", args.store, "--one", str(k), "--batches",
+                         str(args.batches)]).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"| {'never' if not k else k} | {r['tokens_per_s'] / 1e6:,.0f} | {r['pss_mb']:,.0f} |")
 

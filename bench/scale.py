@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section, tiled_corpus
+from common import add_store_args, compile_lmdata, ensure_tokenizer, replace_section, run_child, tiled_corpus
 from interleaved import side_by_side, vs_first_line
 from linked_store import linked_store
 from lmdata.store.formats.lance_chunks import CACHE_SUBDIR as LANCE_COPIES
@@ -102,7 +102,7 @@ def ensure_store(work: Path, corpus: Path, tokenizer: Path, tiles: int, shard_to
     shutil.rmtree(out, ignore_errors=True)  # none, unfinished, or written by an earlier lmdata
     text = tiled_corpus(work, corpus, tiles)
     args = {"text": str(text), "tokenizer": str(tokenizer), "out": str(out), "shard_tokens": shard_tokens}
-    done = subprocess.run([sys.executable, "-c", _INGEST, json.dumps(args)], capture_output=True, text=True, check=True)
+    done = run_child([sys.executable, "-c", _INGEST, json.dumps(args)])
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["text_mb"] = text.stat().st_size / 1e6
     result["mb_per_s"] = result["text_mb"] / result["seconds"]

@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import add_results_arg, add_store_args, ensure_tokenizer, replace_section
+from common import add_results_arg, add_store_args, run_child, ensure_tokenizer, replace_section
 from scale import FORMATS, ensure_store, n_shards, n_tokens, side_by_side_lines, warm_page_cache
 
 SHARD_TOKENS = (20_000_000, 1 << 20, 100_000, 10_000)  # 6 / 114 / 1,160 / 11,761 shards
@@ -97,8 +96,7 @@ def main() -> None:
     for shard_tokens in SHARD_TOKENS:
         store, _ = ensure_store(args.work, args.corpus, tokenizer, args.tiles, shard_tokens)
         warm_page_cache(store / "train" / "memmap")
-        done = subprocess.run([sys.executable, "-c", _CELL, str(store), str(args.batches)], capture_output=True,
-                              text=True, check=True)
+        done = run_child([sys.executable, "-c", _CELL, str(store), str(args.batches)])
         rows.append({"shards": n_shards(store), "tokens": n_tokens(store),
                      **json.loads(done.stdout.strip().splitlines()[-1])})
         print(json.dumps(rows[-1]), flush=True)

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,8 +68,9 @@ def litdata_linked(base: Path, k: int) -> Path:
 def cell(tool: str, path: Path, workers: int, src: str | None) -> dict:
     env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
     spec = {"tool": tool, "path": str(path), "workers": workers, "mode": "speed", "warmup": 20, "batches": 200}
-    done = subprocess.run([sys.executable, str(HERE / "peers.py"), "--cell", json.dumps(spec)], env=env,
-                          capture_output=True, text=True, check=True)
+    from common import run_child  # (bench/ is on sys.path: main put it there)
+
+    done = run_child([sys.executable, str(HERE / "peers.py"), "--cell", json.dumps(spec)], env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -55,7 +55,7 @@ def _ids_digest(ids) -> str:
 
 
 def _train_ours(args) -> dict:
-    from lmdata.tokenizer import Tokenizer, train_bpe
+    from lmdata.tokenizer import Tokenizer
 
     from lmdata.tokenizer.train import train_bpe_stats
 
