@@ -406,8 +406,11 @@ def test_a_resume_after_the_upload_stopped_refuses_changed_inputs_on_this_machin
         with pytest.raises(LmdataError, match=r"different settings \(--shard-tokens was 5000, now 6000"):
             ingest(spec, tokenizer_dir, uri, resume=True, **{**opts, "shard_tokens": 6000})
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache-a"))
-    ingest(spec, tokenizer_dir, uri, resume=True, **opts)
+    s3.put("stopped/train/memmap/tokens-09999.bin", b"an earlier run's")  # a name our layout has, no manifest's
+    lines: list[str] = []
+    ingest(spec, tokenizer_dir, uri, resume=True, **{**opts, "log": lines.append})
     assert verify_store(uri).ok
+    assert "train/memmap/tokens-09999.bin" not in _objects(uri) and "deleted 1 left by an earlier run" in lines[-1]
     with pytest.raises(LmdataError, match="different settings"):  # finished, with another staging left elsewhere
         ingest(other, tokenizer_dir, uri, resume=True, **opts)
 

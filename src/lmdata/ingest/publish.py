@@ -85,20 +85,28 @@ def local_files(root: Path) -> list[str]:
     return sorted(found, key=lambda rel: (_rank(rel), rel))
 
 
-def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None) -> int:
-    """Upload the store staged at ``root`` to ``loc`` (manifest last); returns the objects sent."""
+def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None, prune: bool = False) -> int:
+    """Upload the store staged at ``root`` to ``loc`` (manifest last); returns the objects sent.
+
+    ``prune`` (the staging holds the whole store): then delete what else the prefix holds -- every object
+    there is ours (``ingest_remote`` refused any other), and one the new manifest does not name is an earlier
+    run's (an interrupted Ray ingest's records, another machine's Lance data file), left behind before."""
     if not (Path(root) / MANIFEST_NAME).is_file():
         raise AssertionError(f"{root} holds no finished store to publish")
     sizes = {x.key: x.size for x in loc.list(recursive=True)}  # one LIST; no HEAD per object
     sent = 0
-    for rel in local_files(root):
+    staged = local_files(root)
+    for rel in staged:
         path = Path(root) / rel
         if _rank(rel) == 0 and sizes.get(rel) == path.stat().st_size:
             continue  # a shard file already uploaded by an interrupted run: same name, same size
         (loc / rel).upload(path)
         sent += 1
+    stray = [key for key in sizes if key not in set(staged)] if prune else []
+    for key in stray:
+        (loc / key).delete()
     if log:
-        log(f"uploaded {sent} objects to {loc.uri}")
+        log(f"uploaded {sent} objects to {loc.uri}" + (f", deleted {len(stray)} left by an earlier run" if stray else ""))
     return sent
 
 
@@ -193,7 +201,7 @@ def _ingest_staged(run: Callable[..., Any], loc: Location, staging: Path, existi
             if str(exc).startswith(f"{staging} "):  # about the store as a whole: name the one the user gave
                 exc.args = (f"{loc.uri}{str(exc)[len(str(staging)):]}",)
             raise
-    publish(staging, loc, log)
+    publish(staging, loc, log, prune=not direct)
     shutil.rmtree(staging, ignore_errors=True)
     return result
 
