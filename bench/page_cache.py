@@ -64,8 +64,10 @@ def main() -> None:
     print("| pages after fsync | system CPU s | user CPU s | wall s |\n|---|---:|---:|---:|")
     for mode, r in best.items():
         print(f"| {mode} | {r['sys']:.2f} | {r['user']:.2f} | {r['wall']:.2f} |")
-    print(f"kept / dropped: {best['kept']['sys'] / max(best['dropped']['sys'], 1e-9):.1f}x system CPU, "
-          f"{best['kept']['wall'] / max(best['dropped']['wall'], 1e-9):.1f}x wall")
+    def ratio(key: str) -> str:  # "-" below the timer's resolution (a 0.00 s divisor had printed 1056000.0x)
+        return "-" if best["dropped"][key] < 0.01 else f"{best['kept'][key] / best['dropped'][key]:.1f}x"
+
+    print(f"kept / dropped: {ratio('sys')} system CPU, {ratio('wall')} wall")
 
 
 main()

@@ -34,4 +34,5 @@ def id_bytes(vocab: dict[int, bytes], ids: Any) -> bytes:
     if bad is None:
         return joined
     what = "unknown token id" if whole(bad) else "not a token id (give a flat sequence of ints):"
-    raise LmdataError(f"{what} {bad!r}: this tokenizer's ids are 0..{max(vocab)}")
+    gaps = "" if len(vocab) == max(vocab) + 1 else f", {max(vocab) + 1 - len(vocab):,} of them unused"  # (imported)
+    raise LmdataError(f"{what} {bad!r}: this tokenizer's ids are 0..{max(vocab)}{gaps}")
