@@ -131,9 +131,19 @@ def main() -> None:
     for gpu in [] if args.no_run else args.gpu.split(","):
         out = f"{args.results}/stall-{'cpu' if args.compute == 'simulated' else 'gpu'}-{gpu}"
         out += "" if args.batch_size == "32" else f"-b{args.batch_size}"
-        cmd = lmdata("bench", "--store", store, "--format", "all", "--loader-workers", args.workers,
-                     "--batch-size", args.batch_size, "--seq-len", "256", "--steps", args.steps,
-                     "--compute", args.compute, "--model", "small", "--gpu", gpu, "--cache", "both", "--out", out)
+        # this script's own files beside the bench's: `lmdata bench` replaces only what it writes (a rerun had
+        # been refused: "holds files lmdata did not write"), so they step aside, and come back if it fails
+        own = {p: p.read_bytes() for p in (ROOT / out / "table.md", ROOT / out / "section.md") if p.exists()}
+        for p in own:
+            p.unlink()
+        try:
+            cmd = lmdata("bench", "--store", store, "--format", "all", "--loader-workers", args.workers,
+                         "--batch-size", args.batch_size, "--seq-len", "256", "--steps", args.steps,
+                         "--compute", args.compute, "--model", "small", "--gpu", gpu, "--cache", "both", "--out", out)
+        except BaseException:
+            for p, data in own.items():
+                p.write_bytes(data)
+            raise
         result = json.loads((ROOT / out / "bench.json").read_text())
         table = "\n".join(report.header_lines(result)) + "\n\n" + report.table(result, markdown=True) + "\n"
         (ROOT / out / "table.md").write_text(table)
