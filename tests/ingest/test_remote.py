@@ -456,3 +456,6 @@ def test_a_missing_input_leaves_the_prefix_untouched(s3, tokenizer_dir, tmp_path
         ingest({"train": SourceSpec((str(tmp_path / "nope.txt"),))}, tokenizer_dir, s3.uri("refused"),
                progress=False, log=None)
     assert s3.client().list_objects_v2(Bucket=s3.bucket).get("KeyCount") == 0  # (raw keys: markers too)
+    s3.put("other/foo.txt", b"a user's object")
+    with pytest.raises(LmdataError, match=rf"^--out {s3.uri('other/foo.txt')}: is an object, not a prefix"):
+        ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, s3.uri("other/foo.txt"), progress=False, log=None)

@@ -34,8 +34,9 @@ def test_s3_uri_joins_and_pickles_small():
     sub = loc / "train" / "memmap"
     assert sub.uri == "s3://bucket/runs/store/train/memmap" and sub.parent.uri == "s3://bucket/runs/store/train"
     assert pickle.loads(pickle.dumps(sub)) == sub and len(pickle.dumps(sub)) < 600
-    with pytest.raises(LmdataError, match="no bucket"):
-        location("s3://")
+    for no_bucket in ("s3://", "s3:///x"):  # (s3:///x had been bucket "x": "the bucket does not exist")
+        with pytest.raises(LmdataError, match="no bucket"):
+            location(no_bucket)
 
 
 def test_environment_becomes_pyarrow_and_lance_settings(monkeypatch):

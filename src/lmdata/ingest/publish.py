@@ -147,6 +147,8 @@ def ingest_remote(run: Callable[..., Any], out: str, *, resume: bool, overwrite:
     finished store with no staging left (the upload completed) checks the store's plan against it
     and leaves the store as it is: nothing tokenized, nothing uploaded."""
     loc = location(out, flag="--out")
+    if loc.is_file():  # (a store had been built under the object's name, as a "directory" beside it)
+        raise LmdataError(f"--out {loc.uri}: is an object, not a prefix; give the prefix a store goes under")
     existing = loc.list(recursive=True)
     if existing and not (resume or overwrite):
         raise LmdataError(

@@ -63,9 +63,9 @@ def location(where: "str | os.PathLike | Location", *, flag: str = "path") -> "L
         raise LmdataError(
             f"{flag} {where!r}: unknown URI scheme {scheme!r}; use a local path or s3://bucket/prefix"
         )
-    rest = rest.strip("/")
-    if not rest or rest.startswith("/"):
+    if rest.startswith("/") or not rest.strip("/"):  # s3:///x had become bucket "x"
         raise LmdataError(f"{flag} {where!r}: no bucket; write s3://bucket/prefix")
+    rest = rest.strip("/")
     return Location(scheme, re.sub(r"/+", "/", rest))
 
 
