@@ -340,3 +340,12 @@ def test_a_reader_option_no_reader_takes_is_named(sample_store):
     """It had been a TypeError: ParquetReader.__init__() got an unexpected keyword argument 'bogus'."""
     with pytest.raises(LmdataError, match="reader option 'bogus': the parquet reader takes cache_bytes, use_cache, verify"):
         open_store(sample_store).dataset("train", 16, format="parquet", reader_options={"bogus": 1})
+
+
+def test_a_manifest_that_is_a_directory_is_called_damage(tmp_path):
+    """It had read "not a store (no manifest.json)", or with a plan beside it "an interrupted ingest"."""
+    (tmp_path / "manifest.json").mkdir()
+    (tmp_path / "ingest-plan.json").write_text("{}")
+    with pytest.raises(LmdataError, match=r"manifest.json: is a directory, not the store's manifest; the store is "
+                                          r"damaged \(re-ingest with --overwrite\)$"):
+        open_store(tmp_path)

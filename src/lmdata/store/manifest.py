@@ -278,7 +278,10 @@ def read_manifest(store: Any, *, check_paths: bool = True) -> Manifest:
     manifest_loc = loc / MANIFEST_NAME
     try:
         raw = manifest_loc.read_bytes()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        if isinstance(exc, IsADirectoryError):  # (it had been called an interrupted ingest, or no manifest)
+            raise LmdataError(f"{manifest_loc}: is a directory, not the store's manifest; the store is damaged "
+                              "(re-ingest with --overwrite)") from None
         loc.check_bucket()
         if not loc.remote and not loc.exists():
             raise LmdataError(f"{loc}: no such store directory; create one with `lmdata ingest`") from None
