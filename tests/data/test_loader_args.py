@@ -68,7 +68,7 @@ def _resumed(ds, state):
 
 def test_set_epoch_and_state_shapes_are_checked(ds):
     loader = make_loader(ds, B)
-    with pytest.raises(LmdataError, match=r"set_epoch\(-1\): epochs count from 0"):
+    with pytest.raises(LmdataError, match=r"set_epoch\(-1\): give a whole number >= 0 \(epochs count from 0\)"):
         loader.set_epoch(-1)
     with pytest.raises(LmdataError, match="loader state must be the dict state_dict\\(\\) returned, not NoneType"):
         loader.load_state_dict(None)

@@ -276,6 +276,15 @@ def test_an_address_without_ray_fails_fast(monkeypatch):
     monkeypatch.setattr(services, "canonicalize_bootstrap_address", nothing_running)
     with pytest.raises(LmdataError, match="--ray-address auto: no Ray is running on this machine"):
         _check_address("auto")
+    for resolved in (None, "ray://head:10001"):  # RAY_ADDRESS=local, a Ray Client address: left to ray.init
+        monkeypatch.setattr(services, "canonicalize_bootstrap_address", lambda addr, temp_dir=None: resolved)
+        _check_address("auto")
+
+    def client_address(addr, temp_dir=None):
+        raise ValueError("Invalid address format")  # what Ray says of RAY_ADDRESS=ray://... here
+
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", client_address)
+    _check_address("auto")
 
 
 @needs_ray

@@ -408,7 +408,12 @@ def test_a_resume_after_the_upload_stopped_refuses_changed_inputs_on_this_machin
     monkeypatch.setenv("LMDATA_CACHE_DIR", str(tmp_path / "cache-a"))
     s3.put("stopped/train/memmap/tokens-09999.bin", b"an earlier run's")  # a name our layout has, no manifest's
     lines: list[str] = []
+    from lmdata.ingest import job
+
+    planned, real_plan = [], job.requested_plan
+    monkeypatch.setattr(job, "requested_plan", lambda *a, **k: planned.append(1) or real_plan(*a, **k))
     ingest(spec, tokenizer_dir, uri, resume=True, **{**opts, "log": lines.append})
+    assert len(planned) == 1  # the inputs hashed once (twice before: the prefix's plan, then the staging's)
     assert verify_store(uri).ok
     assert "train/memmap/tokens-09999.bin" not in _objects(uri) and "deleted 1 left by an earlier run" in lines[-1]
     with pytest.raises(LmdataError, match="different settings"):  # finished, with another staging left elsewhere

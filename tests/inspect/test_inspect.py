@@ -171,7 +171,8 @@ def test_one_statement_only(sample_store, tmp_path):
 def test_a_wrong_query_is_told_what_there_is_to_query(sample_store, tmp_path):
     docs = "docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset)"
     rows = "(split, doc_id, token_offset, tokens)"
-    for query, said, views in (("SELEC 1", 'Parser Error: syntax error at or near "SELEC"', f"{docs} and tokens{rows}"),
+    for query, said, views in (("SELEC 1", 'Parser Error: syntax error at or near "SELEC"',
+                                f"{docs} and, where the store has Parquet or Lance, tokens{rows}"),
                                ("SELECT nope FROM docs", "Binder Error: ",
                                 f"{docs}, tokens{rows}, tokens_lance{rows}, tokens_parquet{rows}"),
                                ("SELECT * FROM nope", "Catalog Error: ",
@@ -340,3 +341,17 @@ def test_an_ordinary_folder_is_not_told_to_resume_but_an_interrupted_ingest_is(t
     (tmp_path / "ingest-plan.json").write_text("{}")  # what an ingest writes first
     with pytest.raises(LmdataError, match=r"interrupted ingest .*--resume"):
         open_store(tmp_path)
+
+
+def test_inspect_follows_a_shard_link_and_names_a_dangling_one(sample_store, tmp_path):
+    """A shard file linked to its bytes elsewhere reads fine; inspect had measured the link and called it damaged."""
+    store = tmp_path / "linked"
+    shutil.copytree(sample_store, store)
+    shard = next((store / "train" / "memmap").glob("tokens-*.bin"))
+    moved = tmp_path / "moved.bin"
+    shard.rename(moved)
+    shard.symlink_to(moved)
+    assert _lmdata("inspect", str(store)).returncode == 0
+    moved.unlink()
+    r = _lmdata("inspect", str(store))
+    assert r.returncode == 1 and f"{shard.name} is missing" in r.stderr

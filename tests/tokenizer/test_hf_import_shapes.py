@@ -79,13 +79,13 @@ def test_a_post_processor_that_adds_tokens_is_said_not_dropped_silently(tmp_path
 
 def test_our_own_export_with_a_special_token_that_is_not_in_byte_form_imports_again(tmp_path):
     """'<|im start|>' (a space) is written as itself in model.vocab, as `tokenizers` does; import refused it."""
-    specials = ["<|endoftext|>", "<|im start|>", "<｜begin▁of▁sentence｜>"]
+    specials = ["<|endoftext|>", "<|im start|>", "<｜begin▁of▁sentence｜>", "‹|é|>"]  # (the last is byte form too)
     tok = Tokenizer(*train_bpe(SAMPLE, 400, specials), specials)
     tok.save(tmp_path / "ours")
     back = Tokenizer.from_hf(tmp_path / "ours" / "tokenizer.json")
     assert back.hash == tok.hash
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "ours" / "tokenizer.json"))
-    text = "a <|im start|> b<｜begin▁of▁sentence｜>c"
+    text = "a <|im start|> b<｜begin▁of▁sentence｜>c‹|é|>"
     assert back.encode(text) == tok.encode(text) == _hf_ids(hf, text)
 
 
@@ -156,3 +156,28 @@ def test_cli_import_takes_eot_token_or_a_directorys_eos_token_and_ingest_names_t
     tok = Tokenizer.load(tmp_path / "tok")
     assert store.eot_id == tok.special_ids["<|end_of_text|>"]
     assert store.document("train", 1).tolist() == tok.encode_ordinary("another") + [store.eot_id]
+
+
+def test_a_non_special_added_token_cannot_end_documents(tmp_path):
+    """It is matched in plain text, so ingest would have ended documents inside them (verify then failed)."""
+    hf = tokenizers.Tokenizer.from_file(str(build("llama3", tmp_path, specials=["<|begin_of_text|>"])))
+    hf.add_tokens(["<eos>", "<|endoftext|>"])  # both "special": false
+    hf.save(str(tmp_path / "plain-eos.json"))
+    with pytest.raises(LmdataError, match=r"eot token '<eos>' is not a special token of this tokenizer "
+                                          r"\(<\|begin_of_text\|>\)"):
+        Tokenizer.from_hf(tmp_path / "plain-eos.json", eot_token="<eos>")
+    assert Tokenizer.from_hf(tmp_path / "plain-eos.json").eot_id is None  # the default one too: ingest refuses it
+
+
+def test_a_folder_import_reads_its_file_once_and_warns_once(tmp_path, capsys):
+    """The folder's eos_token fallback imported the file a second time: two warning lines, two JSON parses."""
+    hf = tokenizers.Tokenizer.from_file(str(build("llama3", tmp_path, specials=["<|begin_of_text|>", "<|end_of_text|>"])))
+    hf.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", hf.token_to_id("<|begin_of_text|>"))])
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    hf.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end_of_text|>"}))
+    code, out, err = run_cli(["tokenizer", "import", str(folder), "--out", str(tmp_path / "tok")], capsys)
+    assert code == 0 and "documents end with <|end_of_text|>" in out
+    assert err.count("warning: ") == 1 and "post_processor adds '<|begin_of_text|>'" in err, err

@@ -43,11 +43,16 @@ from lmdata.io.location import location
 from lmdata.train.device import resolve_device
 
 def _formats(store: Any, cfg: BenchConfig) -> list[str]:
-    """The formats to measure: ``--format``'s, each one the split must hold, or all it holds."""
+    """The formats to measure: ``--format``'s, each one the split must hold, or all it holds (and the cache
+    states asked must be possible there)."""
     have = store.formats(cfg.split)
     formats = cfg.formats or have
     if missing := [f for f in formats if f not in have]:
         raise LmdataError(f"--format {missing[0]!r}: split {cfg.split!r} of {cfg.store} has only {', '.join(have)}")
+    if store.remote and "cold" in cfg.cache:  # (nothing local to evict: the row had read "cold 100%")
+        raise LmdataError(f"--cache cold: {cfg.store} is on object storage, where there is no page cache of its "
+                          "files to evict; bench it warm (the default), or point LMDATA_CACHE_DIR at an empty "
+                          "folder for a first read")
     return formats
 
 
@@ -66,10 +71,6 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None
     if cfg.split not in store.splits:
         raise LmdataError(f"--split {cfg.split!r}: not in {cfg.store}; it has {', '.join(store.splits)}")
     formats = _formats(store, cfg)
-    if store.remote and "cold" in cfg.cache:  # (nothing local to evict: the row had read "cold 100%")
-        raise LmdataError(f"--cache cold: {cfg.store} is on object storage, where there is no page cache of its "
-                          "files to evict; bench it warm (the default), or point LMDATA_CACHE_DIR at an empty "
-                          "folder for a first read")
     device = str(resolve_device(cfg.device))
     vocab = store.manifest.vocab_size
     tokens_per_step = cfg.batch_size * cfg.seq_len

@@ -140,10 +140,8 @@ def import_(src: Path, out: Path, pattern: str | None, special_tokens: tuple[str
     if src.suffix == ".json" or src.is_dir():
         if pattern or special_tokens:
             raise LmdataError("--pattern and --special-token are for tiktoken files; a tokenizer.json carries its own")
-        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src, eot_token)
-        if eot_token is None and tok.eot_id is None and src.is_dir():  # e.g. Llama 3's <|end_of_text|>
-            named = hf_eos_token(src / "tokenizer_config.json")
-            tok = Tokenizer.from_hf(src / "tokenizer.json", named) if named in tok.special_ids else tok
+        fallback = hf_eos_token(src / "tokenizer_config.json") if src.is_dir() else None  # e.g. <|end_of_text|>
+        tok = Tokenizer.from_hf(src / "tokenizer.json" if src.is_dir() else src, eot_token, fallback)
     else:
         if not pattern:
             from lmdata.tokenizer import tiktoken_ranks

@@ -210,6 +210,7 @@ class TokenLoader:
         self.dataset, self.sampler, self._dl, self._in_flight = dataset, sampler, dataloader, in_flight
         self.pin_memory = pin_memory
         self._epoch, self._batch = 0, 0  # the sampler's base says where batch 0 of this epoch starts
+        self.last_batch: tuple[int, int, int] | None = None  # the batch last handed out: ``MixedDataset.sources_of_batch``
         self._stream = 0  # bumped by each iteration started, load_state_dict and set_epoch (``_still_current``)
 
     @property
@@ -230,6 +231,7 @@ class TokenLoader:
         if not whole(epoch, 0):  # (2.5 had been epoch 2, None a TypeError)
             raise LmdataError(f"set_epoch({epoch!r}): give a whole number >= 0 (epochs count from 0)")
         self._stream += 1
+        self.last_batch = None
         self._next_epoch(int(epoch))
 
     def _still_current(self, stream: int) -> None:
@@ -286,6 +288,7 @@ class TokenLoader:
                 part = windows[at:at + n] if info is None else (windows[at:at + n], info[at:at + n])
                 at += n
                 self._batch += 1  # counts batches handed out, not batches prefetched
+                self.last_batch = (self._epoch, self.sampler.base, self._batch - 1)  # (epoch, base, batch)
                 yield collate_windows(part, self.pin_memory)
         self._still_current(stream)  # a state loaded after the epoch's last batch is not ended here
         self._next_epoch(self._epoch + 1)
@@ -410,6 +413,7 @@ class TokenLoader:
         if (world, size) != (s.world_size, s.batch_size):  # elastic: continue the one global order
             base, batch = position, 0
         self._stream += 1  # a live iterator is stale from here (a refused state left it running)
+        self.last_batch = None
         self._epoch, self._batch, s.base = epoch, batch, base
         if self._batch >= s.batches_per_epoch:  # saved right after an epoch's last batch, or too little left
             self._next_epoch(self._epoch + 1)

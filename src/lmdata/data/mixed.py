@@ -17,6 +17,7 @@ epoch; raise ``n_samples`` to see more of it).
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Sequence
 
@@ -209,14 +210,13 @@ class MixedDataset:
 
     def sources_of_batch(self, loader: Any) -> np.ndarray:
         """Samples per source in the batch ``loader`` (a make_loader over this mixture) last handed out."""
-        state = loader.state_dict()
-        epoch, batch = state["epoch"], state["batch"] - 1
-        if batch < 0 and epoch == 0:
-            raise LmdataError("sources_of_batch: the loader has handed out no batch yet")
-        if batch < 0:  # the last batch was the previous epoch's last (the state has moved on to the next)
-            epoch, batch = epoch - 1, loader.sampler.batches_per_full_epoch - 1
-        indices = loader.sampler.batch(epoch, batch)
-        return np.bincount(self.locate(indices)[0], minlength=len(self.datasets))
+        if getattr(loader, "last_batch", None) is None:  # (the state's batch - 1 had been -1 at an epoch's end)
+            raise LmdataError("sources_of_batch: the loader has handed out no batch since it was made, its state "
+                              "loaded or its epoch set")
+        epoch, base, batch = loader.last_batch
+        sampler = copy.copy(loader.sampler)  # at the base that batch was counted from (an elastic epoch's)
+        sampler.base = base
+        return np.bincount(self.locate(sampler.batch(epoch, batch))[0], minlength=len(self.datasets))
 
 
 # -- mixtures of store splits, as `lmdata train --mix` and `[train.mix]` name them -------------

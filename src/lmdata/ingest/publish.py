@@ -35,6 +35,7 @@ the plan, tokenizer, provenance and manifest, which ``publish`` uploads as above
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -102,7 +103,12 @@ def publish(root: Path, loc: Location, log: Callable[[str], None] | None = None,
             continue  # a shard file already uploaded by an interrupted run: same name, same size
         (loc / rel).upload(path)
         sent += 1
-    stray = [key for key in sizes if key not in set(staged)] if prune else []
+    kept = set(staged)
+    stray = [key for key in sizes if key not in kept] if prune else []
+    if stray:  # only names of this store's layout: anything else (a user's object written meanwhile) stays
+        layout = output.layout_from(json.loads((Path(root) / MANIFEST_NAME).read_text()), None) or {}
+        foreign = set(output.foreign_keys(stray, layout))
+        stray = [key for key in stray if key not in foreign]
     for key in stray:
         (loc / key).delete()
     if log:
@@ -175,13 +181,15 @@ def _ingest_staged(run: Callable[..., Any], loc: Location, staging: Path, existi
                    overwrite: bool, log: Callable[[str], None] | None, plan_of: Callable[[], dict[str, Any]],
                    kwargs: dict[str, Any]) -> Any:
     """``ingest_remote`` once this machine's staging directory for ``loc`` is ours alone."""
-    if resume and _finished(loc, plan_of):  # (a store of other settings, or another run's, is refused)
-        shutil.rmtree(staging, ignore_errors=True)
+    plan_of = functools.cache(plan_of)  # (it hashes every input: once at most)
+    staged_whole = resume and (staging / MANIFEST_NAME).is_file()
+    if resume and _finished(loc, plan_of, None if staged_whole else _staged_plan(staging)):
+        shutil.rmtree(staging, ignore_errors=True)  # (a store of other settings, or another run's: refused)
         if log:
             log(f"{loc.uri} already holds this finished store; nothing to ingest or upload")
         return None
-    if resume and (staging / MANIFEST_NAME).is_file():  # staged whole, then stopped in the upload: its plan
-        output.same_plan(_staged_plan(staging), plan_of(), loc.uri)  # must be these arguments' (inputs hashed)
+    if staged_whole:  # staged whole, then stopped in the upload: its plan must be these arguments' (inputs hashed)
+        output.same_plan(_staged_plan(staging), plan_of(), loc.uri)
     check_bucket(loc, "--out")  # after the refusals: a refused run writes nothing there
     if existing and overwrite:
         for x in existing:  # only the objects our layout names (checked above); never the whole prefix
@@ -208,17 +216,21 @@ def _ingest_staged(run: Callable[..., Any], loc: Location, staging: Path, existi
     return result
 
 
-def _finished(loc: Location, plan_of: Callable[[], dict[str, Any]]) -> bool:
+def _finished(loc: Location, plan_of: Callable[[], dict[str, Any]], staged: Any = None) -> bool:
     """Whether ``loc`` holds a finished store of exactly the plan ``plan_of()``. A final plan there of other
     settings -- a finished store's, or an interrupted ingest's from another machine or another run -- is
     refused as a local one is (``output.same_plan``): a resume had built a new staging directory, and the
     upload skipped the objects of the same name and size, leaving another run's shards under this manifest.
-    Without a final plan (none uploaded, or inputs never hashed) the caller ingests and uploads what differs."""
+    Without a final plan (none uploaded, or inputs never hashed) the caller ingests and uploads what differs.
+    ``staged``: this machine's staging plan, to be resumed: the same as the prefix's, the resumed run checks the
+    inputs itself (hashing them here too had read them twice, on a Ray resume in the driver)."""
     plan = _remote_json(loc / PLAN_NAME)
     if not isinstance(plan, dict) or output.pending(plan):
         return False
-    output.same_plan(plan, plan_of(), loc.uri)
-    return remote_manifest(loc) is not None
+    finished = remote_manifest(loc) is not None
+    if plan != staged or finished:
+        output.same_plan(plan, plan_of(), loc.uri)
+    return finished
 
 
 def _staged_plan(staging: Path) -> Any:

@@ -259,11 +259,13 @@ def _check_address(address: str | None) -> None:
         try:
             from ray._private.services import canonicalize_bootstrap_address
 
-            address = canonicalize_bootstrap_address("auto") or ""
+            address = canonicalize_bootstrap_address("auto")
         except ConnectionError:
             raise LmdataError("--ray-address auto: no Ray is running on this machine; start one with `ray start "
                               "--head`, or pass the head's address") from None
-        except (ImportError, AttributeError):  # (a Ray without that helper: ray.init resolves it)
+        except (ImportError, AttributeError, ValueError):  # (an older Ray, or RAY_ADDRESS a ray:// client address:
+            return                                         # ray.init resolves it)
+        if not address or address.startswith("ray://"):  # RAY_ADDRESS=local, or a Ray Client: ray.init's
             return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:

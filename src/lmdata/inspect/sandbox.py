@@ -216,8 +216,8 @@ def _interruptible(con: Any, call: Callable[[], Any], stuck: list[bool]) -> Any:
 
 
 QUERY_ERRORS = ("Parser Error", "Binder Error", "Catalog Error")  # DuckDB's words for a query that is wrong
-VIEWS = ("docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) and "
-         "tokens(split, doc_id, token_offset, tokens)")
+VIEWS = ("docs(split, doc_id, shard, n_tokens, token_offset, source, source_offset) and, where the store has "
+         "Parquet or Lance, tokens(split, doc_id, token_offset, tokens)")
 
 
 def _with_hint(text: str, views: str = VIEWS) -> str:
@@ -226,11 +226,15 @@ def _with_hint(text: str, views: str = VIEWS) -> str:
 
 
 def _views_of(con: Any) -> str:
-    """The views this store's connection has, with their columns (a memmap-only store has no ``tokens``)."""
-    rows = con.execute("SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() "
-                       "WHERE NOT internal AND NOT starts_with(table_name, '_') "
-                       "AND table_name IN (SELECT view_name FROM duckdb_views() WHERE NOT internal) "
-                       "GROUP BY table_name ORDER BY table_name = 'docs' DESC, table_name").fetchall()
+    """The views this store's connection has, with their columns (a memmap-only store has no ``tokens``); the
+    general list where the connection cannot say (a fatal DuckDB error)."""
+    try:
+        rows = con.execute("SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() "
+                           "WHERE NOT internal AND NOT starts_with(table_name, '_') "
+                           "AND table_name IN (SELECT view_name FROM duckdb_views() WHERE NOT internal) "
+                           "GROUP BY table_name ORDER BY table_name = 'docs' DESC, table_name").fetchall()
+    except Exception:
+        return VIEWS
     return ", ".join(f"{name}({', '.join(cols)})" for name, cols in rows) or VIEWS
 
 
@@ -252,7 +256,8 @@ def _query(store: str | Path, query: str) -> Iterator[tuple[list[str], Iterator[
         text = str(exc).splitlines()[0]
         stream = re.search(r"'(_rows_\d+_\d+(?:_\d+)?)'", text)
         damaged = _damaged_shard(sources[stream.group(1)]) if not errors and stream and stream.group(1) in sources else None
-        return LmdataError(f"sql: {errors[0] if errors else damaged or _with_hint(text, _views_of(con))}")
+        hinted = _with_hint(text, _views_of(con)) if text.startswith(QUERY_ERRORS) else text
+        return LmdataError(f"sql: {errors[0] if errors else damaged or hinted}")
 
     con = connect(store, errors, sources)
     stuck: list[bool] = []  # a query that would not stop: closing would wait on it

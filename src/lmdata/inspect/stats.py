@@ -64,7 +64,10 @@ def _disk_sizes(path: Any) -> dict[str, int]:
                 if entry.is_dir(follow_symlinks=False):
                     todo.append(entry.path)
                 else:
-                    sizes[entry.path[len(root) + 1:]] = entry.stat(follow_symlinks=False).st_size
+                    try:  # a link's target (readers follow links inside the store), a dangling one missing
+                        sizes[entry.path[len(root) + 1:]] = entry.stat().st_size
+                    except OSError:
+                        pass
     return sizes
 
 

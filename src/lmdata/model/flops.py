@@ -177,7 +177,8 @@ def format_plan(p: Plan) -> str:
                    f"+ activations {p.memory_activations_bytes / gib:.2f} (batch {p.batch_size}, bf16)"),
         ("accelerator", f"{p.gpu}: {p.peak_flops / 1e12:.0f} TFLOP/s bf16 peak, MFU {p.mfu:.0%}"),
         ("tokens/s needed", f"{p.tokens_per_s_needed:,.0f}"),
-        ("step time", f"{p.step_ms:.3g} ms for {p.batch_size} x {p.seq_len} tokens"),  # (tiny's had read 0.00)
+        ("step time", f"{p.step_ms:.2f} ms for {p.batch_size} x {p.seq_len} tokens" if p.step_ms >= 1
+         else f"{p.step_ms:.3g} ms for {p.batch_size} x {p.seq_len} tokens"),  # (tiny's had read 0.00)
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

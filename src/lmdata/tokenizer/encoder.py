@@ -79,9 +79,10 @@ class Tokenizer(TokenizerFiles):
         self._added = added_tokens.AddedSplitter(self.special_ids, self.special_flags) if self.special_flags else None
         plain = {t: i for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())}
         self._added_plain = added_tokens.AddedSplitter(plain, self.special_flags) if plain else None
-        if eot_token is not None and eot_token not in self.special_ids:
+        special = [t for t in self.special_tokens if "nonspecial" not in self.special_flags.get(t, ())]
+        if eot_token is not None and eot_token not in special:  # (a non-special one is matched inside documents)
             raise LmdataError(f"eot token {eot_token!r} is not a special token of this tokenizer "
-                              f"({', '.join(self.special_tokens) or 'it has none'})")
+                              f"({', '.join(special) or 'it has none'})")
         self._eot_choice = None if eot_token == EOT else eot_token  # (None: the default, outside the hash)
         self._vocab_size = max(self.vocab, default=-1) + 1
         if self._vocab_size > 0x110000 or min(self.vocab, default=0) < 0:
@@ -155,7 +156,8 @@ class Tokenizer(TokenizerFiles):
     def gil_free(self) -> bool:
         """Whether encoding runs in C with the GIL released (so threads scale): the C
         accelerator and a named pattern or a custom regex its matcher takes (``regex_program``);
-        any other regex, or added tokens with lstrip/rstrip/single_word, run in Python."""
+        any other regex, or added tokens with Hugging Face's flags (lstrip, rstrip, single_word, nonspecial), run in
+        Python."""
         return self._fast is not None and self._pattern.c_mode is not None and self._added is None
 
     @property
@@ -170,8 +172,8 @@ class Tokenizer(TokenizerFiles):
 
     @property
     def eot_id(self) -> int | None:
-        """Id of ``eot_token`` if it is one of the special tokens, else None."""
-        return self.special_ids.get(self.eot_token)
+        """Id of ``eot_token`` if it is one of the special tokens (not a ``nonspecial`` one), else None."""
+        return None if "nonspecial" in self.special_flags.get(self.eot_token, ()) else self.special_ids.get(self.eot_token)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # ship to worker processes without the caches

@@ -41,12 +41,16 @@ class TokenizerFiles:
         return tok
 
     @classmethod
-    def from_hf(cls: type[T], path: str | Path, eot_token: str | None = None) -> T:
+    def from_hf(cls: type[T], path: str | Path, eot_token: str | None = None, eot_fallback: str | None = None) -> T:
         """Import a Hugging Face byte-level BPE ``tokenizer.json`` (its added tokens become special tokens);
-        ``eot_token``: the one that ends documents in a store, if not ``<|endoftext|>``."""
+        ``eot_token``: the one that ends documents in a store, if not ``<|endoftext|>``; ``eot_fallback``: the
+        one to take when neither is among its special tokens (a folder's tokenizer_config.json eos_token)."""
+        from lmdata._eot import EOT
         from lmdata.tokenizer import hf
 
         vocab, merges, specials, pattern, ignore_merges, flags = hf.read(path)
+        if eot_token is None and EOT not in specials and eot_fallback in specials:
+            eot_token = eot_fallback
         try:
             return cls(vocab, merges, specials, pattern, ignore_merges=ignore_merges, special_flags=flags,
                        eot_token=eot_token)

@@ -220,12 +220,8 @@ def _vocab(raw: object, path: Path, added: set[tuple[str, int]] = frozenset()) -
         if i in names:
             raise LmdataError(f"{path}: model.vocab gives id {i} to both {names[i]!r} and {s!r}; each id once")
         names[i] = s
-        try:
-            vocab[i] = str_to_token(s, f"{path} (model.vocab)")
-        except LmdataError:
-            if (s, i) not in added:
-                raise
-            vocab[i] = s.encode("utf-8")
+        # an added token's entry as itself first: its text may be GPT-2 byte form too ('‹|é|>' is), and wrong
+        vocab[i] = s.encode("utf-8") if (s, i) in added else str_to_token(s, f"{path} (model.vocab)")
     return vocab
 
 

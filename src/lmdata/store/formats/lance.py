@@ -59,7 +59,7 @@ from lmdata.io import atomic
 from lmdata.errors import LmdataError
 from lmdata.store.blocks import row_checksums
 from lmdata.io.process_local import per_process
-from lmdata.io.s3 import EndpointError, library_text, remote_error, within_timeout
+from lmdata.io.s3 import EndpointError, within_timeout
 from lmdata.store.formats import base, lance_fragments
 from lmdata.store.formats.lance_fragments import LAYOUT, current_layout, lance_schema
 from lmdata.store.formats.lance_stream import FragmentStream
@@ -341,12 +341,7 @@ class LanceReader(base.ShardReader):
             except EndpointError:
                 raise
             except Exception as exc:
-                if self.remote and not isinstance(exc, LmdataError):  # denied, no bucket, unreachable: that, in a line
-                    said = remote_error(exc, str(self.format_dir))
-                    if not str(said).startswith(f"{self.format_dir}: {type(exc).__name__}: "):
-                        raise said from exc
-                raise LmdataError(f"{self.format_dir}: the Lance dataset cannot be opened ({library_text(exc)}); "
-                                  "`lmdata verify` names the damaged file") from exc
+                raise lance_fragments.open_error(exc, self.format_dir, self.remote) from exc
             self._column = self.column or ("token_bytes" if "token_bytes" in ds.schema.names else "tokens")
             self._use(ds if self.remote else (open_uring(self.format_dir, ds, self._column, self.io) or ds))
         return self._ds
@@ -501,3 +496,4 @@ def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:
     if lo == hi:
         return [(lo, slice(None))]
     return [(f, frag == f) for f in sorted_unique(frag).tolist()]
+

@@ -31,7 +31,7 @@ import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.io import atomic
-from lmdata.io.s3 import library_text, within_timeout
+from lmdata.io.s3 import library_text, remote_error, within_timeout
 from lmdata.store.formats import base
 from lmdata.store.blocks import row_checksums
 from lmdata.store.checksum import file_info, write_shard_parts
@@ -275,3 +275,13 @@ def open_dataset(format_dir: Any, remote: bool) -> Any:
         return lance.dataset(str(format_dir))
     return within_timeout(partial(lance.dataset, format_dir.uri, storage_options=format_dir.storage_options()),
                           format_dir.uri)
+
+def open_error(exc: Exception, format_dir: Any, remote: bool) -> LmdataError:
+    """Why a Lance dataset did not open, in a line: on object storage denied / no bucket / unreachable as
+    ``remote_error`` says them (a missing credential had been a 2.9 KB Rust debug dump), else Lance's words."""
+    if remote and not isinstance(exc, LmdataError):
+        said = remote_error(exc, str(format_dir))
+        if not str(said).startswith(f"{format_dir}: {type(exc).__name__}: "):
+            return said
+    return LmdataError(f"{format_dir}: the Lance dataset cannot be opened ({library_text(exc)}); "
+                       "`lmdata verify` names the damaged file")
