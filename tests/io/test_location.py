@@ -167,7 +167,7 @@ def test_a_short_name_in_the_uri_leaves_the_librarys_words_alone(uri, monkeypatc
     """Every occurrence of a name had been taken out: a key "s" turned NoSuchBucket into NoSuchBucket's remains."""
     from lmdata.io.s3 import EndpointError, remote_error
 
-    missing = OSError(f"When getting information for bucket 'nobucket': AWS Error NO_SUCH_BUCKET during HeadBucket "
+    missing = OSError("When getting information for bucket 'nobucket': AWS Error NO_SUCH_BUCKET during HeadBucket "
                       "operation: NoSuchBucket: The specified bucket does not exist")
     assert str(remote_error(missing, uri)) == f"{uri}: the bucket does not exist (create it, or check the URI)"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
