@@ -43,6 +43,7 @@ def test_non_special_added_tokens_are_matched_in_plain_text_as_hugging_face_does
     hf.save(str(tmp_path / "added.json"))
     tok = Tokenizer.from_hf(tmp_path / "added.json")
     assert tok.special_flags == {"hello world": ("nonspecial",), "Union": ("nonspecial",)}
+    assert tok.gil_free == (mode == "c")  # a second C encoder splits them off in plain text: ingest stays on threads
     for text in TEXTS:
         want = _hf_ids(hf, text)
         assert tok.encode(text) == want

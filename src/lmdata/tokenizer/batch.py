@@ -154,8 +154,9 @@ def _encode_run(tok: Tokenizer, texts: list[str], eot: int | None, dtype: np.dty
     import numpy as np
 
     if tok.gil_free:  # one C call: no int objects, the GIL released throughout
-        tokens, lengths, nbytes = tok._fast.encode_flat(texts, -1 if eot is None else eot, dtype.itemsize,
-                                                        not ordinary)
+        plain = ordinary and tok._fast_plain is not None  # (plain text still holds the non-special added tokens)
+        tokens, lengths, nbytes = (tok._fast_plain if plain else tok._fast).encode_flat(
+            texts, -1 if eot is None else eot, dtype.itemsize, plain or not ordinary)
         return EncodedBatch(np.frombuffer(tokens, dtype), np.frombuffer(lengths, np.int64), nbytes)
     encode = tok.encode_ordinary if ordinary else tok.encode
     flat: list[int] = []

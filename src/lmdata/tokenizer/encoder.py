@@ -76,7 +76,8 @@ class Tokenizer(TokenizerFiles):
                 self.vocab[ids[raw]] = raw
         self.special_ids = {tok: ids[tok.encode("utf-8")] for tok in self.special_tokens}
         self.special_flags = added_tokens.check_flags(special_flags, self.special_tokens)
-        self._added = added_tokens.AddedSplitter(self.special_ids, self.special_flags) if self.special_flags else None
+        strips = any(set(f) - {"nonspecial"} for f in self.special_flags.values())  # (only those need Python)
+        self._added = added_tokens.AddedSplitter(self.special_ids, self.special_flags) if strips else None
         plain = {t: i for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())}
         self._added_plain = added_tokens.AddedSplitter(plain, self.special_flags) if plain else None
         special = [t for t in self.special_tokens if "nonspecial" not in self.special_flags.get(t, ())]
@@ -103,6 +104,7 @@ class Tokenizer(TokenizerFiles):
             self._whole = tiktoken_ranks.unreachable(self.vocab, set(self.special_ids.values()), self._id_chars,
                                                      lambda s: _bpe_heap(s, self._ranks, self._merged, True),
                                                      self._fast)
+        self._fast_plain = self._make_fast_plain()
         self._clear_caches()
 
     def _id_chars(self, token: bytes) -> str:
@@ -110,8 +112,9 @@ class Tokenizer(TokenizerFiles):
         s = token.decode("latin-1")
         return s if self._byte_table is None else s.translate(self._byte_table)
 
-    def _make_fast(self):
-        """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1."""
+    def _make_fast(self, specials: list[tuple[str, int]] | None = None):
+        """The C encoder, or None when it is not built or LMDATA_PURE_PYTHON=1; it splits off ``specials``
+        (default: every special token)."""
         if _fastbpe is None or pure_python_forced():
             return warn_not_built(_fastbpe is not None)  # None; warns once per process unless LMDATA_PURE_PYTHON=1
         from lmdata.tokenizer import unicode_classes
@@ -127,10 +130,16 @@ class Tokenizer(TokenizerFiles):
                                 _MAX_CACHED_CHUNK - 1, -1 if mode is None else mode, self._vocab_size,
                                 self._pattern.c_program if mode == 3 else None)
         if mode is not None:
-            fast.set_specials(list(self.special_ids.items()))  # split off in C as well
+            fast.set_specials(list(self.special_ids.items()) if specials is None else specials)  # in C as well
         if self._whole:  # (a ranked tokenizer arriving in a worker)
             fast.set_words([(self.vocab[i], i) for i in self._whole.values()])
         return fast
+
+    def _make_fast_plain(self):
+        """A second C encoder splitting off only the non-special added tokens: plain-text encoding (ingest's)
+        matches them as Hugging Face does and stays on the C threads; None where there are none."""
+        plain = [(t, i) for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())]
+        return self._make_fast(plain) if plain and self._fast is not None and self._pattern.c_mode is not None else None
 
     @property
     def bpe(self) -> str:
@@ -156,8 +165,7 @@ class Tokenizer(TokenizerFiles):
     def gil_free(self) -> bool:
         """Whether encoding runs in C with the GIL released (so threads scale): the C
         accelerator and a named pattern or a custom regex its matcher takes (``regex_program``);
-        any other regex, or added tokens with Hugging Face's flags (lstrip, rstrip, single_word, nonspecial), run in
-        Python."""
+        any other regex, or added tokens with Hugging Face's lstrip, rstrip or single_word, run in Python."""
         return self._fast is not None and self._pattern.c_mode is not None and self._added is None
 
     @property
@@ -178,12 +186,13 @@ class Tokenizer(TokenizerFiles):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # ship to worker processes without the caches
         state["_chunk_cache"], state["_head_cache"], state["_word_cache"] = {}, {}, {}
-        state["_fast"] = None  # a C object: rebuilt on arrival
+        state["_fast"] = state["_fast_plain"] = None  # C objects: rebuilt on arrival
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._fast = self._make_fast()
+        self._fast_plain = self._make_fast_plain()
 
     def _clear_caches(self) -> None:
         self._chunk_cache: dict[str, tuple[int, ...]] = {}  # piece p -> ids of " " + p
@@ -213,7 +222,9 @@ class Tokenizer(TokenizerFiles):
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special-token strings treated as plain text."""
-        if self._added_plain is not None:  # Hugging Face's non-special added tokens are matched in any text
+        if self._fast_plain is not None:  # Hugging Face's non-special added tokens are matched in any text
+            return self._fast_plain.encode(text)
+        if self._added_plain is not None:
             return self._added_plain.encode(text, self._encode_into)
         if self._fast is not None:
             return self._fast.encode_plain(text)
