@@ -5,6 +5,8 @@
     single_word  the token counts only where no word character touches it ("x<w>" is x, <, w, >)
     nonspecial   Hugging Face's ``"special": false``: matched in plain text too (``encode_ordinary``, so in
                  every document a store holds), and not dropped by ``decode(skip_special_tokens=True)``
+    normalized   Hugging Face's ``"normalized": true``, kept only where its two passes differ from one: the
+                 tokens without it are split off first, these in the text left between them
 
 Whitespace is Unicode's White_Space and a word character Rust's ``\\w`` (alphabetic, marks, decimal
 digits, connector punctuation, joiners), as in ``tokenizers``' ``added_vocabulary.rs``.  Matches are
@@ -18,7 +20,7 @@ import re
 
 import regex
 
-FLAGS = ("lstrip", "rstrip", "single_word", "nonspecial")
+FLAGS = ("lstrip", "rstrip", "single_word", "nonspecial", "normalized")
 _WORD = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
 _SPACE_BEFORE = regex.compile(r"(?r)\p{White_Space}*")  # matched backwards from endpos
 _SPACE_AFTER = regex.compile(r"\p{White_Space}*")
@@ -55,11 +57,17 @@ class AddedSplitter:
     def __init__(self, special_ids: dict[str, int], flags: dict[str, tuple[str, ...]]) -> None:
         self.ids = special_ids
         self.flags = flags
+        later = {t: i for t, i in special_ids.items() if "normalized" in flags.get(t, ())}
+        self.passes = None if not later or len(later) == len(special_ids) else (  # Hugging Face's two passes
+            AddedSplitter({t: i for t, i in special_ids.items() if t not in later}, flags), AddedSplitter(later, flags))
         ordered = sorted(special_ids, key=len, reverse=True)  # leftmost, then longest
         self.regex = re.compile("|".join(map(re.escape, ordered)))
 
     def split(self, text: str) -> list[str | int]:
         """Ordinary pieces (str) and added-token ids (int), in order; empty pieces left out."""
+        if self.passes is not None:  # the second pass splits each piece the first one left, on its own
+            first, second = self.passes
+            return [p for part in first.split(text) for p in ([part] if isinstance(part, int) else second.split(part))]
         out: list[str | int] = []
         done = 0  # the end of the previous token, with what its rstrip took
         for m in self.regex.finditer(text):

@@ -139,7 +139,9 @@ class Tokenizer(TokenizerFiles):
         """A second C encoder splitting off only the non-special added tokens: plain-text encoding (ingest's)
         matches them as Hugging Face does and stays on the C threads; None where there are none."""
         plain = [(t, i) for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())]
-        return self._make_fast(plain) if plain and self._fast is not None and self._pattern.c_mode is not None else None
+        if not plain or self._fast is None or self._pattern.c_mode is None or self._added is not None:
+            return None  # (lstrip and the like, two passes: the Python splitter, ``_added_plain``)
+        return self._make_fast(plain)
 
     @property
     def bpe(self) -> str:

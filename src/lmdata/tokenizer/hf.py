@@ -86,7 +86,7 @@ def _skeleton(special_ids: dict[str, int], pattern: Pattern, ignore_merges: bool
               vocab: object, merges: object) -> dict:
     """The tokenizer.json object, with ``vocab`` and ``merges`` as given."""
     added = [{"id": i, "content": tok, **{f: f in flags.get(tok, ()) for f in ("single_word", "lstrip", "rstrip")},
-              "normalized": False, "special": "nonspecial" not in flags.get(tok, ())}
+              "normalized": "normalized" in flags.get(tok, ()), "special": "nonspecial" not in flags.get(tok, ())}
              for tok, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
     return {
         "version": "1.0",
@@ -250,7 +250,8 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         content, i = tok.get("content"), tok["id"]
         if not isinstance(content, str) or not content:
             raise LmdataError(f"{path}: {field} (id {i}) has no non-empty string \"content\"")
-        given = {f for f in FLAGS if tok.get(f)} | ({"nonspecial"} if tok.get("special") is False else set())
+        given = {f for f in FLAGS[:3] if tok.get(f)}  # (lstrip, rstrip, single_word: Hugging Face's own keys)
+        given |= {"nonspecial"} if tok.get("special") is False else set()
         if given:
             flags[content] = tuple(f for f in FLAGS if f in given)
         normalized[content] = bool(tok.get("normalized", not tok.get("special")))
@@ -268,22 +269,22 @@ def _added_tokens(raw: object, vocab: dict[int, bytes], path: Path) -> tuple[lis
         by_id[i], ids_of[content] = content, i
     for i, content in by_id.items():
         vocab[i] = content.encode("utf-8")
-    _check_one_pass(normalized, flags, path)
+    if _two_passes(normalized, flags):  # (DeepSeek-V3's file): the second pass's tokens flagged "normalized"
+        for content in (t for t, n in normalized.items() if n):
+            flags[content] = tuple(f for f in FLAGS if f in {*flags.get(content, ()), "normalized"})
     return [by_id[i] for i in sorted(by_id)], flags
 
 
-def _check_one_pass(normalized: dict[str, bool], flags: dict[str, tuple[str, ...]], path: Path) -> None:
-    """`tokenizers` splits on the added tokens with normalized=false first, then on the others in what is
-    left; one pass over all of them (ours) is the same unless a token of one kind can overlap one of the
-    other (an lstrip or rstrip one counting the whitespace it takes), or a single_word token of one kind can touch
-    a token of the other that ends in a word character."""
+def _two_passes(normalized: dict[str, bool], flags: dict[str, tuple[str, ...]]) -> bool:
+    """Whether `tokenizers`' two passes (the added tokens with normalized=false first, then the others in what is
+    left) can differ from one pass over all of them: a token of one kind can overlap one of the other (an lstrip
+    or rstrip one counting the whitespace it takes), or a single_word token of one kind can touch a token of the
+    other that ends in a word character. Only then are they kept apart (``added_tokens``: its "normalized"
+    flag), so every other file imports with the hash it had."""
     plain = [t for t, n in normalized.items() if not n]
     norm = [t for t, n in normalized.items() if n]
-    for a in plain:
-        for b in norm:
-            if _can_overlap(a, b) or (flags and (_word_edge(a, b, flags) or _strip_edge(a, b, flags))):
-                raise LmdataError(f"{path}: added tokens {a!r} (normalized=false) and {b!r} (normalized=true) "
-                                  "can overlap; lmdata cannot represent Hugging Face's two passes over them")
+    return any(_can_overlap(a, b) or (flags and (_word_edge(a, b, flags) or _strip_edge(a, b, flags)))
+               for a in plain for b in norm)
 
 
 def _can_overlap(a: str, b: str) -> bool:
