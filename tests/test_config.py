@@ -64,9 +64,14 @@ sources = ["a.txt"]
 """
 
 
-def test_unknown_sections_pass_through_unknown_keys_fail():
+def test_the_run_sections_pass_through_unknown_keys_and_sections_fail():
     cfg = parse_pipeline(tomllib.loads(BASE + '[train]\nsteps = 5\n[bench]\nx = "y"\n'))
-    assert cfg.sections == {"train": {"steps": 5}, "bench": {"x": "y"}}
+    assert cfg.sections == {"train": {"steps": 5}, "bench": {"x": "y"}}  # (checked by the command that reads them)
+    for extra, name in (('[ingestt]\nout = "x"\n', "ingestt"), ("", "foo")):  # a typo had been ignored, silently
+        text = ("foo = 1\n" if name == "foo" else "") + BASE + extra
+        with pytest.raises(LmdataError, match=rf"unknown top-level entry '{name}'; the sections are \[tokenizer\], "
+                                              r"\[ingest\], \[train\], \[bench\], \[sample\]"):
+            parse_pipeline(tomllib.loads(text))
     with pytest.raises(LmdataError, match=r"\[ingest\]: unknown key 'shard_size'"):
         parse_pipeline(tomllib.loads(BASE.replace('out = "store"', 'out = "store"\nshard_size = 5')))
     with pytest.raises(LmdataError, match=r"\[ingest.splits.train\]: unknown key 'path'"):
@@ -115,3 +120,13 @@ def test_split_names_must_stay_inside_the_store(name):
     bad_holdout = BASE + f"[ingest.holdout]\nto = {json.dumps(name)}\ndocuments = 3\n"
     with pytest.raises(LmdataError, match=r"\[ingest\]: holdout.to: split name .* must be a letter or digit"):
         parse_pipeline(tomllib.loads(bad_holdout))
+
+
+def test_run_names_a_missing_ingest_out(tmp_path):
+    """It had said "--store: no store given", naming a flag `lmdata run` does not have."""
+    from lmdata.config import load_sections
+
+    path = tmp_path / "p.toml"
+    path.write_text(BASE.replace('out = "store"\n', ""))
+    with pytest.raises(LmdataError, match=r'p.toml: \[ingest\] has no out; set out = "STORE"'):
+        load_sections(path)

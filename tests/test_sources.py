@@ -314,3 +314,18 @@ def test_a_null_text_is_no_document_in_jsonl_as_in_parquet(tmp_path):
     pq.write_table(pa.table({"text": ["a", None, "", "b"]}), tmp_path / "d.parquet")
     for name in ("d.jsonl", "d.parquet"):
         assert [d.text for d in iter_documents(SourceSpec((str(tmp_path / name),)))] == ["a", "b"], name
+
+
+def test_a_dictionary_encoded_text_column_is_text(tmp_path):
+    """pandas' category columns and Parquet's dictionary pages read back as dictionary<string>: it had been refused,
+    with advice to pick another column."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    texts = ["one", "two", "one", None, "three"]
+    table = pa.table({"text": pa.array(texts).dictionary_encode()})
+    pq.write_table(table, tmp_path / "d.parquet")
+    feather.write_feather(table, tmp_path / "d.arrow")
+    for name in ("d.parquet", "d.arrow"):
+        assert _read(SourceSpec((str(tmp_path / name),))) == ["one", "two", "one", "three"]

@@ -396,6 +396,9 @@ def _value(hint: Any, value: Any, where: str, key: str, base: str | None = None)
     return value
 
 
+SECTIONS = ("train", "bench", "sample")  # a pipeline's sections besides [tokenizer] and [ingest]
+
+
 def parse_pipeline(obj: dict[str, Any], where: str = "pipeline") -> PipelineConfig:
     """A parsed TOML document -> PipelineConfig (``[tokenizer]`` and ``[ingest]`` checked).
 
@@ -409,8 +412,11 @@ def parse_pipeline(obj: dict[str, Any], where: str = "pipeline") -> PipelineConf
         elif name == "ingest":
             cfg.ingest = build(IngestConfig, table, f"{where}: [ingest]", base)
             check_ingest(cfg.ingest, f"{where}: [ingest]")
-        else:
+        elif name in SECTIONS:
             cfg.sections[name] = table
+        else:  # (a misspelt [ingestt] had been ignored, and its settings with it)
+            raise LmdataError(f"{where}: unknown top-level entry {name!r}; the sections are "
+                              f"{', '.join(f'[{n}]' for n in ('tokenizer', 'ingest', *SECTIONS))}")
     return cfg
 
 
@@ -495,4 +501,6 @@ def load_sections(path: str | Path) -> tuple[PipelineConfig, TrainConfig, BenchC
     pipe = load_pipeline(path)
     if pipe.ingest is None or pipe.tokenizer is None:
         raise LmdataError(f"pipeline {path}: `lmdata run` needs [tokenizer] and [ingest] sections")
+    if not pipe.ingest.out:  # (it had been "--store: no store given", a flag `run` does not have)
+        raise LmdataError(f"pipeline {path}: [ingest] has no out; set out = \"STORE\" (the store to write)")
     return pipe, load_train_config(path), load_bench_config(pipe), pipe.section(SampleConfig, "sample")

@@ -146,6 +146,9 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
                                   f"give each split its own: {hint}")
             if path.is_dir():
                 raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern.rstrip('/')}/*.txt'")
+            if not path.is_file():  # /dev/stdin, <(...), a FIFO: a traceback and a half store had followed
+                raise LmdataError(f"input {pattern}: not a regular file (a pipe or a device); ingest reads an input "
+                                  "more than once (its sha256, its documents, a resume): write it to a file first")
             files.append(loc)
     return files
 
@@ -426,6 +429,8 @@ def _column_documents(path: Location, batches: Iterator[Any], spec: SourceSpec, 
     row = 0
     for batch in batches:
         column = batch.column(0)
+        if pa.types.is_dictionary(column.type):  # dictionary-encoded text (pandas' category, Parquet's dict pages)
+            column = column.dictionary_decode()
         is_binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
         if not (is_binary or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             raise LmdataError(f"input {path}: column {spec.text_field!r} holds {column.type}, not text; "

@@ -341,7 +341,9 @@ def test_bad_inputs_fail_before_touching_the_output(tmp_path, tokenizer_dir):
     out = tmp_path / "s"
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "seps.txt").write_text("<|endoftext|>\n<|endoftext|>\n")
+    os.mkfifo(tmp_path / "fifo.txt")  # (a pipe had been a traceback and left a half store)
     cases = [
+        ({"train": SourceSpec((str(tmp_path / "fifo.txt"),))}, "fifo.txt: not a regular file"),
         ({"train": SourceSpec((str(tmp_path / "missing.txt"),))}, "missing.txt: no such file"),
         ({"train": SourceSpec((str(tmp_path / "*.nothing"),))}, "matches no files"),
         ({"train": SourceSpec((str(tmp_path / "empty.txt"),))}, "holds no documents"),
