@@ -140,7 +140,10 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
     path.write_text('{"body": "one"}\n{"body": "two", "text": 1}\n')
     assert _read(SourceSpec((str(path),), text_field="body")) == ["one", "two"]
     path.write_text('{"text": 5}\n')
-    with pytest.raises(LmdataError, match=r"d.jsonl:1: field 'text' is int"):
+    with pytest.raises(LmdataError, match=r"d.jsonl:1: field 'text' is int, not a string; fix the line, or set "):
+        _read(SourceSpec((str(path),)))
+    path.write_text('{"text": "one"}\n"just a string"\n')  # (it had been "no field 'text'")
+    with pytest.raises(LmdataError, match=r"d.jsonl:2: a JSON str, not an object; JSON Lines input holds one object"):
         _read(SourceSpec((str(path),)))
 
 

@@ -245,6 +245,14 @@ def decode(data: bytes, errors: str, where: object, offset: int, stats: SourceSt
             pos += exc.end
 
 
+def _damaged(path: Location, text_bytes: int, exc: BaseException) -> LmdataError:
+    """A compressed input that does not decompress: where, when its text had begun (a block is read whole, so
+    "near byte 0" had been said of every small file)."""
+    where = f" after {text_bytes:,} bytes of its text" if text_bytes else ""
+    return LmdataError(f"input {path}: corrupt or truncated compressed data{where} ({exc}); compress or download it "
+                       "again")
+
+
 def _read_lines(path: Location) -> Iterator[tuple[int, bytes]]:
     """(byte offset, line) with line breaks kept; read errors of compressed files named."""
     offset = 0
@@ -255,7 +263,7 @@ def _read_lines(path: Location) -> Iterator[tuple[int, bytes]]:
                 yield offset, line
                 offset += len(line)
         except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
-            raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {offset} ({exc})") from None
+            raise _damaged(path, offset, exc) from None
 
 
 def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source: int = 0) -> Iterator[Document]:
@@ -284,7 +292,7 @@ def _text_documents(path: Location, spec: SourceSpec, stats: SourceStats, source
                 del buf[:doc]
                 base, search, doc = base + doc, search - doc, 0
         except (OSError, EOFError) as exc:  # gzip and _ZstdReader report damage this way
-            raise LmdataError(f"input {path}: corrupt or truncated compressed data near byte {base} ({exc})") from None
+            raise _damaged(path, base + len(buf), exc) from None
     j = buf.find(sep, search)  # the last line, without a line break
     if j >= 0 and _whole_line(buf, j, len(sep), len(buf)):
         yield from _emit(path, bytes(buf[:j]), spec, stats, base, len(buf), source)
@@ -366,13 +374,17 @@ def _jsonl_documents(path: Location, spec: SourceSpec, stats: SourceStats, sourc
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise LmdataError(f"{where}: not valid JSON ({exc.msg}); fix the line or remove it") from None
-        if not isinstance(obj, dict) or spec.text_field not in obj:
+        if not isinstance(obj, dict):  # (a bare string or list had been "no field 'text'")
+            raise LmdataError(f"{where}: a JSON {type(obj).__name__}, not an object; JSON Lines input holds one object "
+                              f"a line, its text in a field ({spec.text_field!r})")
+        if spec.text_field not in obj:
             raise LmdataError(f"{where}: no field {spec.text_field!r}; set text_field (--text-field) to the field holding the text")
         value = obj[spec.text_field]
         if value is None:  # no document, as a null Parquet or Arrow row and an empty text are none
             continue
         if not isinstance(value, str):
-            raise LmdataError(f"{where}: field {spec.text_field!r} is {type(value).__name__}, not a string")
+            raise LmdataError(f"{where}: field {spec.text_field!r} is {type(value).__name__}, not a string; fix the line, "
+                              "or set text_field (--text-field) to the field holding the text")
         if value:
             yield Document(no_surrogates(value, spec.errors, f"{where}: field {spec.text_field!r}", stats), len(line),
                            source, offset)
