@@ -588,3 +588,13 @@ def test_writers_prepare_on_the_main_thread_before_their_first_shard(tmp_path, t
         mine = [(what, thread) for n, what, thread in events if n == name]
         assert mine[0] == ("prepare", "MainThread") and sum(w == "prepare" for w, _ in mine) == 1
         assert len(mine) > 2 and all(w == "write" for w, _ in mine[1:])
+
+
+def test_a_holdout_into_a_split_that_has_inputs_says_how_to_resolve_it(tmp_path, tokenizer_dir):
+    """The advice had been "name another split", which the command line cannot."""
+    splits = {"train": SourceSpec((str(SAMPLE),)), "validation": SourceSpec((str(SAMPLE),))}
+    with pytest.raises(LmdataError, match=r"--holdout split 'validation' already has its own inputs \(--split "
+                                          r"validation=...\); drop one of the two, or hold out into another split"):
+        ingest(splits, tokenizer_dir, tmp_path / "s", holdout=("train", "validation", 2), formats=["memmap"],
+               workers=1, progress=False, log=None)
+    assert not (tmp_path / "s").exists()

@@ -37,7 +37,8 @@ def plan_splits(splits: dict[str, SourceSpec], holdout: tuple[str, str, int] | N
     if src not in plan:
         raise LmdataError(f"--holdout takes documents from split {src!r}, which is not among {', '.join(plan)}")
     if dst in plan:
-        raise LmdataError(f"--holdout split {dst!r} already has its own inputs; name another split")
+        raise LmdataError(f"--holdout split {dst!r} already has its own inputs (--split {dst}=...); drop one of the two, "
+                          "or hold out into another split (a pipeline's [ingest.holdout] to = NAME)")
     total = _count_documents(splits[src])
     if not 0 < n < total:
         raise LmdataError(f"--holdout {n}: split {src!r} has {total} documents; hold out between 1 and {total - 1}")
