@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmdata.errors import LmdataError
 from lmdata.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
