@@ -34,7 +34,7 @@ def test_sample_pipeline_holds_out_validation():
 
 
 def test_pipeline_paths_are_relative_to_the_file(tmp_path, monkeypatch):
-    from lmdata.config import load_sections
+    from lmdata.pipeline import load_sections
 
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "p.toml").write_text(
@@ -124,7 +124,7 @@ def test_split_names_must_stay_inside_the_store(name):
 
 def test_run_names_a_missing_ingest_out(tmp_path):
     """It had said "--store: no store given", naming a flag `lmdata run` does not have."""
-    from lmdata.config import load_sections
+    from lmdata.pipeline import load_sections
 
     path = tmp_path / "p.toml"
     path.write_text(BASE.replace('out = "store"\n', ""))

@@ -119,7 +119,7 @@ def test_every_command_has_help_text() -> None:
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
 def test_pipeline_parses(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from lmdata.config import load_pipeline
-    from lmdata.config import load_sections
+    from lmdata.pipeline import load_sections
     from lmdata.sources import expand
     from lmdata.config import load_train_config
 

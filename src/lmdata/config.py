@@ -495,12 +495,3 @@ def load_bench_config(pipe: PipelineConfig) -> BenchConfig:
         bench.out = f"{store.rsplit('/', 1)[-1] if '://' in store else store}-bench"
     return bench
 
-
-def load_sections(path: str | Path) -> tuple[PipelineConfig, TrainConfig, BenchConfig, SampleConfig]:
-    """Every section of a pipeline file, checked: (pipeline, train, bench, sample)."""
-    pipe = load_pipeline(path)
-    if pipe.ingest is None or pipe.tokenizer is None:
-        raise LmdataError(f"pipeline {path}: `lmdata run` needs [tokenizer] and [ingest] sections")
-    if not pipe.ingest.out:  # (it had been "--store: no store given", a flag `run` does not have)
-        raise LmdataError(f"pipeline {path}: [ingest] has no out; set out = \"STORE\" (the store to write)")
-    return pipe, load_train_config(path), load_bench_config(pipe), pipe.section(SampleConfig, "sample")

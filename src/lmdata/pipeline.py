@@ -13,7 +13,7 @@ Each step calls the library function its own command calls (``train_bpe_stats``,
 exactly the sequence of commands a user could type. ``fresh=True`` deletes the job's own
 outputs first (only files these steps write; never a tokenizer the pipeline does not train).
 
-Every section is parsed by ``lmdata.config`` (``load_sections``); the command is
+Every section is parsed by ``lmdata.config`` (through ``load_sections``); the command is
 ``lmdata.cli.run``. Example: ``pipelines/sample.toml``.
 """
 
@@ -35,10 +35,24 @@ from lmdata.config import (
     PipelineConfig,
     SampleConfig,
     TokenizerConfig,
-    load_sections,
+    TrainConfig,
+    load_bench_config,
+    load_pipeline,
+    load_train_config,
 )
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, location
+
+
+def load_sections(path: str | Path) -> tuple[PipelineConfig, TrainConfig, BenchConfig, SampleConfig]:
+    """Every section of a pipeline file, checked: (pipeline, train, bench, sample)."""
+    pipe = load_pipeline(path)
+    if pipe.ingest is None or pipe.tokenizer is None:
+        raise LmdataError(f"pipeline {path}: `lmdata run` needs [tokenizer] and [ingest] sections")
+    if not pipe.ingest.out:  # (it had been "--store: no store given", a flag `run` does not have)
+        raise LmdataError(f"pipeline {path}: [ingest] has no out; set out = \"STORE\" (the store to write)")
+    return pipe, load_train_config(path), load_bench_config(pipe), pipe.section(SampleConfig, "sample")
+
 
 BENCH_FILES = ("bench.json", "table.txt", "stall.png", "waits.png")
 

@@ -246,8 +246,7 @@ def decode(data: bytes, errors: str, where: object, offset: int, stats: SourceSt
 
 
 def _damaged(path: Location, text_bytes: int, exc: BaseException) -> LmdataError:
-    """A compressed input that does not decompress: where, when its text had begun (a block is read whole, so
-    "near byte 0" had been said of every small file)."""
+    """A compressed input that does not decompress (where, past a block's start: "near byte 0" had been every file)."""
     where = f" after {text_bytes:,} bytes of its text" if text_bytes else ""
     return LmdataError(f"input {path}: corrupt or truncated compressed data{where} ({exc}); compress or download it "
                        "again")
