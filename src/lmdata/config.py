@@ -288,9 +288,9 @@ class BenchConfig:
         if self.batches_per_read < 1:
             raise LmdataError(f"--batches-per-read {self.batches_per_read}: must be >= 1 (batches read with one call)")
         if self.compute == "model" or self.gpu:
-            from lmdata.model import flops
+            from lmdata.model.presets import get_preset
 
-            flops.preset(self.model)  # an unknown --model fails here, not inside a cell
+            get_preset(self.model)  # an unknown --model fails here, not inside a cell
 
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import click
 
 from lmdata.model.flops import ACCELERATORS
+from lmdata.model.presets import get_preset
 from lmdata.cli.options import config_options, echo_unless, given, progress_options
 from lmdata.config import BenchConfig, load_bench_config, load_pipeline
 from lmdata.errors import LmdataError
@@ -71,7 +72,7 @@ def plan(model: str, gpu: str, batch_size: int, seq_len: int | None, vocab_size:
         from lmdata.store import open_store
 
         vocab_size = open_store(store).manifest.vocab_size
-    base = flops.preset(model)
+    base = get_preset(model)
     for flag, value in {**sizes, "vocab_size": vocab_size or 0}.items():
         if value < 0:
             raise LmdataError(f"--{flag.replace('_', '-')} {value}: must be >= 1 (0 = the preset's)")

@@ -42,8 +42,8 @@ def inspect_command(store: str, as_json: bool) -> None:
 
     report = inspect(store)
     click.echo(json.dumps(report, indent=1) if as_json else format_inspect(report))
-    if damaged(report):  # the summary first (what is there), then the error and a non-zero exit
-        raise LmdataError(damaged(report))
+    if problem := damaged(report):  # the summary first (what is there), then the error and a non-zero exit
+        raise LmdataError(problem)
 
 
 @click.command("show")

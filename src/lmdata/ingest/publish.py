@@ -38,9 +38,9 @@ from __future__ import annotations
 import functools
 import json
 import shutil
-from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable
 
 from lmdata._ownership import refuse_foreign

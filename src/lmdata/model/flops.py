@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lmdata.errors import LmdataError
+from lmdata.model.presets import get_preset
 
 # Peak dense (no sparsity) bf16 tensor FLOP/s from the vendors' data sheets.
 ACCELERATORS: dict[str, tuple[float, str]] = {
@@ -50,23 +51,9 @@ def accelerator_flops(name: str) -> float:
     return ACCELERATORS[key][0]
 
 
-def load_presets() -> dict[str, dict[str, Any]]:
-    """The model presets (``lmdata.model.PRESETS``): name -> constructor keyword arguments."""
-    from lmdata.model.presets import PRESETS
-
-    return PRESETS
-
-
-def preset(name: str) -> dict[str, Any]:
-    """A preset's constructor kwargs (its own vocab_size and context_length included)."""
-    from lmdata.model.presets import get_preset
-
-    return get_preset(name)
-
-
 def model_kwargs(name: str, vocab_size: int, context_length: int) -> dict[str, Any]:
     """The ``TransformerLM`` keyword arguments of a preset for a given vocabulary and length."""
-    return {**preset(name), "vocab_size": int(vocab_size), "context_length": int(context_length)}
+    return {**get_preset(name), "vocab_size": int(vocab_size), "context_length": int(context_length)}
 
 
 @dataclass
@@ -177,8 +164,8 @@ def format_plan(p: Plan) -> str:
                    f"+ activations {p.memory_activations_bytes / gib:.2f} (batch {p.batch_size}, bf16)"),
         ("accelerator", f"{p.gpu}: {p.peak_flops / 1e12:.0f} TFLOP/s bf16 peak, MFU {p.mfu:.0%}"),
         ("tokens/s needed", f"{p.tokens_per_s_needed:,.0f}"),
-        ("step time", f"{p.step_ms:.2f} ms for {p.batch_size} x {p.seq_len} tokens" if p.step_ms >= 1
-         else f"{p.step_ms:.3g} ms for {p.batch_size} x {p.seq_len} tokens"),  # (tiny's had read 0.00)
+        ("step time", (f"{p.step_ms:.2f}" if p.step_ms >= 1 else f"{p.step_ms:.3g}")  # (tiny's had read 0.00)
+         + f" ms for {p.batch_size} x {p.seq_len} tokens"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

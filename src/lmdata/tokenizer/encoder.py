@@ -138,10 +138,9 @@ class Tokenizer(TokenizerFiles):
     def _make_fast_plain(self):
         """A second C encoder splitting off only the non-special added tokens: plain-text encoding (ingest's)
         matches them as Hugging Face does and stays on the C threads; None where there are none."""
-        plain = [(t, i) for t, i in self.special_ids.items() if "nonspecial" in self.special_flags.get(t, ())]
-        if not plain or self._fast is None or self._pattern.c_mode is None or self._added is not None:
+        if self._added_plain is None or self._fast is None or self._pattern.c_mode is None or self._added is not None:
             return None  # (lstrip and the like, two passes: the Python splitter, ``_added_plain``)
-        return self._make_fast(plain)
+        return self._make_fast(list(self._added_plain.ids.items()))
 
     @property
     def bpe(self) -> str:

@@ -496,4 +496,3 @@ def _by_fragment(frag: np.ndarray) -> list[tuple[int, Any]]:
     if lo == hi:
         return [(lo, slice(None))]
     return [(f, frag == f) for f in sorted_unique(frag).tolist()]
-

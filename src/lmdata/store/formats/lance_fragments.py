@@ -276,6 +276,7 @@ def open_dataset(format_dir: Any, remote: bool) -> Any:
     return within_timeout(partial(lance.dataset, format_dir.uri, storage_options=format_dir.storage_options()),
                           format_dir.uri)
 
+
 def open_error(exc: Exception, format_dir: Any, remote: bool) -> LmdataError:
     """Why a Lance dataset did not open, in a line: on object storage denied / no bucket / unreachable as
     ``remote_error`` says them (a missing credential had been a 2.9 KB Rust debug dump), else Lance's words."""
