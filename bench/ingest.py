@@ -218,7 +218,7 @@ def reading(rows: list[dict]) -> str:
     lines.append("- fixed costs are in these figures: importing pyarrow + lance (~0.4 CPU s, measured alone) and "
                  "loading the tokenizer in the main process too (~0.25 CPU s), constants that vanish on multi-GB "
                  f"inputs ({without}); the rest is "
-                 "Parquet/Lance encoding (zstd), sha256 of every shard file and the fsyncs")
+                 "Parquet/Lance encoding (zstd), the checksum (xxh128) of every shard file and the fsyncs")
     memmap, all3 = by.get("ingest:memmap"), by.get("ingest:memmap+parquet+lance")
     if base and memmap:
         lines.append(f"- memmap alone at {memmap['mb_s'] / base['mb_s']:.2f}x the encode-only rate "

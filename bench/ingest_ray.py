@@ -43,7 +43,7 @@ How it scales with nodes. Parallel, on every CPU of the cluster: encoding (one R
 task per ~1 MB of text; the dominant cost, ~6 MB/s of text per core, `encode-1` in the
 Ingest table), reading (one streaming task per input file, ~100 MB/s each, one reader per
 16 CPUs at a time) and writing (one task per shard and format: Parquet and zstd, the Lance
-fragment, the memmap file, their sha256 and fsync). Serial, in the driver: receiving
+fragment, the memmap file, their checksum and fsync). Serial, in the driver: receiving
 every token once (2 bytes per token with at most 65,536 ids: about half the input's
 bytes), cutting shards at document boundaries (NumPy), one `ray.put` per shard, the count
 checks and one document read back per shard and format, then the Lance commit (one

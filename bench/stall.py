@@ -72,7 +72,7 @@ way a training loop sees it. One step is `next(loader)` plus the host->device co
 - **Cache.** *warm*: the format's files are read once before each run; *cold*: they are
   evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` (no root needed) before each run; the
   `cached` column is the share of their pages resident just before the run (`mincore`).
-  Readers run with `verify="size"`: the sha256 a reader does by default on its first
+  Readers run with `verify="size"`: the whole-file checksum a reader does by default on its first
   touch of a shard (once per process) would read whole shards and warm a cold cache;
   check stores with `lmdata verify` instead.
 - **Steady state.** Each repeat's first step (time to first batch: worker start-up) and

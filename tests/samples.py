@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmdata.io import digests
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample.txt"
 from formats import FORMATS  # noqa: F401  (re-exported for the ingest tests)
@@ -14,7 +16,7 @@ HOLDOUT = 6
 
 def fingerprint(store: Path) -> dict:
     """The manifest without file names (Lance names its data files with random UUIDs):
-    counts, cut points and every file's sha256 -- equal iff the stores hold the same bytes."""
+    counts, cut points and every file's checksum -- equal iff the stores hold the same bytes."""
 
     def strip(obj):
         if isinstance(obj, dict):
@@ -25,7 +27,7 @@ def fingerprint(store: Path) -> dict:
 
     manifest = json.loads((Path(store) / "manifest.json").read_text())
     for split in manifest["splits"].values():
-        split["sources"] = [s["sha256"] for s in split["sources"]]
+        split["sources"] = [digests.recorded(s)[1] for s in split["sources"]]
         split["formats"] = strip(split["formats"])
     return manifest
 

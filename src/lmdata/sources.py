@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import glob
-import hashlib
 import json
 import os
 import re
@@ -54,6 +53,7 @@ from lmdata._eot import EOT
 from lmdata.errors import LmdataError
 from lmdata.io.location import Location, glob as remote_glob, location
 from lmdata.io.streams import fetch_hint, open_binary, open_seekable, strip_compression
+from lmdata.io import digests
 from lmdata.text_sniff import SNIFF_BYTES, STRIP_NUL, check_text
 
 KINDS = ("auto", "text", "lines", "jsonl", "parquet", "arrow")
@@ -148,7 +148,7 @@ def expand(patterns: tuple[str, ...] | list[str]) -> list[Location]:
                 raise LmdataError(f"input {pattern} is a directory; pass a glob such as '{pattern.rstrip('/')}/*.txt'")
             if not path.is_file():  # /dev/stdin, <(...), a FIFO: a traceback and a half store had followed
                 raise LmdataError(f"input {pattern}: not a regular file (a pipe or a device); ingest reads an input "
-                                  "more than once (its sha256, its documents, a resume): write it to a file first")
+                                  "more than once (its checksum, its documents, a resume): write it to a file first")
             files.append(loc)
     return files
 
@@ -177,14 +177,14 @@ def saved_dataset_files(path: Path) -> list[Path]:
 
 
 def describe(path: Location, stop: Any = None) -> dict[str, object]:
-    """The manifest's record of a source file: path (or URI) as given, size, sha256 (``{}`` once ``stop`` is set)."""
-    digest = hashlib.sha256()
+    """The manifest's record of a source file: path (or URI) as given, size, xxh128 (``{}`` once ``stop`` is set)."""
+    digest = digests.new()
     with path.open_stream() as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             if stop is not None and stop.is_set():
                 return {}
             digest.update(block)
-    return {"path": str(path), "bytes": path.size(), "sha256": digest.hexdigest()}
+    return {"path": str(path), "bytes": path.size(), digests.WRITE_ALGO: digest.hexdigest()}
 
 
 def kind_of(path: Location, kind: str) -> str:
@@ -489,7 +489,7 @@ def identity(path: Location) -> tuple[int | None, int | None]:
 def check_unchanged(path: Location, before: tuple[int | None, int | None], recorded: int | None) -> None:
     """At the end of a file's read: it must still be the file the manifest records (``recorded``
     bytes) and unchanged since its read began, else the store would hold part of one file under
-    another's size and sha256 (a file truncated or rewritten while being ingested)."""
+    another's size and checksum (a file truncated or rewritten while being ingested)."""
     now = identity(path)
     if recorded is not None and now[0] != recorded:
         what = f"now {now[0]:,} bytes" if now[0] is not None else "now missing"

@@ -1,4 +1,4 @@
-"""The inputs' sha256 for the ingest plan, taken on a thread while the ingest starts."""
+"""The inputs' checksums for the ingest plan, taken on a thread while the ingest starts."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def _text(tmp_path, n=4000):
 
 
 def test_a_fresh_ingest_writes_shards_while_its_input_is_hashed(tmp_path, tokenizer_dir, monkeypatch):
-    """The plan is written pending (sha256 null) before any shard, the shards are written without waiting
-    for the hash, and the plan and the manifest end with the input's sha256."""
-    import hashlib
+    """The plan is written pending (checksum null) before any shard, the shards are written without waiting
+    for the hash, and the plan and the manifest end with the input's checksum."""
+    from lmdata.io import digests
     import json
     import time
 
@@ -72,10 +72,10 @@ def test_a_fresh_ingest_writes_shards_while_its_input_is_hashed(tmp_path, tokeni
     monkeypatch.setattr(output, "describe", slow)
     ingest({"train": SourceSpec((str(text),))}, tokenizer_dir, out, formats=["memmap"], shard_tokens=2000,
            workers=2, progress=False, log=None)
-    sha = hashlib.sha256(text.read_bytes()).hexdigest()
-    assert seen["shard_first"] and seen["plan"] == [{"path": str(text), "bytes": text.stat().st_size, "sha256": None}]
+    sha = digests.of(text.read_bytes())
+    assert seen["shard_first"] and seen["plan"] == [{"path": str(text), "bytes": text.stat().st_size, "xxh128": None}]
     for doc in ("ingest-plan.json", "manifest.json"):
-        assert json.loads((out / doc).read_text())["splits"]["train"]["sources"][0]["sha256"] == sha
+        assert json.loads((out / doc).read_text())["splits"]["train"]["sources"][0]["xxh128"] == sha
 
 
 def test_a_store_interrupted_before_its_inputs_were_hashed_is_not_resumed(tmp_path, tokenizer_dir):
@@ -91,7 +91,7 @@ def test_a_store_interrupted_before_its_inputs_were_hashed_is_not_resumed(tmp_pa
     ingest(*args, formats=["memmap"], shard_tokens=2000, workers=1, progress=False, log=None)
     (out / "manifest.json").unlink()  # interrupted: shards, a plan, no manifest
     plan = json.loads((out / "ingest-plan.json").read_text())
-    plan["splits"]["train"]["sources"][0]["sha256"] = None  # ...before its input was hashed
+    plan["splits"]["train"]["sources"][0]["xxh128"] = None  # ...before its input was hashed
     (out / "ingest-plan.json").write_text(json.dumps(plan))
     with pytest.raises(LmdataError, match="interrupted before its inputs were hashed.*--overwrite"):
         ingest(*args, formats=["memmap"], shard_tokens=2000, workers=1, progress=False, log=None, resume=True)

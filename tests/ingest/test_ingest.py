@@ -49,7 +49,7 @@ def test_manifest_and_store_layout(sample_store, tokenizer):
     assert m["tokenizer"]["hash"] == tokenizer.hash and m["dtype"] == "uint16" and m["eot_id"] == tokenizer.eot_id
     assert (sample_store / "tokenizer" / "tokenizer.json").is_file()
     train = m["splits"]["train"]
-    assert train["sources"][0]["sha256"] and train["sources"][0]["bytes"] == SAMPLE.stat().st_size
+    assert train["sources"][0]["xxh128"] and train["sources"][0]["bytes"] == SAMPLE.stat().st_size
     shards = train["formats"]["memmap"]["shards"]
     assert len(shards) > 5
     assert all(s["n_tokens"] <= SAMPLE_SHARD_TOKENS or s["n_docs"] == 1 for s in shards)
@@ -163,12 +163,12 @@ def _cli(*args: str, **kw) -> subprocess.Popen:
 
 
 def _plan_hashed(out) -> bool:
-    """The ingest's plan holds its inputs' sha256 (a fresh ingest writes them once hashed: resumable from then)."""
+    """The ingest's plan holds its inputs' checksums (a fresh ingest writes them once hashed: resumable from then)."""
     try:
         plan = json.loads((out / "ingest-plan.json").read_text())
     except (OSError, ValueError):
         return False
-    return all(src["sha256"] for split in plan["splits"].values() for src in split["sources"])
+    return all(src["xxh128"] for split in plan["splits"].values() for src in split["sources"])
 
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tokenizer_dir):
@@ -274,10 +274,28 @@ def test_a_ctrl_c_before_the_first_shard_leaves_a_store_resume_and_overwrite_tak
         assert (out / "ingest-plan.json").exists()
         if flag == "resume":  # as if stopped before the inputs' hashes were in (a large input)
             plan = json.loads((out / "ingest-plan.json").read_text())
-            plan["splits"]["train"]["sources"][0]["sha256"] = None
+            plan["splits"]["train"]["sources"][0]["xxh128"] = None
             (out / "ingest-plan.json").write_text(json.dumps(plan))
         ingest(_sample(), tokenizer_dir, out, **kw, **{flag: True})
         assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
+
+
+def test_a_resume_of_an_ingest_an_earlier_lmdata_started_says_so(tmp_path, tokenizer_dir):
+    """Its plan hashed the inputs with sha256 (before 2026-12-07): not "the input changed"."""
+    import hashlib
+
+    kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
+    out = tmp_path / "s"
+    ingest(_sample(), tokenizer_dir, out, **kw)
+    (out / "manifest.json").unlink()  # interrupted before its manifest
+    plan = json.loads((out / "ingest-plan.json").read_text())
+    source = plan["splits"]["train"]["sources"][0]
+    del source["xxh128"]
+    source["sha256"] = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
+    (out / "ingest-plan.json").write_text(json.dumps(plan))
+    with pytest.raises(LmdataError, match=f"input {SAMPLE} was hashed with sha256 by the lmdata that started the "
+                                          "ingest: finish it with that version"):
+        ingest(_sample(), tokenizer_dir, out, resume=True, **kw)
 
 
 def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir):

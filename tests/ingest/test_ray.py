@@ -113,7 +113,7 @@ def test_cli_ray_engine_writes_the_local_store(ray_cluster, local_store, tokeniz
     for split in [*ray_store["splits"].values(), *local["splits"].values()]:
         split.pop("sources")  # the same documents, from other file names:
         split.pop("provenance", None)  # so other (file, offset) origins too
-    assert ray_store == local  # counts, cut points, every shard file's sha256
+    assert ray_store == local  # counts, cut points, every shard file's checksum
     for split in ("train", "validation"):
         for fmt in FORMATS:
             assert np.array_equal(stream(out, split, fmt), stream(local_store, split, "memmap"))

@@ -133,7 +133,7 @@ def remote_fingerprint(uri: str, tmp: Path) -> dict:
 
 def assert_same_store(a: str, b: str, tmp: Path) -> None:
     """Every object equal byte for byte, but Lance's (its data files have random UUID names, so
-    do the records, commits and manifest naming them): those by count, and by every file's sha256
+    do the records, commits and manifest naming them): those by count, and by every file's checksum
     in the manifest."""
     def plain(objs: dict[str, bytes]) -> dict[str, bytes]:
         return {k: v for k, v in objs.items() if "/lance/" not in k and k != "manifest.json"}

@@ -211,8 +211,8 @@ def test_kill_9_during_a_remote_ingest_then_resume_gives_identical_objects(s3, t
     deadline = time.monotonic() + 120
     plan = staging_dir(location(uri)) / "ingest-plan.json"
     while proc.poll() is None and time.monotonic() < deadline and (
-            len(list(records.glob("*.json"))) < 3 or '"sha256": null' in (plan.read_text() if plan.exists() else "null")):
-        time.sleep(0.05)  # (resumable once the plan holds the input's sha256)
+            len(list(records.glob("*.json"))) < 3 or '"xxh128": null' in (plan.read_text() if plan.exists() else "null")):
+        time.sleep(0.05)  # (resumable once the plan holds the input's checksum)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the ingest finished before it could be killed"

@@ -212,12 +212,12 @@ def test_views_are_lazy(sample_store, tmp_path):
     assert sql(store, "SELECT 42")[1] == [(42,)]
     # DuckDB scans every split's rows stream of the tokens view, and each shard is verified
     # before its rows are served (issue 19: as strict as the loader), so even this refuses
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):
+    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its xxh128"):
         sql(store, "SELECT count(*) FROM tokens WHERE split = 'validation'")
     # the docs view reads only the doc_id/token_offset pages, whose CRC-32s pass (issue 15: a read is
     # checked on what it touches, as the loader's are): the index it serves is sound
     assert sql(store, "SELECT count(*) FROM docs")[1][0][0] > 0
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its sha256"):  # its pages' CRCs,
+    with pytest.raises(LmdataError, match=f"^sql: {path}: shard 00003 fails its xxh128"):  # its pages' CRCs,
         sql(store, "SELECT sum(len(tokens)) FROM tokens WHERE split = 'train'")  # named by a checksum pass
 
 
@@ -325,7 +325,7 @@ def test_bit_flipped_shard_is_found(sample_store, tmp_path):
     data[len(data) // 2] ^= 0x10
     path.write_bytes(bytes(data))
     report = verify_store(store)
-    assert not report.ok and "shard 00001" in report.problems[0] and "sha256" in report.problems[0]
+    assert not report.ok and "shard 00001" in report.problems[0] and "xxh128" in report.problems[0]
     r = _lmdata("verify", str(store))
     assert r.returncode == 1 and "shard 00001" in r.stderr
 

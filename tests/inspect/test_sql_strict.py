@@ -42,10 +42,10 @@ def test_tampered_rows_are_refused_by_sql_like_the_loader(sample_store, tmp_path
     starts = np.arange(0, shard.n_tokens - 1024, 1024)  # every window of the shard: the damage is among them
     with pytest.raises(LmdataError, match=f"shard {shard.name}"):
         open_store(store).reader("train", fmt).windows(starts, 1024)
-    with pytest.raises(LmdataError, match=f"^sql: {path}: shard {shard.name} fails its sha256") as err:
+    with pytest.raises(LmdataError, match=f"^sql: {path}: shard {shard.name} fails its xxh128") as err:
         sql(store, QUERY)
     assert "\n" not in str(err.value) and pristine
     with pytest.raises(SystemExit) as exit_:
         main(["sql", str(store), QUERY])
     lines = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 1 and len(lines) == 1 and "sha256" in lines[0]
+    assert exit_.value.code == 1 and len(lines) == 1 and "xxh128" in lines[0]

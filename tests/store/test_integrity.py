@@ -21,7 +21,7 @@ def flip(path, where=0.5):
 def flip_middle(syn, fmt, shard, path):
     """Flip a bit in the middle of ``shard``'s data. Lance's ``tokens`` are stored raw
     little-endian: flip the token there, so the bytes a reader serves are the damaged ones (a
-    flip elsewhere in the file is ``lmdata verify``'s: its sha256 pass)."""
+    flip elsewhere in the file is ``lmdata verify``'s: its checksum pass)."""
     if fmt != "lance":
         return flip(path)
     data = bytearray(path.read_bytes())

@@ -254,24 +254,24 @@ def test_damaged_data_is_not_taken_for_a_missing_io_uring(make_store, monkeypatc
 
 
 def test_row_crcs_replace_the_whole_file_hash_and_catch_a_flip_in_any_row(make_store, monkeypatch):
-    """Lance 2.1 has no checksums of its own: each row's CRC-32 (in the sha256-checked row index)
+    """Lance 2.1 has no checksums of its own: each row's CRC-32 (in the checksummed row index)
     is checked on every row a take returns; the data file itself is never hashed by a reader."""
     from lmdata.store import checksum
 
     syn = make_store(["lance"], n_tokens=40_000)
     hashed = []
-    real = checksum.sha256_file
-    monkeypatch.setattr(checksum, "sha256_file", lambda p: hashed.append(str(p)) or real(p))
+    real = checksum.digest_file
+    monkeypatch.setattr(checksum, "digest_file", lambda p, *a: hashed.append(str(p)) or real(p, *a))
     store = open_store(syn.path)
     shards = store.manifest.splits["train"].formats["lance"]
     assert all(s.extra.get("row_crc") for s in shards)
     r = store.reader("train", "lance")
     np.testing.assert_array_equal(r.windows(np.array([0, 30_000]), 500), [syn.stream[:500], syn.stream[30_000:30_500]])
     assert not [p for p in hashed if p.endswith(".lance")]
-    index = syn.path / "train" / "lance" / shards[0].files[-1].path  # the row index is sha256-checked as read
+    index = syn.path / "train" / "lance" / shards[0].files[-1].path  # the row index is checked against the manifest as read
     clean_index = index.read_bytes()
     index.write_bytes(clean_index[:-1] + bytes([clean_index[-1] ^ 1]))
-    with pytest.raises(LmdataError, match=f"{shards[0].files[-1].path}: shard {shards[0].name} fails its sha256"):
+    with pytest.raises(LmdataError, match=f"{shards[0].files[-1].path}: shard {shards[0].name} fails its xxh128"):
         open_store(syn.path).reader("train", "lance").windows(np.array([0]), 8)
     index.write_bytes(clean_index)
     shard = shards[-1]
@@ -293,7 +293,7 @@ def test_row_crcs_replace_the_whole_file_hash_and_catch_a_flip_in_any_row(make_s
 
 
 def test_a_store_without_row_crcs_reads_and_hashes_its_data_on_first_touch(make_store, monkeypatch):
-    """Lance stores written before row CRCs (a 2-row index): the whole-file sha256 on first touch, as before."""
+    """Lance stores written before row CRCs (a 2-row index): the whole-file checksum on first touch, as before."""
     import json
 
     from lmdata.store import checksum
@@ -306,12 +306,12 @@ def test_a_store_without_row_crcs_reads_and_hashes_its_data_on_first_touch(make_
         index = shard["files"][-1]
         np.save(fmt_dir / index["path"], np.load(fmt_dir / index["path"])[:2])
         info = file_info(fmt_dir, index["path"])
-        index.update(bytes=info.bytes, sha256=info.sha256)
+        index.update(bytes=info.bytes, xxh128=info.digest)
         shard["extra"].pop("row_crc")
     (syn.path / "manifest.json").write_text(json.dumps(manifest))
     hashed = []
-    real = checksum.sha256_file
-    monkeypatch.setattr(checksum, "sha256_file", lambda p: hashed.append(str(p)) or real(p))
+    real = checksum.digest_file
+    monkeypatch.setattr(checksum, "digest_file", lambda p, *a: hashed.append(str(p)) or real(p, *a))
     _windows(syn, open_store(syn.path).reader("train", "lance"))
     assert [p for p in hashed if p.endswith(".lance")]
 

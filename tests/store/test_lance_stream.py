@@ -32,7 +32,7 @@ def test_local_resume_of_a_ray_run_with_a_gap_in_its_staged_shards(tmp_path, par
 def test_stream_and_staging_write_the_same_bytes_for_large_shards(tmp_path):
     """Ray's engine stages, the local engine streams: with shards of a few Mi tokens (--shard-tokens
     4194304) the multi-shard fragment's data file differs (write_fragment feeds Lance 4,096-row
-    batches, the stream one batch per shard), so test_ray's sha256 fingerprint would differ."""
+    batches, the stream one batch per shard), so test_ray's checksum fingerprint would differ."""
     rng = np.random.default_rng(0)
     sizes = [3_000_000, 2_500_000]
     tokens = [rng.integers(0, 50_000, size=n).astype(np.uint16) for n in sizes]
@@ -47,7 +47,7 @@ def test_stream_and_staging_write_the_same_bytes_for_large_shards(tmp_path):
         return w.finish(shards)
 
     local, ray = run(tmp_path / "local", True), run(tmp_path / "ray", False)
-    assert [[(f.bytes, f.sha256) for f in s.files] for s in local] == [[(f.bytes, f.sha256) for f in s.files] for s in ray]
+    assert [[(f.bytes, f.digest) for f in s.files] for s in local] == [[(f.bytes, f.digest) for f in s.files] for s in ray]
 
 
 def test_a_failing_finish_of_another_format_leaves_no_lance_thread(tokenizer_dir, tmp_path, monkeypatch):
@@ -107,9 +107,9 @@ def test_a_full_disk_met_between_the_checks_in_add_is_still_a_no_space_error(tmp
 
 
 def test_the_checksum_taken_while_lance_writes_is_the_file_s(tmp_path, parts, monkeypatch):
-    """The data file is hashed (and flushed) as Lance appends to it, in pieces: the recorded sha256
+    """The data file is hashed (and flushed) as Lance appends to it, in pieces: the recorded checksum
     and size are those of the finished file."""
-    import hashlib
+    from lmdata.io import digests
 
     from lmdata.store.formats import lance_stream
 
@@ -121,15 +121,15 @@ def test_the_checksum_taken_while_lance_writes_is_the_file_s(tmp_path, parts, mo
     for fragment in fragments:
         data = fragment.files[0]
         raw = (fdir / data.path).read_bytes()
-        assert (data.bytes, data.sha256) == (len(raw), hashlib.sha256(raw).hexdigest())
+        assert (data.bytes, data.digest) == (len(raw), digests.of(raw))
     check(fdir, fragments, stream)
 
 
 def test_the_follower_hashes_a_file_that_grows_and_is_renamed(tmp_path, monkeypatch):
     """What Lance does with a fragment's data file: appends to ``data/.tmpXXXX``, renames it when done."""
-    import hashlib
     import os
 
+    from lmdata.io import digests
     from lmdata.store.formats import lance_stream
 
     monkeypatch.setattr(lance_stream, "SYNC_BYTES", 1000)
@@ -148,7 +148,7 @@ def test_the_follower_hashes_a_file_that_grows_and_is_renamed(tmp_path, monkeypa
     os.rename(data / ".tmpABC", data / "final.lance")
     info = follower.info(tmp_path, "data/final.lance")
     whole = b"".join(chunks)
-    assert (info.path, info.bytes, info.sha256) == ("data/final.lance", len(whole), hashlib.sha256(whole).hexdigest())
+    assert (info.path, info.bytes, info.digest) == ("data/final.lance", len(whole), digests.of(whole))
     other = lance_stream._Follower(data)
     assert other.info(tmp_path, "data/final.lance") is None  # never saw the file grow: read it whole instead
 

@@ -51,7 +51,7 @@ def test_the_first_batch_opens_its_own_shards_and_a_thread_the_rest(make_store, 
         np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     _join(reader)
     assert reader._n_sources == len(reader.shards)
-    assert (reader._mode == 1).all()  # every shard's CRCs loaded and its sidecar's sha256 checked
+    assert (reader._mode == 1).all()  # every shard's CRCs loaded and its sidecar's checksum checked
     assert reader._mappings.bases.all()  # every shard mapped...
     assert set(behind) == set(range(len(reader.shards))) and set(behind.values()) == {1}  # ...and opened once
 

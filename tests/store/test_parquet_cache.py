@@ -166,13 +166,13 @@ def test_a_same_size_valid_parquet_file_with_other_tokens_is_refused(sample_stor
     path = store / "train" / "parquet" / shard.files[0].path
     _swap_two_tokens(path, path.stat().st_size)
     size_only = open_store(store).reader("train", "parquet", verify="size")
-    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its sha256"):  # the copy would be every reader's
+    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its xxh128"):  # the copy would be every reader's
         size_only.windows(np.array([0]), 65)
     assert not list((tmp_path / "cache").rglob("*.bin"))
     reader = open_store(store).reader("train", "parquet")
-    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its sha256"):
+    with pytest.raises(LmdataError, match=f"shard {shard.name} fails its xxh128"):
         reader.windows(np.array([0]), 65)
-    with pytest.raises(LmdataError, match="sha256"):
+    with pytest.raises(LmdataError, match="xxh128"):
         open_store(store).document("train", 0, format="parquet")
 
 

@@ -45,7 +45,7 @@ def test_a_split_of_more_than_open_at_once_shards_opens_each_batchs_own(make_sto
     starts = _starts(syn, n=400, seed=9)
     np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     assert reader._n_sources == len(reader.shards)
-    assert (reader._mode == 1).all()  # each shard's CRCs loaded, its sidecar's sha256 checked
+    assert (reader._mode == 1).all()  # each shard's CRCs loaded, its sidecar's checksum checked
     if fmt == "memmap":
         victim = syn.path / "train" / fmt / reader.shards[-1].files[0].path
         victim.write_bytes(victim.read_bytes()[:-2])
@@ -230,7 +230,7 @@ def test_a_first_batch_opens_every_shard_of_the_split_at_once(make_store, mapped
     starts = _starts(syn, n=3)
     np.testing.assert_array_equal(reader.windows(starts, 1025), _expected(syn, starts, 1025))
     assert reader._n_sources == len(reader.shards) > 10
-    assert (reader._mode == 1).all()  # every shard's CRCs in the flat array, each sidecar's sha256 checked
+    assert (reader._mode == 1).all()  # every shard's CRCs in the flat array, each sidecar's checksum checked
     held = descriptors().fds
     assert reader._mappings.bases.all() == mapped
     assert all((str(syn.path / "train" / "memmap" / s.files[0].path) in held) != mapped for s in reader.shards)
@@ -249,7 +249,7 @@ def test_a_damaged_sidecar_or_shard_is_named_when_a_batch_meets_it(make_store, c
     folder = syn.path / "train" / "memmap"
     sidecar = folder / "tokens-00002.bin.crc"
     raw = bytearray(sidecar.read_bytes())
-    raw[12] ^= 1  # its reserved header field: only the sidecar's sha256 in the manifest tells
+    raw[12] ^= 1  # its reserved header field: only the sidecar's checksum in the manifest tells
     sidecar.write_bytes(bytes(raw))
     descriptors().close_all()
     reader = open_store(syn.path).reader("train", "memmap")
@@ -257,7 +257,7 @@ def test_a_damaged_sidecar_or_shard_is_named_when_a_batch_meets_it(make_store, c
     shard.write_bytes(shard.read_bytes()[:-2])  # after the open's size checks
     bounds = reader._shard_bounds
     reader.windows(np.array([bounds[0], bounds[5]]), 10)  # shards 2 and 3 are not read yet
-    with pytest.raises(LmdataError, match=r"tokens-00002\.bin\.crc: shard 00002 checksum file fails its sha256"):
+    with pytest.raises(LmdataError, match=r"tokens-00002\.bin\.crc: shard 00002 checksum file fails its xxh128"):
         reader.windows(np.array([bounds[2]]), 10)
     with pytest.raises(LmdataError, match=r"tokens-00003\.bin: shard 00003 file has \d+ bytes, the manifest says"):
         reader.windows(np.array([bounds[3] + 5]), 10)

@@ -56,7 +56,7 @@ def test_copies_fetch_each_shard_once_per_machine(store_builder, tmp_path, s3, m
     touched = {int(np.searchsorted(here.reader._shard_bounds, k * SEQ, side="right")) - 1 for k in order}
     (first_req, first_bytes), (second_req, second_bytes) = costs
     assert len(touched) == len(shards)  # 200 windows over 10 shards
-    assert first_req == 2 * len(shards), costs  # a shard: pyarrow's HEAD and one GET (checked by sha256: no sidecar)
+    assert first_req == 2 * len(shards), costs  # a shard: pyarrow's HEAD and one GET (checked by its checksum: no sidecar)
     assert sum(p.stat().st_size for p in shards) <= first_bytes < 1.1 * sum(p.stat().st_size for p in shards)
     assert second_req == 0 and second_bytes == 0, costs  # the second reader reads the machine's copies
     assert list((tmp_path / "cache" / "memmap").glob("*/*.bin.crc"))
@@ -98,7 +98,7 @@ def test_a_damaged_copy_is_fetched_again_and_a_damaged_object_refused(store_buil
     raw = bytearray(obj.read_bytes())
     raw[100] ^= 0x01
     obj.write_bytes(bytes(raw))
-    with pytest.raises(LmdataError, match=f"{name}: shard 00001 fails its sha256 checksum"):
+    with pytest.raises(LmdataError, match=f"{name}: shard 00001 fails its xxh128 checksum"):
         open_store(uri).dataset("train", SEQ).batch(every)
 
 

@@ -11,7 +11,7 @@ import pytest
 from lmdata.errors import LmdataError
 from lmdata.store import verify_store
 from lmdata.store.blocks import SIDECAR_SUFFIX, BlockSums
-from lmdata.store.checksum import sha256_file
+from lmdata.store.checksum import digest_file
 
 from formats import FORMATS
 
@@ -26,14 +26,14 @@ def test_sound_store_verifies(make_store):
 
 
 def _rewrite(syn, manifest, shard, victim, tokens):
-    """A writer bug, not a bit flip: new tokens with matching checksums (sha256 and block sidecar)."""
+    """A writer bug, not a bit flip: new tokens with matching checksums (file checksum and block sidecar)."""
     tokens.tofile(victim)
-    shard["files"][0]["sha256"] = sha256_file(victim)
+    shard["files"][0]["xxh128"] = digest_file(victim)
     for f in shard["files"][1:]:
         if f["path"] == shard["files"][0]["path"] + SIDECAR_SUFFIX:
             sidecar = victim.with_name(f["path"])
             sidecar.write_bytes(BlockSums.of(victim.read_bytes()).encode())
-            f["sha256"] = sha256_file(sidecar)
+            f["xxh128"] = digest_file(sidecar)
     (syn.path / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -53,7 +53,7 @@ def test_bit_flip_is_named(make_store, fmt):
     report = verify_store(syn.path)
     assert not report.ok
     assert f"format '{fmt}' shard {shard['name']}" in report.problems[0]
-    assert "sha256" in report.problems[0]
+    assert "xxh128 checksum" in report.problems[0]
     with pytest.raises(LmdataError, match=f"shard {shard['name']}"):
         report.raise_if_bad()
     # one problem per damaged file: a memmap shard's CRC sidecar names the block in it, not in a second line
@@ -62,7 +62,7 @@ def test_bit_flip_is_named(make_store, fmt):
     if fmt == "memmap":
         block = (len(data) // 2) // 4096
         assert [p for p in report.problems if shard["name"] in p and victim.name in p] == [
-            f"split 'train' format 'memmap' shard {shard['name']}: {victim} fails its sha256 checksum (the file is "
+            f"split 'train' format 'memmap' shard {shard['name']}: {victim} fails its xxh128 checksum (the file is "
             f"corrupt: block {block}, bytes {block * 4096}..{(block + 1) * 4096}, differs from its CRC-32)"]
 
 
@@ -131,7 +131,7 @@ def test_a_lance_dataset_that_cannot_be_opened_is_named_once_and_the_rest_compar
 
 
 def test_provenance_and_the_tokenizer_copy_are_verified(sample_store, tmp_path):
-    """`verify` had passed a store whose provenance failed its sha256 (and `inspect`, `sql` and `show`
+    """`verify` had passed a store whose provenance failed its checksum (and `inspect`, `sql` and `show`
     then said to run `verify`), and one without its tokenizer's vocab.json."""
     import shutil
 
@@ -142,7 +142,7 @@ def test_provenance_and_the_tokenizer_copy_are_verified(sample_store, tmp_path):
     clean = origins.read_bytes()
     origins.write_bytes(clean[:-16] + bytes(16))
     report = verify_store(store)
-    assert any("provenance shard" in p and origins.name in p and "sha256" in p for p in report.problems), report.problems
+    assert any("provenance shard" in p and origins.name in p and "xxh128" in p for p in report.problems), report.problems
     origins.write_bytes(clean)
     (store / "tokenizer" / "vocab.json").unlink()
     report = verify_store(store)

@@ -189,7 +189,7 @@ def measure_cell(cfg: BenchConfig, fmt: str, workers: int, steps: int, step_ms: 
     synth_sum = stall.summarize(synth.wait_s, synth.compute_s)
 
     def loader() -> Any:
-        # verify="size": bench measures the format's reads; the first-touch sha256 a training
+        # verify="size": bench measures the format's reads; the first-touch checksum a training
         # run pays once per shard and process would read whole shards and warm a cold cache.
         ds = store.dataset(cfg.split, cfg.seq_len, format=fmt, verify="size")
         return make_loader(ds, cfg.batch_size, num_workers=workers, prefetch=cfg.prefetch,

@@ -193,7 +193,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             # the plan first, before anything else is written there: it is what makes the folder a store
             # being ingested, which --resume continues and --overwrite may delete (a Ctrl-C while the
             # tokenizer was copied or pyarrow imported had left a folder both refused). A fresh store's
-            # plan is written pending (no sha256 yet) and completed as the hashes come in.
+            # plan is written pending (no checksums yet) and completed as the hashes come in.
             pending = hashes is not None and not (out / PLAN_NAME).exists()
             plan_json = build(output.pending_records if pending
                               else getattr(runner, "describe_all", None) or hashes.describe_all)
@@ -223,7 +223,7 @@ def ingest(splits: dict[str, SourceSpec], tokenizer_dir: str | Path, out: str | 
             manifest.extra["splits"] = {
                 n: {"text_bytes": r.text_bytes, "replaced": r.replaced} for n, r in result.splits.items()
             }
-            if pending:  # the manifest records each input's sha256: the plan that has them is written first
+            if pending:  # the manifest records each input's checksum: the plan that has them is written first
                 final = hashes.final_plan()
                 for name, info in manifest.splits.items():
                     info.sources = final["splits"][name]["sources"]

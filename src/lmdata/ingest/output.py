@@ -4,9 +4,9 @@ An ingest owns ``<store>`` while it holds the file lock ``<store>/.lock`` (``fil
 by the kernel when the process dies, so a SIGKILLed ingest never leaves a stale lock).
 Before any shard it writes ``<store>/ingest-plan.json``: everything that decides the
 bytes of the store (tokenizer hash, dtype, shard size, formats, each split's sources
-with their sha256 and how they are cut). ``--resume`` continues only a store whose plan
+with their checksums and how they are cut). ``--resume`` continues only a store whose plan
 is identical, which is what makes a resumed store equal to an uninterrupted one. A fresh
-ingest writes it with the sha256s null and rewrites it once its inputs are hashed
+ingest writes it with the checksums null and rewrites it once its inputs are hashed
 (``BackgroundHashes``), so encoding does not wait for a pass over the input; a store whose
 plan is still pending is refused by ``--resume`` (``--overwrite`` starts it over).
 
@@ -24,7 +24,7 @@ writes (``foreign_files``: a user's ``README.md``, ``.git/``, a stray file among
 makes ``--overwrite`` and ``--resume`` refuse, naming it, rather than delete or mix with it.
 
 When an ingest fails on bad input (an ``LmdataError``), what it wrote cannot be resumed:
-fixing the input changes its sha256 in the plan. So a run that started from nothing
+fixing the input changes its checksum in the plan. So a run that started from nothing
 (``<store>`` missing or empty, or emptied by ``--overwrite``) removes everything it wrote
 (``remove_output``) and the fixed input is simply rerun; a resumed store is left as it was
 and the error says to rerun with ``--overwrite``. A crash (SIGKILL, Ctrl-C, a bug) removes
@@ -47,6 +47,7 @@ from lmdata.io.atomic import fsync_dir
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
+from lmdata.io import digests
 from lmdata.store.layout import LOCK_NAME, MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import read_manifest
 from lmdata.store.readlock import holders
@@ -287,10 +288,10 @@ def check_tokenizer(out: Path, tokenizer_dir: Path, tokenizer_hash: str, load: A
 
 
 class BackgroundHashes:
-    """Every input of ``splits`` hashed on a thread from now on (sha256 releases the GIL).
+    """Every input of ``splits`` hashed on a thread from now on (xxh128 releases the GIL).
 
     ``describe_all`` (what ``make_plan`` calls) waits for the records. A fresh ingest does not
-    wait: it writes a pending plan (``pending_records``: each source's path and size, its sha256
+    wait: it writes a pending plan (``pending_records``: each source's path and size, its checksum
     null) before any shard and starts encoding, and ``write_plan_when_hashed`` rewrites the plan
     whole on a thread of its own once the hashes are in. Waiting for them had put a pass over the
     input ahead of the first encoded batch: 0.27 s of a 503 MB memmap ingest's ~4 s, ~8 s for
@@ -325,7 +326,7 @@ class BackgroundHashes:
         self._planner.start()
 
     def final_plan(self) -> dict[str, Any]:
-        """The plan with every input's sha256, once written (``write_plan_when_hashed``)."""
+        """The plan with every input's checksum, once written (``write_plan_when_hashed``)."""
         assert self._planner is not None, "write_plan_when_hashed first"
         self._planner.join()
         if self._plan_error is not None:
@@ -357,8 +358,8 @@ class BackgroundHashes:
 
 
 def pending_records(files: list[Any]) -> list[dict[str, object]]:
-    """The plan's records of ``files`` before they are hashed: path and size, sha256 null."""
-    return [{"path": str(p), "bytes": p.size(), "sha256": None} for p in files]
+    """The plan's records of ``files`` before they are hashed: path and size, checksum null."""
+    return [{"path": str(p), "bytes": p.size(), digests.WRITE_ALGO: None} for p in files]
 
 
 def make_plan(splits: dict[str, Any], tokenizer_hash: str, dtype: str, shard_tokens: int,
@@ -405,7 +406,7 @@ def same_plan(old: Any, plan: dict[str, Any], where: str) -> None:
     """Refuse to go on with the store at ``where`` unless it was started with exactly ``plan``."""
     if pending(old):
         raise LmdataError(
-            f"{where} was interrupted before its inputs were hashed ({PLAN_NAME} has no sha256 for them), so "
+            f"{where} was interrupted before its inputs were hashed ({PLAN_NAME} has no checksum of them), so "
             "nothing tells that its shards came from these inputs; start over with --overwrite"
         )
     if old != plan:
@@ -438,9 +439,12 @@ def _plan_difference(old: Any, new: dict[str, Any]) -> str:
             if paths[0] != paths[1]:
                 return f"split {name!r}: its inputs were {_short(paths[0])}, now {_short(paths[1])}"
             for was, now in zip(before["sources"], split["sources"]):
+                if digests.WRITE_ALGO not in was:
+                    return (f"input {now['path']} was hashed with {digests.recorded(was)[0]} by the lmdata that "
+                            "started the ingest: finish it with that version")
                 if was != now:
                     return (f"input {now['path']} changed since the ingest started ({was.get('bytes')} bytes then, "
-                            f"{now.get('bytes')} now, or another sha256)")
+                            f"{now.get('bytes')} now, or another checksum)")
             if before["documents"] != split["documents"]:
                 return (f"split {name!r} took documents {_span(before['documents'])} of its input, this run "
                         f"{_span(split['documents'])}: a different --holdout")
@@ -460,9 +464,9 @@ def write_plan(out: Path, plan: dict[str, Any]) -> None:
 
 
 def pending(plan: Any) -> bool:
-    """Whether a plan read back was written before its inputs were hashed (a sha256 is null)."""
+    """Whether a plan read back was written before its inputs were hashed (a checksum is null)."""
     try:
-        return any(src.get("sha256", "") is None for split in plan["splits"].values() for src in split["sources"])
+        return any(digests.recorded(src)[1] is None for split in plan["splits"].values() for src in split["sources"])
     except (AttributeError, KeyError, TypeError):
         return False
 

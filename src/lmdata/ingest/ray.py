@@ -224,7 +224,7 @@ class RayEngine:
         """Nothing to do: the tokenizer was shipped on connecting."""
 
     def describe_all(self, files: list[Any]) -> list[dict[str, object]]:
-        """The plan's record of each input file (size, sha256), hashed in a task per file where
+        """The plan's record of each input file (size, checksum), hashed in a task per file where
         the file is read: the driver never reads the input (``output.make_plan``)."""
         ray = require_ray()
         task = ray.remote(max_retries=MAX_RETRIES)(_describe)

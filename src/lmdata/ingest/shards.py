@@ -6,7 +6,7 @@
 - ``resume`` re-reads the documents of shards every format already completed (cheap: no
   tokenizing) and skips them (``reusable_prefix``); later shards are recomputed, so cut
   points match an uninterrupted run. A completed shard is reused only while its files hash to
-  its record's sha256 (``drop_damaged``; a record vouches for a file's bytes, not just its size).
+  its record's checksum (``drop_damaged``; a record vouches for a file's bytes, not just its size).
 - Provenance (``lmdata.store.provenance``): an engine that passes each batch's ``origins``
   (``[n_docs, 2]``: source index, offset) to ``ShardCutter.add`` gets each shard's origins
   written before the formats get the shard; ``start_split`` counts the provenance records

@@ -175,7 +175,7 @@ def connect(store: str | Path, errors: list[LmdataError] | None = None, sources:
 
 def _damaged_shard(reader: FormatReader) -> str | None:
     """After a scan of ``reader``'s rows failed inside DuckDB (whose message names no file):
-    the first shard whose files fail their sha256, as the error to show, else None."""
+    the first shard whose files fail their checksums, as the error to show, else None."""
     from lmdata.store.checksum import verify_shard
 
     for shard in getattr(reader, "shards", []):

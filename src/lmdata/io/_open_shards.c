@@ -8,7 +8,7 @@
  * opens that block-checksum file (O_NOFOLLOW), reads it whole into raw[raw_at[k]:raw_at[k + 1]]
  * (uint8; raw holds one byte more than raw_at's last entry, so a longer file is seen), checks its
  * header (store/blocks.py: magic, 4 KiB blocks, covering sizes[k] bytes, one CRC per block) and
- * copies its CRCs into crcs[crc_at[k]:] (uint32). The caller checks each sidecar's sha256 in raw.
+ * copies its CRCs into crcs[crc_at[k]:] (uint32). The caller checks each sidecar's checksum in raw.
  *
  * status[k] (int8): 0 done; 1 the shard's file was not opened (fds[k] = -1); 2 its descriptor is
  * in fds[k] but its sidecar was not read or is not of this layout. Anything not 0 is redone by

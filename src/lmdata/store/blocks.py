@@ -3,11 +3,11 @@
 A whole-shard hash makes every process of every rank read the whole dataset once before it
 trusts it (on object storage: a full download per process). Instead the writer records a
 CRC-32 of every small block of a file, and a reader checks only the blocks a read touches.
-``lmdata verify`` still hashes whole files (sha256 in the manifest).
+``lmdata verify`` still hashes whole files (xxh128, or sha256 in older stores, in the manifest).
 
 Byte blocks (the memmap token shards) live in a sidecar file beside the data file,
 ``tokens-00000.bin`` -> ``tokens-00000.bin.crc``; the sidecar is itself a shard file in the
-manifest (size + sha256). Its layout, little-endian::
+manifest (size + checksum). Its layout, little-endian::
 
     offset  size  field
     0       8     magic b"LMDCRC1\\0"
@@ -24,7 +24,7 @@ manifest (size + sha256). Its layout, little-endian::
     True
 
 Lance rows carry a CRC-32 of their tokens' little-endian bytes (``row_checksums``) as the
-third row of the fragment's row index (``rows-*.npy`` / ``index-*.npy``, itself sha256-checked
+third row of the fragment's row index (``rows-*.npy`` / ``index-*.npy``, itself checked
 against the manifest), checked on every row a take returns. Parquet needs none of its own:
 every page carries a CRC-32 that pyarrow checks on read.
 

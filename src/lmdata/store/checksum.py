@@ -1,12 +1,13 @@
 """Checksums and size checks of shard files: what the manifest promises about each file.
 
-``file_info`` records a file as the manifest stores it (relative path, bytes, sha256);
+``file_info`` records a file as the manifest stores it (relative path, bytes, checksum:
+``digests.py``);
 ``check_sizes`` (per shard where a reader first opens it; a reader's ``check()`` for all)
 is the cheap check before a shard is served (a short file is an error naming it, never fewer
-tokens); ``sha256_file`` is the full pass of ``lmdata verify``.
+tokens); ``digest_file`` is the full pass of ``lmdata verify``.
 
-``verify_shard`` is what a reader runs the first time a process touches a shard: with
-``verify="first-use"`` (the default) the shard's files are hashed against the manifest
+``verify_shard`` is what a reader runs the first time a process touches a shard of a store
+without block checksums: with ``verify="first-use"`` (the default) its files are hashed against the manifest
 once per process, so a bit flip is refused naming the shard; ``"size"`` checks sizes
 only. Results are memoized per process by file identity (device, inode, size, mtime),
 so a replaced or rewritten file is hashed again and ``lmdata verify``'s pass counts.
@@ -15,7 +16,6 @@ so a replaced or rewritten file is hashed again and ``lmdata verify``'s pass cou
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,36 +28,30 @@ from lmdata.errors import LmdataError
 from lmdata.io import atomic
 from lmdata.io.descriptors import descriptors
 from lmdata.io.s3 import EndpointError, library_text, remote_error
+from lmdata.io import digests
 from lmdata.store.manifest import format_dir_inside, plain_name, resolve_inside
 from lmdata.store.protocol import FileInfo, ShardInfo
 
-_CHUNK = 1 << 20
-
-# Cost of "first-use", measured on this box (2 shared cores, warm page cache): sha256 runs
-# at ~0.67 GB/s, so a default shard (2**20 uint16 tokens, 2 MiB) costs ~3 ms the first
-# time a process touches it, and a process pays one pass over the bytes it touches,
-# spread over first touches (~1.5 s per GB, never all at open). A user who already ran
-# `lmdata verify` on a large store can pass verify="size" to skip it. Without hashing a
-# bit flip in a memmap shard would be served as a wrong token, silently.
+# "first-use" hashes a whole shard file only where a store has no block or row checksums
+# (memmap stores of format version 1, Lance stores before row CRCs, small files: document
+# starts, row indexes, sidecars): a process pays one pass over the files it touches, never
+# all at open. A user who already ran `lmdata verify` can pass verify="size" to skip it.
+# Without hashing a bit flip in a memmap shard would be served as a wrong token, silently.
 VERIFY_MODES = ("first-use", "size")
 DEFAULT_VERIFY = "first-use"
 
 _verified: dict[tuple, str | None] = {}  # file identity -> None (sound) or the error message
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks (constant memory)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+def digest_file(path: Path, algo: str = digests.WRITE_ALGO) -> str:
+    """Hex checksum of a file (``algo``: the one its manifest entry records), in constant memory."""
+    return digests.of_file(path, algo)
 
 
 def file_info(format_dir: Path, relpath: str) -> FileInfo:
-    """``FileInfo`` of ``format_dir / relpath`` (size and sha256 read from disk)."""
+    """``FileInfo`` of ``format_dir / relpath`` (size and checksum read from disk)."""
     full = Path(format_dir) / relpath
-    return FileInfo(path=relpath, bytes=full.stat().st_size, sha256=sha256_file(full))
+    return FileInfo(relpath, full.stat().st_size, digest_file(full))
 
 
 def write_shard_parts(format_dir: Path, relpath: str, parts: Sequence[Any]) -> tuple[bool, FileInfo]:
@@ -66,20 +60,20 @@ def write_shard_parts(format_dir: Path, relpath: str, parts: Sequence[Any]) -> t
     replaced, info). Its pages leave the page cache once synced (an ingest does not read its shards
     back: ``atomic.drop_cached``). Hashed as the buffers are written, not read back from the file
     (a 2 MiB shard: ~4.5 -> ~2.6 CPU ms with its fsync; the read back hashed the page cache's copy of
-    the same bytes, no more proof that they reached the disk)."""
+    the same bytes, no more proof that they reached the disk; xxh128, not sha256: 4.1-4.4 -> 2.2-2.3 CPU ms a memmap shard)."""
     views = [memoryview(p).cast("B") for p in parts]
     size = sum(v.nbytes for v in views)
     infos: list[FileInfo] = []
 
     def write_and_hash(tmp: Path) -> None:
-        digest = hashlib.sha256()
+        digest = digests.new()
         with open(tmp, "wb") as fh:
             for view in views:
                 fh.write(view)
                 digest.update(view)
         if os.path.getsize(tmp) != size:  # pragma: no cover - a short write raises first
             raise LmdataError(f"{Path(format_dir) / relpath}: wrote {os.path.getsize(tmp)} of {size} bytes")
-        infos.append(FileInfo(path=relpath, bytes=size, sha256=digest.hexdigest()))
+        infos.append(FileInfo(relpath, size, digest.hexdigest()))
 
     replaced = atomic.write_file(Path(format_dir) / relpath, write_and_hash, sync_dir=False, needed=size,
                                  drop_cache=True)
@@ -212,7 +206,7 @@ def check_verify_mode(verify: str) -> str:
 
 def _identity(path: Path, info: FileInfo) -> tuple:
     st = os.stat(path)
-    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.sha256)
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.digest)
 
 
 def mark_verified(path: Path, info: FileInfo) -> None:
@@ -227,15 +221,15 @@ def verify_shard(format_dir: Path, shard: ShardInfo, verify: str, infos: list[Fi
         return
     for info in shard.files if infos is None else infos:
         path = shard_file_path(format_dir, shard, info)
-        _check_once(_identity(path, info), path, shard, info, lambda: sha256_file(path))
+        _check_once(_identity(path, info), path, shard, info, lambda: digest_file(path, info.algo))
 
 
 def _check_once(key: tuple, path: Any, shard: ShardInfo, info: FileInfo, digest: Callable[[], str]) -> None:
-    """The file at ``path`` (identity ``key``) against its sha256, hashed once per process and identity:
+    """The file at ``path`` (identity ``key``) against its checksum, hashed once per process and identity:
     its error, remembered, is raised again."""
     if key not in _verified:
-        _verified[key] = None if digest() == info.sha256 else (
-            f"{path}: shard {shard.name} fails its sha256 checksum (the file is corrupt); "
+        _verified[key] = None if digest() == info.digest else (
+            f"{path}: shard {shard.name} fails its {info.algo} checksum (the file is corrupt); "
             "run `lmdata verify` and re-ingest with --overwrite")
     if _verified[key] is not None:
         raise LmdataError(_verified[key])
@@ -252,8 +246,8 @@ def read_small_file(format_dir: Path | str, shard: ShardInfo, info: FileInfo, ve
     if len(raw) != info.bytes:  # changed since the stat: named as a wrong size all the same
         _sized(path, shard, info, os.stat_result((*st[:6], len(raw), *st[7:])))
     if verify == "first-use":
-        key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.sha256)
-        _check_once(key, path, shard, info, lambda: hashlib.sha256(raw).hexdigest())
+        key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.digest)
+        _check_once(key, path, shard, info, lambda: digests.of(raw, info.algo))
     return path, raw
 
 

@@ -10,10 +10,10 @@ Example (abridged)::
      "tokenizer": {"hash": "3f2a...", "vocab_size": 8192, "dir": "tokenizer"},
      "dtype": "uint16", "eot_id": 8191, "shard_tokens": 1048576,
      "splits": {"train": {"n_docs": 61, "n_tokens": 212345,
-         "sources": [{"path": "data/sample.txt", "bytes": 990581, "sha256": "f265..."}],
+         "sources": [{"path": "data/sample.txt", "bytes": 990581, "xxh128": "f265..."}],
          "formats": {"memmap": {"shards": [{"name": "00000", "n_docs": 61,
              "n_tokens": 212345, "first_doc": 0, "first_token": 0,
-             "files": [{"path": "tokens-00000.bin", "bytes": 424690, "sha256": "..."}]}]}}}}}
+             "files": [{"path": "tokens-00000.bin", "bytes": 424690, "xxh128": "..."}]}]}}}}}
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from lmdata.errors import LmdataError
 from lmdata.store.protocol import ShardInfo
 from lmdata.store.schema import Each, Many, Text, _explain, _json_type, _matcher, check_schema  # noqa: F401 - re-exported
 
-FORMAT_VERSION = 2  # 2: memmap shards carry block checksums (tokens-*.bin.crc); version 1 stores still read
+# 2: memmap shards carry block checksums (tokens-*.bin.crc); 3: files record xxh128, not sha256 (``digests.py``).
+# Stores of versions 1 and 2 still read.
+FORMAT_VERSION = 3
 from lmdata.store.layout import MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 
 STORE_FORMAT = "lmdata-store"  # the manifest's "format": what makes a directory an lmdata store
@@ -61,7 +63,8 @@ def check_split_name(name: str, where: str) -> str:
 # ---------------------------------------------------------------------------- schema
 # The spec language and its validator: ``schema.py``.
 
-FILE_SPEC = {"path": Text(), "bytes": int, "sha256": Text(r"[0-9a-f]{64}")}
+# a file records one checksum (``digests.py``): xxh128 in stores written since 2026-12-07, sha256 before
+FILE_SPEC = {"path": Text(), "bytes": int, "xxh128?": Text(r"[0-9a-f]{32}"), "sha256?": Text(r"[0-9a-f]{64}")}
 _MEMBER = {"name": Text(), "n_docs": int, "n_tokens": int, "rows?": int}
 # the keys built-in formats record in a shard's ``extra`` (Parquet: rows, row_groups; Lance:
 # rows, fragment, members, columns; token_bytes in stores of an earlier lmdata); a plug-in's own keys pass unchecked
@@ -138,7 +141,11 @@ class ShardTable(Sequence):
                 if shards is None:
                     with no_gc_pass():
                         check_schema(self._raw, shards_spec(self._fmt), self._where, self._field)
-                        shards = self._shards = [ShardInfo.from_checked(sh) for sh in self._raw]
+                        try:
+                            shards = self._shards = [ShardInfo.from_checked(sh) for sh in self._raw]
+                        except KeyError as exc:  # the one thing the schema cannot say: a file with no checksum
+                            raise LmdataError(f"{self._where}: {self._field}: a shard file records {exc.args[0]}; "
+                                              "the manifest is corrupt, re-run the ingest with --overwrite") from None
                     self._raw = None  # (after _shards is set: ``__len__`` reads them in the other order)
         return shards
 

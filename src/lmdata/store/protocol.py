@@ -68,19 +68,36 @@ Conventions of the built-in formats (compatible extensions of the above):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from lmdata.io import digests
+
 
 @dataclass
 class FileInfo:
-    """One file of a shard, relative to the format directory."""
+    """One file of a shard, relative to the format directory, with its checksum (``io/digests.py``)."""
 
     path: str
     bytes: int
-    sha256: str
+    digest: str  # hex
+    algo: str = "xxh128"  # stores written before 2026-12-07: sha256
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, self.algo: self.digest}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "FileInfo":
+        """An entry that records one checksum (KeyError when none)."""
+        algo, digest = digests.recorded(obj)
+        return cls(obj["path"], obj["bytes"], digest, algo)
+
+    def matches(self, data: Any) -> bool:
+        """Whether ``data`` (the file's bytes) has the recorded checksum."""
+        return digests.of(data, self.algo) == self.digest
 
 
 @dataclass
@@ -96,13 +113,15 @@ class ShardInfo:
     extra: dict[str, Any] = field(default_factory=dict)  # format-specific (e.g. Lance fragment id)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"name": self.name, "n_docs": self.n_docs, "n_tokens": self.n_tokens, "first_doc": self.first_doc,
+                "first_token": self.first_token, "files": [f.to_json() for f in self.files],
+                "extra": copy.deepcopy(self.extra)}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "ShardInfo":
         """A shard entry from JSON nothing has checked (a completion record): a count that is no
         integer is a ValueError or TypeError."""
-        files = [FileInfo(path=f["path"], bytes=int(f["bytes"]), sha256=f["sha256"]) for f in obj.get("files", [])]
+        files = [FileInfo(f["path"], int(f["bytes"]), *reversed(digests.recorded(f))) for f in obj.get("files", [])]
         return cls(
             name=obj["name"],
             n_docs=int(obj["n_docs"]),
@@ -117,7 +136,7 @@ class ShardInfo:
     def from_checked(cls, obj: dict[str, Any]) -> "ShardInfo":
         """A shard entry the manifest's schema has checked (its counts are integers already): no
         conversions, positional fields (35,284 entries of an 11,761-shard manifest)."""
-        files = [FileInfo(f["path"], f["bytes"], f["sha256"]) for f in obj.get("files", ())]
+        files = [FileInfo.from_json(f) for f in obj.get("files", ())]
         return cls(obj["name"], obj["n_docs"], obj["n_tokens"], obj["first_doc"], obj["first_token"], files,
                    dict(obj.get("extra", ())))
 

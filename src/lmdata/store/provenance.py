@@ -3,9 +3,9 @@
     <store>/<split>/_provenance/origins-00000.npy   int64 [n_docs, 2] of ingest shard 00000:
                                                     (source, offset) of each of its documents
     <store>/<split>/_provenance/_shards/00000.json  its completion record (as a format's)
-    manifest.json: splits.<split>.provenance = {"shards": [shard, ...]}   (files with sha256)
+    manifest.json: splits.<split>.provenance = {"shards": [shard, ...]}   (files with checksums)
 
-``source`` indexes the split's ``sources`` list in the manifest (path or URI, size, sha256);
+``source`` indexes the split's ``sources`` list in the manifest (path or URI, size, checksum);
 ``offset`` is where the document starts in that file: the byte of its (decompressed) stream
 for text, lines and JSONL inputs, the row for Parquet and Arrow inputs. The table's shards
 are the ingest's shards (same index, documents and tokens), whatever the formats regroup.
@@ -17,7 +17,6 @@ table (no ``provenance`` key) reads as before; asked for a source, it says it is
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ class ProvenanceWriter:
 
 
 def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | None = None) -> np.ndarray:
-    """One shard's ``[n_docs, 2]`` origins, checked against its sha256 (small: 16 bytes a document).
+    """One shard's ``[n_docs, 2]`` origins, checked against its checksum (small: 16 bytes a document).
     ``local_dir``: the split's provenance directory as a string, for a local store (a path joined and
     read without ``Location``'s path objects: ~20 us a shard of ``lmdata inspect``'s)."""
     if len(shard.files) != 1:
@@ -106,8 +105,8 @@ def read_origins(split_dir: Location | str, shard: ShardInfo, local_dir: str | N
     except (OSError, LmdataError) as exc:
         raise LmdataError(f"{path}: provenance of shard {shard.name} cannot be read ({exc}); "
                           "run `lmdata verify` and re-ingest with --overwrite") from None
-    if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
-        raise LmdataError(f"{path}: provenance of shard {shard.name} fails its sha256 checksum; "
+    if len(raw) != info.bytes or not info.matches(raw):
+        raise LmdataError(f"{path}: provenance of shard {shard.name} fails its {info.algo} checksum; "
                           "run `lmdata verify` and re-ingest with --overwrite")
     origins = int64_array(raw)
     if origins.dtype != np.int64 or origins.shape != (shard.n_docs, 2):

@@ -83,8 +83,9 @@ def _matcher(spec: Any) -> Callable[[Any], bool]:
 
 _MISSING = object()
 # Text patterns as plain string tests, each equal to ``re.fullmatch(pattern, s)`` (``.`` is any character but
-# a newline): 0.1 s of an 11,761-shard manifest's ~250,000 names, paths and sha256s.
-_PLAIN_TESTS = {r".+": '{0} and "\\n" not in {0}', r"[0-9a-f]{64}": 'len({0}) == 64 and not {0}.strip("0123456789abcdef")'}
+# a newline): 0.1 s of an 11,761-shard manifest's ~250,000 names, paths and checksums.
+_PLAIN_TESTS = {r".+": '{0} and "\\n" not in {0}', r"[0-9a-f]{64}": 'len({0}) == 64 and not {0}.strip("0123456789abcdef")',
+                r"[0-9a-f]{32}": 'len({0}) == 32 and not {0}.strip("0123456789abcdef")'}
 
 
 def _emit(spec: Any, var: str, depth: int, lines: list[str], consts: dict[str, Any], names: list[int]) -> None:

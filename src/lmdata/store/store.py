@@ -90,7 +90,8 @@ class Store:
         """The ``format`` reader of ``split`` (default: memmap, else lance, else parquet).
 
         ``verify``: how a built-in reader checks a shard the first time a process touches
-        it, ``"first-use"`` (sha256, the default) or ``"size"`` (see ``checksum.py``).
+        it, ``"first-use"`` (the default: the blocks or rows a read touches, a whole-file checksum where a
+        store has none) or ``"size"`` (see ``checksum.py``).
         """
         if verify is not None:
             kwargs["verify"] = verify
@@ -206,8 +207,8 @@ def open_store(path: str | Path, *, tokenizer_hash: str | None = None) -> Store:
     A remote store's objects are not listed here: a LIST pages 1,000 keys a request, in turn,
     so opening a 1,160-shard store on moto spent 2.6 of its 3.2 s listing 9,293 objects, and a
     100,000-shard store would list for minutes before its first batch. Each object is checked
-    when a reader first reads it instead (a whole GET: its size and sha256; a ranged read: its
-    length and the block CRCs of a sidecar checked against its sha256), and a missing one is
+    when a reader first reads it instead (a whole GET: its size and checksum; a ranged read: its
+    length and the block CRCs of a sidecar checked against its checksum), and a missing one is
     named there (``s3://...: no such object``); ``lmdata verify`` checks them all.
 
     ``tokenizer_hash``: refuse the store unless its tokenizer has this hash (a training

@@ -4,7 +4,7 @@ Checks, per split and format, in this order (each problem names the shard):
 
 1. counts: shards tile the split (first_doc/first_token contiguous) and sum to the
    split's documents and tokens;
-2. files: every shard file has the manifest's size and sha256;
+2. files: every shard file has the manifest's size and checksum (xxh128, or sha256 in older stores);
 3. content, read through the format's own reader in chunks: each shard holds exactly
    ``n_docs`` end-of-text ids and ends with one (only the ingest writes eot ids, so this
    is the document count), and every format of a split holds the identical token stream
@@ -18,7 +18,6 @@ Checks, per split and format, in this order (each problem names the shard):
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError, SettingError
+from lmdata.io import digests
 from lmdata.store.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, BlockSums, block_crcs
 from lmdata.store.checksum import mark_verified
 from lmdata.store.layout import PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
@@ -120,8 +120,8 @@ def _count_problems(where: str, shards: list[ShardInfo], n_docs: int, n_tokens: 
 def _file_problems(report: VerifyReport, format_dir: Location, where: str, shards: list[ShardInfo]) -> list[str]:
     problems = []
     for s in shards:
-        crcs: dict[str, Any] = {}  # data file -> its block CRCs, computed in the same pass as its sha256
-        failed: dict[str, int] = {}  # a file that failed its sha256 -> its problem's index
+        crcs: dict[str, Any] = {}  # data file -> its block CRCs, computed in the same pass as its checksum
+        failed: dict[str, int] = {}  # a file that failed its checksum -> its problem's index
         for f in s.files:
             full = format_dir / f.path  # read_manifest refused paths that leave the store
             size = full.size()
@@ -133,16 +133,16 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
             if size != f.bytes:
                 problems.append(f"{where} shard {s.name}: {full} has {size} bytes, the manifest says {f.bytes}")
                 continue
-            digest, crcs[f.path] = _digest(full)
-            if digest != f.sha256:
+            digest, crcs[f.path] = _digest(full, f.algo)
+            if digest != f.digest:
                 failed[f.path] = len(problems)
-                problems.append(f"{where} shard {s.name}: {full} fails its sha256 checksum (the file is corrupt)")
+                problems.append(f"{where} shard {s.name}: {full} fails its {f.algo} checksum (the file is corrupt)")
             elif not full.remote:
                 mark_verified(full.local_path, f)  # the readers of the stream pass below need not hash it again
         for f in s.files:  # a block-checksum sidecar must agree with the data it covers
             data = f.path[: -len(SIDECAR_SUFFIX)]
             if not (f.path.endswith(SIDECAR_SUFFIX) and f.path in crcs and data in crcs) or f.path in failed:
-                continue  # (a sidecar that fails its own sha256 says nothing about the data)
+                continue  # (a sidecar that fails its own checksum says nothing about the data)
             try:
                 sums = BlockSums.decode((format_dir / f.path).read_bytes(), f.path)
                 found = crcs[data] if sums.block_bytes == BLOCK_BYTES else None
@@ -156,7 +156,7 @@ def _file_problems(report: VerifyReport, format_dir: Location, where: str, shard
 
 
 def _with_blocks(problem: str, blocks: np.ndarray) -> str:
-    """A data file's failed sha256, with where its CRC-32 sidecar says it changed (one problem, not two)."""
+    """A data file's failed checksum, with where its CRC-32 sidecar says it changed (one problem, not two)."""
     if not len(blocks):
         return problem
     first = int(blocks[0])
@@ -166,9 +166,9 @@ def _with_blocks(problem: str, blocks: np.ndarray) -> str:
                                                      "differs from its CRC-32)")
 
 
-def _digest(full: Location) -> tuple[str, Any]:
-    """sha256 of a file or object, and the CRC-32 of each ``BLOCK_BYTES`` block, in one streamed pass."""
-    digest, crcs = hashlib.sha256(), []
+def _digest(full: Location, algo: str) -> tuple[str, Any]:
+    """The ``algo`` checksum of a file or object, and the CRC-32 of each ``BLOCK_BYTES`` block, in one streamed pass."""
+    digest, crcs = digests.new(algo), []
     with full.open_stream() as fh:
         while chunk := fh.read(256 * BLOCK_BYTES):
             digest.update(chunk)

@@ -27,7 +27,6 @@ never a wrong one, so record directories are fsynced once, in the writer's ``fin
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -42,7 +41,7 @@ from lmdata.io.atomic import TMP_MARK, fsync_dir
 from lmdata.io.location import location
 from lmdata.io.process_local import per_process
 from lmdata.errors import LmdataError, SettingError
-from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, read_small_file, sha256_file
+from lmdata.store.checksum import at_offsets, check_sizes, check_verify_mode, digest_file, read_small_file
 from lmdata.store.layout import RECORD_DIR
 from lmdata.store.protocol import FileInfo, ShardInfo
 from lmdata.store.windows import check_windows, shard_bounds
@@ -123,24 +122,24 @@ def completed(format_dir: Path) -> dict[int, ShardInfo]:
 
 def intact(format_dir: Path, done: dict[int, ShardInfo],
            record_of: Callable[[int, ShardInfo], Path]) -> dict[int, ShardInfo]:
-    """The shards of ``done`` whose files still hash to their records' sha256 (a file shared by several,
-    a Lance fragment's, hashed once; files on threads: hashlib releases the GIL). A shard whose files do
+    """The shards of ``done`` whose files still hash to their records' checksums (a file shared by several,
+    a Lance fragment's, hashed once; files on threads: hashing releases the GIL). A shard whose files do
     not loses its record (``record_of``), durably, so the resume writes it again: sizes alone let a byte
     flipped since the record through."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def sha256_of(relpath: str) -> str | None:
+    def digest_of(file: tuple[str, str]) -> str | None:
         try:
-            return sha256_file(Path(format_dir) / relpath)
+            return digest_file(Path(format_dir) / file[0], file[1])
         except OSError:
             return None
 
-    paths = sorted({f.path for shard in done.values() for f in shard.files})
+    files = sorted({(f.path, f.algo) for shard in done.values() for f in shard.files})
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        sums = dict(zip(paths, pool.map(sha256_of, paths)))
+        sums = dict(zip(files, pool.map(digest_of, files)))
     kept = {}
     for index, shard in done.items():
-        if all(sums[f.path] == f.sha256 for f in shard.files):
+        if all(sums[f.path, f.algo] == f.digest for f in shard.files):
             kept[index] = shard
         else:
             forget_file(format_dir, record_of(index, shard))
@@ -257,7 +256,7 @@ class ShardReader:
 
     ``format_dir`` is a ``Location``: local, or on object storage (``remote``): then the
     size check is the one LIST ``open_store`` did, and small per-shard files are fetched
-    whole and checked against their sha256 (``_small_file``).
+    whole and checked against their checksums (``_small_file``).
     """
 
     def __init__(self, format_dir: Any, shards: list[ShardInfo], dtype: np.dtype, *, verify: str) -> None:
@@ -279,13 +278,13 @@ class ShardReader:
 
     def _small_file(self, shard: ShardInfo, info: FileInfo) -> tuple[Any, bytes]:
         """(name for errors, bytes) of a small shard file, verified as ``verify`` says: remote it is
-        one GET whose sha256 is checked against the manifest, local ``checksum.read_small_file``."""
+        one GET whose checksum is checked against the manifest, local ``checksum.read_small_file``."""
         if not self.remote:
             return read_small_file(self._dir, shard, info, self.verify)
         path = self.format_dir / info.path
         raw = path.read_bytes()
-        if self.verify != "size" and hashlib.sha256(raw).hexdigest() != info.sha256:
-            raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its sha256 checksum; "
+        if self.verify != "size" and not info.matches(raw):
+            raise LmdataError(f"{path}: shard {shard.name} {info.path} fails its {info.algo} checksum; "
                               "run `lmdata verify` and re-ingest with --overwrite")
         return path, raw
 

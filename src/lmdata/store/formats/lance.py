@@ -35,8 +35,8 @@ covering them with **one take** (rows located with the ``rows-*.npy`` index of e
 loaded on first touch: kept out of the manifest, which would otherwise grow by ~n_tokens / 700 entries). Lance
 files carry no checksums of their own, so the row index holds a CRC-32 per row (``blocks.row_checksums``),
 checked on every row a take returns: a flipped bit is refused naming the shard and row. On the first touch of a
-fragment its row index is checked against its sha256 in the manifest (so the CRCs are trusted) and the data file
-only by size. A store without row CRCs falls back to a whole-file sha256 on first touch (``verify``: first-use
+fragment its row index is checked against its checksum in the manifest (so the CRCs are trusted) and the data file
+only by size. A store without row CRCs falls back to a whole-file checksum on first touch (``verify``: first-use
 or size, see ``checksum.verify_shard``); with ``verify="size"`` no checksum is checked and a flipped bit may
 decode as a wrong token. A decode error is an ``LmdataError`` naming the fragment. ``doc_starts`` reads only the
 row index; ``arrow_rows`` (``lmdata sql``): a fragment scan per shard. Remote: the same copies, each made by one
@@ -265,10 +265,10 @@ class LanceReader(base.ShardReader):
     def _rows(self, i: int, sidecar_only: bool = False) -> np.ndarray:
         """Fragment ``i``'s row index: [row token starts + n_tokens, row documents + n_docs]."""
         shard = self.shards[i]
-        # the row index, sha256-checked (remote: one GET; never a download of the data file)
+        # the row index, checked against the manifest (remote: one GET; never a download of the data file)
         path, raw = self._small_file(shard, shard.files[-1])
         if not self.remote and not sidecar_only:
-            # first touch of the fragment's data: with row CRCs only its size; else its whole sha256
+            # first touch of the fragment's data: with row CRCs only its size; else its whole checksum
             verify_shard(self.format_dir, shard, "size" if shard.extra.get("row_crc") else self.verify,
                          shard.files[:-1])
         try:
@@ -453,7 +453,7 @@ class LanceReader(base.ShardReader):
         """Readers of the same stream through other columns, for ``lmdata verify`` to compare.
 
         A store an earlier lmdata wrote holds ``token_bytes`` beside ``tokens``, and its loader reads
-        the former; both are covered by the files' sha256, but only a read of each shows they agree.
+        the former; both are covered by the files' checksums, but only a read of each shows they agree.
         """
         self._open()
         if self._column != "token_bytes":

@@ -7,7 +7,7 @@ once per machine with one take -- every row checked against its CRC-32 and size 
 as every take is -- into ``$LMDATA_CACHE_DIR/lance-tokens`` (budget ``LMDATA_LANCE_CACHE_BYTES``),
 and reads windows from those copies like memmap shards (``RawWindows``: positional reads, 4 KiB CRCs
 on a process's first read). The Lance dataset stays the store: the copies are keyed by the data
-file's sha256 and identity (a rewritten file is decoded again), evicted least recently used, and
+file's checksum and identity (a rewritten file is decoded again), evicted least recently used, and
 remade if another process evicts one mid-read. ``LMDATA_LANCE_CACHE_BYTES=0`` reads by takes as
 before. On object storage each copy is one remote take of the shard's rows (small shards of a
 fragment taken together, up to ``REMOTE_CHUNK_TOKENS``), fetched as a batch first needs it
@@ -104,14 +104,14 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
     _real = per_process(lambda self: {})  # fragment -> its data file's real path
 
     def _copy_key(self, c: int) -> str:
-        """The manifest's sha256 of the fragment's data file, its identity now (a rewritten file is
+        """The manifest's checksum of the fragment's data file, its identity now (a rewritten file is
         decoded again; the one stat also size-checks it; remote: its URI and size, as ``open_store``'s
         LIST checked) and the chunk's place in it."""
         f, at = self._home[c]
         frag = self.lance.shards[f]
         info = frag.files[0]
         if self.remote:
-            return copy_key(info.sha256, f"{self.lance._data_path(frag).uri}:{info.bytes}:{at}+{self.shards[c].n_tokens}")
+            return copy_key(info.digest, f"{self.lance._data_path(frag).uri}:{info.bytes}:{at}+{self.shards[c].n_tokens}")
         real = self._real.get(f)
         if real is None:  # resolved inside the store once a fragment (``data/<uuid>.lance``: ~0.2 ms)
             path, st = stat_shard_file(self._dir, frag, info)
@@ -120,7 +120,7 @@ class LanceChunks(CopiedShards, RawWindows, base.ShardReader):
             st = os.stat(real)
             if st.st_size != info.bytes:
                 stat_shard_file(self._dir, frag, info)  # the error naming the file and both sizes
-        return copy_key(info.sha256, f"{file_identity(real, st)}:{at}+{self.shards[c].n_tokens}")
+        return copy_key(info.digest, f"{file_identity(real, st)}:{at}+{self.shards[c].n_tokens}")
 
     def _fetch(self, c: int) -> np.ndarray:
         """Chunk ``c``'s tokens: one take of its rows (sizes and CRC-32s checked by ``_take``)."""

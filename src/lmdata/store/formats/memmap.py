@@ -13,10 +13,10 @@ On disk, per split (``<store>/<split>/memmap/``)::
 The reader copies each window with one ``pread`` into the batch, through the process's
 bounded pool of descriptors (``raw_windows``), and checks the 4 KiB blocks a read touches
 against the sidecar the first time the process reads them (a store without sidecars: the
-shard's sha256 on first touch, ``checksum.verify_shard``).
+shard's checksum on first touch, ``checksum.verify_shard``).
 
 On object storage each shard a batch touches is fetched whole, once per machine, into
-``$LMDATA_CACHE_DIR/memmap`` (``shard_copies``: one GET checked against the manifest's sha256;
+``$LMDATA_CACHE_DIR/memmap`` (``shard_copies``: one GET checked against the manifest's checksum;
 budget ``LMDATA_MEMMAP_CACHE_BYTES``, default 64 GiB) and read like a local shard by every
 process there. 12 shards on moto, shuffled B=32 x 1024, 0 workers: 1.9 -> 189 M tok/s at
 +0 ms a request, 1.6 -> 222 at +20 ms (bench/README.md, "Peers (remote)"). A split over the
@@ -26,7 +26,6 @@ only the blocks a batch needs but pay a request per shard a batch touches, every
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -119,7 +118,7 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
         if self.copies is not None:
             return self._copied_tokens(i)
         shard = self.shards[i]
-        if not self.blocks.has_sums[i]:  # a store without block checksums: sha256 of the whole shard, once
+        if not self.blocks.has_sums[i]:  # a store without block checksums: the whole shard hashed, once
             verify_shard(self.format_dir, shard, self.verify, shard.files[:1])
         info = shard.files[0]
         if info.bytes != shard.n_tokens * self.dtype.itemsize:
@@ -136,7 +135,7 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
     def _first_touch(self, shards: list[int], sums: bool) -> None:
         """Open local shards met for the first time in one C call (``open_shards``: token file opened
         and sized, sidecar read and its header checked, CRCs copied, without the GIL); here only each
-        sidecar's sha256 against the manifest. A shard qualifies when its files have plain names in a
+        sidecar's checksum against the manifest. A shard qualifies when its files have plain names in a
         format directory inside the store and the pool does not hold its path yet; anything
         ``open_shards`` could not do is left to ``_open_tokens`` and ``blocks.sums``, which name what
         is wrong. Measured on 1,160 shards, a fresh process: ~36-40 us a shard one by one as batches met
@@ -166,7 +165,7 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
                 opened.append(i)
                 files.append(RawFile(path, int(size[i])))
                 loaded.append(st == 0 and sums and
-                              hashlib.sha256(raw[ends[k]:ends[k + 1]]).hexdigest() == sides[k].sha256)
+                              sides[k].matches(raw[ends[k]:ends[k + 1]]))
         self._opened(opened, files, loaded)
 
     def _block_sums(self, i: int) -> BlockSums | None:
@@ -177,16 +176,16 @@ class MemmapReader(CopiedShards, RawWindows, base.ShardReader):
 
     def _copy_key(self, i: int) -> str:
         info = self.shards[i].files[0]
-        return copy_key(info.sha256, f"{(self.format_dir / info.path).uri}:{info.bytes}")
+        return copy_key(info.digest, f"{(self.format_dir / info.path).uri}:{info.bytes}")
 
     def _fetch(self, i: int) -> np.ndarray:
-        """Shard ``i``'s token file, one GET, checked against the manifest's sha256 whatever ``verify``
+        """Shard ``i``'s token file, one GET, checked against the manifest's checksum whatever ``verify``
         says: the copy is trusted by every later process on this machine."""
         shard = self.shards[i]
         info, path = shard.files[0], self.format_dir / shard.files[0].path
         raw = path.read_bytes()
-        if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
-            raise LmdataError(f"{path}: shard {shard.name} fails its sha256 checksum ({len(raw)} bytes, the "
+        if len(raw) != info.bytes or not info.matches(raw):
+            raise LmdataError(f"{path}: shard {shard.name} fails its {info.algo} checksum ({len(raw)} bytes, the "
                               f"manifest says {info.bytes}); run `lmdata verify` and re-ingest with --overwrite")
         return np.frombuffer(raw, dtype=self.dtype)
 

@@ -3,7 +3,7 @@
 A store of format version 2 writes, beside each ``tokens-NNNNN.bin``, its block checksums
 ``tokens-NNNNN.bin.crc`` (``blocks.py``: CRC-32 per 4 KiB), the shard's third file in the
 manifest. The sidecar is loaded the first time a process touches the shard and checked
-against its sha256 in the manifest (it is ~1/1000 of the data), so the chain manifest ->
+against its checksum in the manifest (it is ~1/1000 of the data), so the chain manifest ->
 sidecar -> block is sound.
 
 - Local: one ``pread`` serves the window and ``raw_windows`` checks the blocks under it
@@ -13,13 +13,12 @@ sidecar -> block is sound.
   coalesces, fetches many at a time and verifies block by block (optionally through the
   local ``ByteCache``); windows are cut from the answers.
 
-A store without sidecars (format version 1) is read as before: a whole-shard sha256 the
+A store without sidecars (format version 1) is read as before: a whole-shard checksum the
 first time a process touches a shard (``checksum.verify_shard``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from typing import Any
@@ -57,7 +56,7 @@ class BlockReads:
         self.files = RangeFiles([FileRef(format_dir / s.files[0].path, s.files[0].bytes, name=f"shard {s.name}")
                                  for s in shards], cache=self.cache) if self.remote else None
 
-    _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and sha256-checked) once
+    _sums = per_process(lambda self: {})  # shard -> BlockSums, each loaded (and checked against the manifest) once
 
     def _read(self, i: int, info: Any) -> tuple[str, bytes]:
         """(path, bytes) of a small file of shard ``i``: remote one GET; local its size checked and a
@@ -77,7 +76,7 @@ class BlockReads:
         return f"{self.format_dir / self.shards[i].files[0].path}: shard {self.shards[i].name}"
 
     def sums(self, i: int) -> BlockSums | None:
-        """Shard ``i``'s block checksums (loaded and sha256-checked on first use), or None."""
+        """Shard ``i``'s block checksums (loaded and checked against the manifest on first use), or None."""
         if not self.has_sums[i]:
             return None
         cache = self._sums
@@ -85,9 +84,9 @@ class BlockReads:
         if sums is None:
             info = self.sidecars[i]
             path, raw = self._read(i, info)
-            if len(raw) != info.bytes or hashlib.sha256(raw).hexdigest() != info.sha256:
+            if len(raw) != info.bytes or not info.matches(raw):
                 raise LmdataError(f"{path}: shard {self.shards[i].name} checksum file fails "
-                                  "its sha256; run `lmdata verify` and re-ingest with --overwrite")
+                                  f"its {info.algo}; run `lmdata verify` and re-ingest with --overwrite")
             sums = cache[i] = BlockSums.decode(raw, path)
             if sums.data_bytes != self.shards[i].files[0].bytes:
                 raise LmdataError(f"{path}: covers {sums.data_bytes} bytes, the shard has "

@@ -12,7 +12,7 @@ On disk, per split (``<store>/<split>/parquet/``)::
 ``ShardInfo.extra`` is ``{"rows": 1651, "row_groups": 2}``.
 
 Reader: the first process on a machine to read a shard decodes it whole, its bytes checked
-against the manifest's sha256 and every page against its CRC-32, into a raw token copy in
+against the manifest's checksum and every page against its CRC-32, into a raw token copy in
 the local cache (``parquet_cache``); windows are then cut from that copy exactly as from a
 memmap shard (``raw_windows``: one ``pread`` per window, blocks checked once per
 process). A window therefore never decodes a row group, and workers share the copy through
@@ -23,7 +23,6 @@ the page cache. Any decode error is an ``LmdataError`` naming the shard file.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -208,19 +207,19 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
     _real_dir = per_process(lambda self: os.path.realpath(self.format_dir))
 
     def _copy_key(self, i: int) -> str:
-        """The decoded copy's key: the manifest's sha256 and the identity of the file now at the shard's
+        """The decoded copy's key: the manifest's checksum and the identity of the file now at the shard's
         path. Local: the one stat also size-checks the shard file (a damaged store is refused even
         while a copy decoded from the sound file serves its tokens; remote: ``open_store``'s LIST did)."""
         shard = self.shards[i]
         info = shard.files[0]
         if self.remote:
-            return copy_key(info.sha256, f"{self._path(i).uri}:{info.bytes}")
+            return copy_key(info.digest, f"{self._path(i).uri}:{info.bytes}")
         path, st = stat_shard_file(self._dir, shard, info)
         for other in shard.files[1:]:
             stat_shard_file(self._dir, shard, other)
         plain = path == os.path.join(self._dir, info.path)  # a plain name, no symlink: no realpath call
         real = f"{self._real_dir}/{info.path}" if plain else os.path.realpath(path)
-        return copy_key(info.sha256, file_identity(real, st))
+        return copy_key(info.digest, file_identity(real, st))
 
     def _path(self, i: int) -> Any:
         shard = self.shards[i]
@@ -247,7 +246,7 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
         return self._decode(i)
 
     def _decode(self, i: int) -> np.ndarray:
-        """Shard ``i``'s tokens, from its bytes checked against the manifest: sha256, unless verify="size" and
+        """Shard ``i``'s tokens, from its bytes checked against the manifest: its checksum, unless verify="size" and
         the tokens stay in this process (a decoded copy is the machine's: every later reader trusts it;
         a copy that could not be written leaves them here too)."""
         shard, path = self.shards[i], self._path(i)
@@ -257,8 +256,8 @@ class ParquetReader(CopiedShards, RawWindows, base.ShardReader):
             raise LmdataError(f"{path}: shard {shard.name} has {len(raw)} bytes, the manifest says {info.bytes}; "
                               "the store is damaged (run `lmdata verify`; re-ingest with --overwrite)")
         trusted_later = self.copies is not None and self.copies.writable  # a copy every later reader trusts
-        if (self.verify != "size" or trusted_later) and hashlib.sha256(raw).hexdigest() != info.sha256:
-            raise LmdataError(f"{path}: shard {shard.name} fails its sha256 checksum (the file is not the one "
+        if (self.verify != "size" or trusted_later) and not info.matches(raw):
+            raise LmdataError(f"{path}: shard {shard.name} fails its {info.algo} checksum (the file is not the one "
                               "ingested); run `lmdata verify` and re-ingest with --overwrite")
         try:
             tokens = decoded_tokens(raw, self.dtype)

@@ -5,14 +5,14 @@ A window read straight from Parquet decodes the row groups under it -- 16 K toke
 per worker. Instead the first process on a machine to read a shard decodes it whole, once:
 
 1. it reads the shard file's bytes (local or one GET) and checks them against the
-   manifest's sha256: a check that does not travel with the file, as page CRCs do (a
+   manifest's checksum: a check that does not travel with the file, as page CRCs do (a
    shard replaced by another valid Parquet file of the same size is refused here);
 2. decodes the ``tokens`` column (every page's CRC-32 checked as it is decoded);
 3. writes ``<cache>/parquet/<ab>/<key>.bin`` (the raw tokens) and its block CRCs
    ``.bin.crc`` (``store/blocks.py``), each tmp + rename, the sidecar first.
 
 Every process then reads the copy (``raw_windows``: one ``pread`` per window, blocks checked
-on first read, shared by workers through the page cache). The key is the shard's sha256 in
+on first read, shared by workers through the page cache). The key is the shard's checksum in
 the manifest and the identity of the file it was decoded from (path, inode, size, mtime;
 an object's URI and size), so a re-ingested store never meets a stale copy, and a shard
 file rewritten after its copy was made is decoded -- and checked -- again. The cache is bounded by ``LMDATA_PARQUET_CACHE_BYTES``
@@ -61,9 +61,9 @@ def cache_budget(kind: str) -> int:
         raise SettingError(f"{name}={limit!r}: give a number of bytes (0 turns the cache off)") from None
 
 
-def copy_key(sha256: str, source: str) -> str:
-    """The cache key of a shard whose manifest sha256 is ``sha256``, decoded from ``source`` (its identity)."""
-    return f"{sha256}-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
+def copy_key(digest: str, source: str) -> str:
+    """The cache key of a shard whose manifest checksum is ``digest``, decoded from ``source`` (its identity)."""
+    return f"{digest}-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
 
 
 def file_identity(real_path: str, st: os.stat_result) -> str:

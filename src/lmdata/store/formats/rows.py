@@ -77,7 +77,7 @@ def runs(units: list[RowUnit]) -> list[RowUnit]:
 
 
 class VerifiedRows:
-    """A split's rows, each unit's shard checked against the manifest (``verify``: sha256 or size) before
+    """A split's rows, each unit's shard checked against the manifest (``verify``: checksum or size) before
     its first row, and the unit's row and token counts after its last; a damaged shard is an
     ``LmdataError`` naming it, never fewer rows.
 

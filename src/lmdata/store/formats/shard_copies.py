@@ -1,7 +1,7 @@
 """Shards read from whole raw copies in the machine's cache: Parquet's and Lance's decoded shards, remote memmap shards.
 
 A reader using it (with ``RawWindows``) implements ``_fetch(i)`` (shard ``i``'s tokens, its
-bytes checked against the manifest) and ``_copy_key(i)`` (``copy_key``: the manifest's sha256
+bytes checked against the manifest) and ``_copy_key(i)`` (``copy_key``: the manifest's checksum
 and the identity of the file fetched). The first process on a machine to touch a shard
 fetches it and writes the copy (``parquet_cache.DecodedShards``: tmp + rename, sidecar of
 block CRCs first); every process then reads the copy like a local memmap shard, its blocks
@@ -9,7 +9,7 @@ checked on first read. With the machine's cache off, a fetched shard is kept in 
 process's memory instead (up to the reader's ``cache_bytes``).
 
 On object storage a batch of a first epoch meets up to 32 shards no process has fetched:
-``_prefetch`` fetches them ``FETCHES`` at a time on threads (a GET and a sha256 release the
+``_prefetch`` fetches them ``FETCHES`` at a time on threads (a GET and a hash release the
 GIL), so a batch waits about one request, not 32 in turn (at 20 ms a request: ~0.65 s).
 A shuffled epoch needs every shard within its first ~N/32 batches, so from the first batch
 on (when every copy fits the cache's budget and the disk) ``MIRROR_FETCHES`` daemon threads
