@@ -22,8 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -34,8 +37,10 @@ from lmdata.config import (
     IngestConfig,
     PipelineConfig,
     SampleConfig,
+    SplitConfig,
     TokenizerConfig,
     TrainConfig,
+    flag,
     load_bench_config,
     load_pipeline,
     load_train_config,
@@ -82,6 +87,40 @@ class RunResult:
         lines = [f"done in {self.seconds:.0f} s" + (f" (reused: {', '.join(self.reused)})" if self.reused else "")]
         lines += [f"  {name:<11} {path}" + (f"   ({hint})" if hint else "") for name, path, hint in rows]
         return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- errors in the file's terms
+
+
+def toml_keys(section: str, *classes: type) -> dict[str, str]:
+    """Each command-line flag of ``classes``' fields -> ``[section] key``, the name the pipeline file gives it."""
+    return {f"--{flag(f.name, cls)}": f"[{section}] {f.metadata.get('toml', f.name)}"
+            for cls in classes for f in dataclasses.fields(cls)}
+
+
+INGEST_KEYS = {**toml_keys("ingest", IngestConfig), **toml_keys("ingest.splits.NAME", SplitConfig),
+               "--holdout": "[ingest.holdout]"}
+_VALUE_KEYS = {"--holdout": "[ingest.holdout] documents"}  # "--holdout N": N is this key's
+
+
+@contextmanager
+def in_toml_terms(path: str | Path, keys: dict[str, str]) -> Iterator[None]:
+    """A step's error that names its settings by their flags (``--holdout 50: ...``, raised deep in the
+    library the command shares) re-raised naming the pipeline file and its keys instead
+    (``p.toml: [ingest.holdout] documents = 50: ...``): the user of ``lmdata run`` wrote no flag."""
+    try:
+        yield
+    except LmdataError as exc:
+        text = str(exc)
+        flags = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
+        lead = re.match(rf"({flags}) ([^\s:]+):", text)
+        if lead:  # "--flag VALUE: why" -> "[section] key = VALUE: why"
+            key = _VALUE_KEYS.get(lead.group(1), keys[lead.group(1)])
+            text = f"{key} = {lead.group(2)}:{text[lead.end():]}"
+        renamed = re.sub(rf"(?<![\w-])({flags})(?![\w-])", lambda m: keys[m.group(1)], text)
+        if renamed == str(exc):
+            raise
+        raise type(exc)(f"{path}: {renamed}") from None
 
 
 # ---------------------------------------------------------------------------- the steps
@@ -279,7 +318,9 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
             raise LmdataError(f"--steps must be >= 1, got {steps}")
         train_cfg = dataclasses.replace(train_cfg, steps=steps, tokens=0)
     train_cfg = dataclasses.replace(train_cfg, progress=progress)
-    train_cfg.check()
+    train_keys = toml_keys("train", TrainConfig)
+    with in_toml_terms(path, train_keys):
+        train_cfg.check()
     reused: list[str] = []
     if fresh:
         clear_outputs(pipe, train_cfg, bench_cfg, log)
@@ -289,14 +330,16 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log, ingest=pipe.ingest)
     reused += ["tokenizer"] if tok_reused else []
     log(f"== 2/6 ingest -> {pipe.ingest.out}")
-    if ensure_store(pipe, tok_dir, overwrite=fresh, progress=progress, log=log):
-        reused.append("store")
+    with in_toml_terms(path, INGEST_KEYS):
+        if ensure_store(pipe, tok_dir, overwrite=fresh, progress=progress, log=log):
+            reused.append("store")
     log(f"== 3/6 verify {pipe.ingest.out}")
     report = verify_store(pipe.ingest.out)
     report.raise_if_bad()
     log(f"verify: ok ({report.files:,} files, {report.bytes:,} bytes; every format holds the same tokens)")
     log(f"== 4/6 train {train_cfg.model} for {target_steps(train_cfg)} steps -> {train_cfg.out}")
-    ckpt, was_reused = ensure_trained(train_cfg, log=log)
+    with in_toml_terms(path, train_keys):
+        ckpt, was_reused = ensure_trained(train_cfg, log=log)
     reused += ["checkpoint"] if was_reused else []
     log("== 5/6 sample")
     device = str(resolve_device(train_cfg.device))

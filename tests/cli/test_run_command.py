@@ -24,3 +24,39 @@ def test_run_accepts_resume(capsys):
     assert code == 0 and "--resume" in out
     code, _, err = run_cli(["run", PIPELINE, "--resume", "--fresh"], capsys)
     assert code == 1 and "--resume and --fresh" in err
+
+
+def _pipeline(tmp_path: Path, tokenizer_dir: Path, extra: str) -> Path:
+    sample = Path(PIPELINE).parents[1] / "data" / "sample.txt"
+    toml = tmp_path / "p.toml"
+    toml.write_text(f'[tokenizer]\ndir = "{tokenizer_dir}"\n\n[ingest]\nout = "{tmp_path / "store"}"\nformats = ["memmap"]\n'
+                    f'\n[ingest.splits.train]\nsources = ["{sample}"]\n\n{extra}')
+    return toml
+
+
+def test_a_step_s_error_names_the_pipeline_s_keys_not_flags(tmp_path, tokenizer_dir, capsys):
+    """The user of `lmdata run` wrote keys: an error raised deep in ingest or train names them, not the flags
+    of the commands that share the code (it had read `--holdout 1000000: ...`)."""
+    toml = _pipeline(tmp_path, tokenizer_dir, "[ingest.holdout]\nfrom = \"train\"\nto = \"validation\"\n"
+                                              "documents = 1000000\n")
+    code, _, err = run_cli(["run", str(toml), "--skip-bench"], capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and line.startswith(f"error: {toml}: [ingest.holdout] documents = 1000000: split 'train' has ")
+    assert "--" not in line and not (tmp_path / "store" / "manifest.json").exists()
+    toml = _pipeline(tmp_path, tokenizer_dir, "[train]\nsteps = 0\n")
+    code, _, err = run_cli(["run", str(toml), "--skip-bench"], capsys)
+    assert code == 1 and err.strip().splitlines() == [
+        f"error: {toml}: [train] steps: must be >= 1, got 0 (or give [train] tokens)"]
+
+
+def test_an_error_without_the_step_s_flags_is_left_as_it_was():
+    import pytest
+
+    from lmdata.errors import LmdataError
+    from lmdata.pipeline import INGEST_KEYS, in_toml_terms
+
+    for text in ("/x.txt: no such file", "rerun with --overwrite", "--holdouts 3: not a flag of ours"):
+        error = LmdataError(text)
+        with pytest.raises(LmdataError) as raised, in_toml_terms("p.toml", INGEST_KEYS):
+            raise error
+        assert raised.value is error
