@@ -98,8 +98,11 @@ def toml_keys(section: str, *classes: type) -> dict[str, str]:
             for cls in classes for f in dataclasses.fields(cls)}
 
 
-INGEST_KEYS = {**toml_keys("ingest", IngestConfig), **toml_keys("ingest.splits.NAME", SplitConfig),
-               "--holdout": "[ingest.holdout]"}
+INGEST_KEYS = {**{k: v for k, v in toml_keys("ingest", IngestConfig).items() if k != "--splits"},
+               **{k: v for k, v in toml_keys("ingest.splits.NAME", SplitConfig).items() if k != "--sources"},
+               "--input": "[ingest.splits.NAME] sources", "--holdout": "[ingest.holdout]"}
+TOKENIZER_KEYS = {"--out": "[tokenizer] dir", "--input": "[tokenizer] train_files",
+                  "--vocab-size": "[tokenizer] vocab_size", "--special-token": "[tokenizer] special_tokens"}
 _VALUE_KEYS = {"--holdout": "[ingest.holdout] documents"}  # "--holdout N": N is this key's
 
 
@@ -107,17 +110,21 @@ _VALUE_KEYS = {"--holdout": "[ingest.holdout] documents"}  # "--holdout N": N is
 def in_toml_terms(path: str | Path, keys: dict[str, str]) -> Iterator[None]:
     """A step's error that names its settings by their flags (``--holdout 50: ...``, raised deep in the
     library the command shares) re-raised naming the pipeline file and its keys instead
-    (``p.toml: [ingest.holdout] documents = 50: ...``): the user of ``lmdata run`` wrote no flag."""
+    (``p.toml: [ingest.holdout] documents = 50: ...``): the user of ``lmdata run`` wrote no flag. A
+    command quoted in backticks (advice to run another command) keeps its flags."""
     try:
         yield
     except LmdataError as exc:
         text = str(exc)
         flags = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
-        lead = re.match(rf"({flags}) ([^\s:]+):", text)
+        lead = re.match(rf"({flags}) ([^\s:`]+):", text)
         if lead:  # "--flag VALUE: why" -> "[section] key = VALUE: why"
             key = _VALUE_KEYS.get(lead.group(1), keys[lead.group(1)])
             text = f"{key} = {lead.group(2)}:{text[lead.end():]}"
-        renamed = re.sub(rf"(?<![\w-])({flags})(?![\w-])", lambda m: keys[m.group(1)], text)
+        parts = text.split("`")  # the odd parts are quoted
+        renamed = "`".join(part if i % 2 else re.sub(rf"(?<![\w./-])({flags})(?![\w/-])",
+                                                     lambda m: keys[m.group(1)], part)
+                           for i, part in enumerate(parts))
         if renamed == str(exc):
             raise
         raise type(exc)(f"{path}: {renamed}") from None
@@ -297,6 +304,24 @@ def clear_outputs(pipe: PipelineConfig, train_cfg: Any, bench: BenchConfig, log:
     log("fresh: removed the tokenizer (if trained here), checkpoints, metrics, trackers' files, sample and bench report")
 
 
+def _checked_sections(path: str | Path, steps: int | None, progress: bool,
+                      skip_bench: bool) -> tuple[PipelineConfig, Any, BenchConfig, SampleConfig]:
+    """The file's sections, ``steps`` (``lmdata run --steps``) applied, train's and bench's values checked
+    before any step: a bench that cannot run is said before the hours of training, not after them."""
+    pipe, train_cfg, bench_cfg, sample_cfg = load_sections(path)
+    if steps is not None:
+        if steps < 1:
+            raise LmdataError(f"--steps must be >= 1, got {steps}")
+        train_cfg = dataclasses.replace(train_cfg, steps=steps, tokens=0)
+    train_cfg = dataclasses.replace(train_cfg, progress=progress)
+    with in_toml_terms(path, toml_keys("train", TrainConfig)):
+        train_cfg.check()
+    if not skip_bench:
+        with in_toml_terms(path, toml_keys("bench", BenchConfig)):
+            dataclasses.replace(bench_cfg).check()
+    return pipe, train_cfg, bench_cfg, sample_cfg
+
+
 def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool = False, fresh: bool = False,
                  progress: bool = True, log: Callable[[str], None] | None = print) -> RunResult:
     """The main job of ``path`` (see the module docstring); ``steps`` overrides ``[train] steps``."""
@@ -312,22 +337,16 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
             f"lmdata run {path}: under torchrun (WORLD_SIZE={world}) every process would run the whole pipeline; "
             f"build the store once (`lmdata run {path}` without torchrun, or `lmdata ingest {path}`), "
             f"then `torchrun ... -m lmdata train {path}`")
-    pipe, train_cfg, bench_cfg, sample_cfg = load_sections(path)
-    if steps is not None:
-        if steps < 1:
-            raise LmdataError(f"--steps must be >= 1, got {steps}")
-        train_cfg = dataclasses.replace(train_cfg, steps=steps, tokens=0)
-    train_cfg = dataclasses.replace(train_cfg, progress=progress)
-    train_keys = toml_keys("train", TrainConfig)
-    with in_toml_terms(path, train_keys):
-        train_cfg.check()
+    pipe, train_cfg, bench_cfg, sample_cfg = _checked_sections(path, steps, progress, skip_bench)
+    train_keys, bench_keys = toml_keys("train", TrainConfig), toml_keys("bench", BenchConfig)
     reused: list[str] = []
     if fresh:
         clear_outputs(pipe, train_cfg, bench_cfg, log)
 
     log(f"== 1/6 tokenizer ({pipe.tokenizer.dir})")
     tok_reused = is_lmdata_tokenizer_dir(Path(pipe.tokenizer.dir))
-    tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log, ingest=pipe.ingest)
+    with in_toml_terms(path, TOKENIZER_KEYS):
+        tok_dir = ensure_tokenizer(pipe.tokenizer, progress=progress, log=log, ingest=pipe.ingest)
     reused += ["tokenizer"] if tok_reused else []
     log(f"== 2/6 ingest -> {pipe.ingest.out}")
     with in_toml_terms(path, INGEST_KEYS):
@@ -343,13 +362,15 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     reused += ["checkpoint"] if was_reused else []
     log("== 5/6 sample")
     device = str(resolve_device(train_cfg.device))
-    sample_path = write_sample(ckpt, sample_cfg, Path(train_cfg.out) / "sample.txt", device, log)
+    with in_toml_terms(path, toml_keys("sample", SampleConfig)):
+        sample_path = write_sample(ckpt, sample_cfg, Path(train_cfg.out) / "sample.txt", device, log)
     bench_path = None
     if skip_bench:
         log("== 6/6 bench: skipped (--skip-bench)")
     else:
         log(f"== 6/6 bench every format -> {bench_cfg.out}")
-        bench_path, was_reused = ensure_bench(bench_cfg, log=log)
+        with in_toml_terms(path, bench_keys):
+            bench_path, was_reused = ensure_bench(bench_cfg, log=log)
         reused += ["bench"] if was_reused else []
     out = Path(train_cfg.out)
     store = location(pipe.ingest.out)

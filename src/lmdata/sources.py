@@ -176,15 +176,15 @@ def saved_dataset_files(path: Path) -> list[Path]:
     return [path / n for n in names]
 
 
-def describe(path: Location, stop: Any = None) -> dict[str, object]:
-    """The manifest's record of a source file: path (or URI) as given, size, xxh128 (``{}`` once ``stop`` is set)."""
-    digest = digests.new()
+def describe(path: Location, stop: Any = None, algo: str = digests.WRITE_ALGO) -> dict[str, object]:
+    """The manifest's record of a source file: path (or URI) as given, size, checksum (``{}`` once ``stop`` is set)."""
+    digest = digests.new(algo)
     with path.open_stream() as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             if stop is not None and stop.is_set():
                 return {}
             digest.update(block)
-    return {"path": str(path), "bytes": path.size(), digests.WRITE_ALGO: digest.hexdigest()}
+    return {"path": str(path), "bytes": path.size(), algo: digest.hexdigest()}
 
 
 def kind_of(path: Location, kind: str) -> str:

@@ -47,6 +47,10 @@ def test_a_step_s_error_names_the_pipeline_s_keys_not_flags(tmp_path, tokenizer_
     code, _, err = run_cli(["run", str(toml), "--skip-bench"], capsys)
     assert code == 1 and err.strip().splitlines() == [
         f"error: {toml}: [train] steps: must be >= 1, got 0 (or give [train] tokens)"]
+    toml = _pipeline(tmp_path, tokenizer_dir, "[bench]\nsteps = 1\n")  # said before the hours of training
+    code, out, err = run_cli(["run", str(toml)], capsys)
+    assert code == 1 and "== " not in out and err.strip().splitlines() == [
+        f"error: {toml}: [bench] steps = 1: need at least 2 steady-state steps per repeat"]
 
 
 def test_an_error_without_the_step_s_flags_is_left_as_it_was():
@@ -55,7 +59,8 @@ def test_an_error_without_the_step_s_flags_is_left_as_it_was():
     from lmdata.errors import LmdataError
     from lmdata.pipeline import INGEST_KEYS, in_toml_terms
 
-    for text in ("/x.txt: no such file", "rerun with --overwrite", "--holdouts 3: not a flag of ours"):
+    for text in ("/x.txt: no such file", "rerun with --overwrite", "--holdouts 3: not a flag of ours",
+                 "data/--kind/x.txt: no such file", "finish it with `lmdata ingest ... --format memmap`"):
         error = LmdataError(text)
         with pytest.raises(LmdataError) as raised, in_toml_terms("p.toml", INGEST_KEYS):
             raise error

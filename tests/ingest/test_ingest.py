@@ -280,22 +280,28 @@ def test_a_ctrl_c_before_the_first_shard_leaves_a_store_resume_and_overwrite_tak
         assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
 
 
-def test_a_resume_of_an_ingest_an_earlier_lmdata_started_says_so(tmp_path, tokenizer_dir):
-    """Its plan hashed the inputs with sha256 (before 2026-12-07): not "the input changed"."""
+def test_a_resume_of_an_ingest_an_earlier_lmdata_started_hashes_its_inputs_as_it_did(tmp_path, tokenizer_dir):
+    """Its plan recorded the inputs' sha256 (store format 2): the resume hashes them with sha256 to compare
+    (it had said the input changed), and still refuses an input that did change."""
     import hashlib
 
     kw = dict(formats=["memmap"], workers=1, progress=False, log=None)
-    out = tmp_path / "s"
-    ingest(_sample(), tokenizer_dir, out, **kw)
-    (out / "manifest.json").unlink()  # interrupted before its manifest
-    plan = json.loads((out / "ingest-plan.json").read_text())
-    source = plan["splits"]["train"]["sources"][0]
-    del source["xxh128"]
-    source["sha256"] = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
-    (out / "ingest-plan.json").write_text(json.dumps(plan))
-    with pytest.raises(LmdataError, match=f"input {SAMPLE} was hashed with sha256 by the lmdata that started the "
-                                          "ingest: finish it with that version"):
-        ingest(_sample(), tokenizer_dir, out, resume=True, **kw)
+    ingest(_sample(), tokenizer_dir, tmp_path / "whole", **kw)
+    for name, digest in (("s", hashlib.sha256(SAMPLE.read_bytes()).hexdigest()), ("changed", "0" * 64)):
+        out = tmp_path / name
+        ingest(_sample(), tokenizer_dir, out, **kw)
+        (out / "manifest.json").unlink()  # interrupted before its manifest
+        plan = json.loads((out / "ingest-plan.json").read_text())
+        source = plan["splits"]["train"]["sources"][0]
+        del source["xxh128"]
+        source["sha256"] = digest
+        (out / "ingest-plan.json").write_text(json.dumps(plan))
+        if name == "changed":
+            with pytest.raises(LmdataError, match=f"input {SAMPLE} changed since the ingest started"):
+                ingest(_sample(), tokenizer_dir, out, resume=True, **kw)
+        else:
+            ingest(_sample(), tokenizer_dir, out, resume=True, **kw)
+            assert fingerprint(out) == fingerprint(tmp_path / "whole") and verify_store(out).ok
 
 
 def test_a_resume_with_other_options_names_them_as_flags(tmp_path, tokenizer_dir):

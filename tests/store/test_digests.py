@@ -54,6 +54,10 @@ def _as_written_before(src: Path, dst: Path) -> Path:
             source["sha256"] = hashlib.sha256(Path(source["path"]).read_bytes()).hexdigest()
     manifest["format_version"] = 2
     (dst / "manifest.json").write_text(json.dumps(manifest))
+    plan = json.loads((dst / "ingest-plan.json").read_text())
+    for name, split in plan["splits"].items():
+        split["sources"] = manifest["splits"][name]["sources"]
+    (dst / "ingest-plan.json").write_text(json.dumps(plan, indent=1) + "\n")
     return dst
 
 
@@ -129,3 +133,45 @@ def test_a_sha256_store_uploaded_with_boto3_reads_from_s3(new_store, tmp_path, s
         assert np.array_equal(ds.__getitems__(picks), local.dataset("train", 64, format=fmt).__getitems__(picks))
     assert origins(remote, "train").of(5)[1] == origins(local, "train").of(5)[1]
     assert verify_store(s3.uri("old")).ok
+
+
+def test_a_finished_sha256_store_resumes_as_a_check(new_store, tmp_path, tokenizer_dir):
+    """`--resume` of a finished store re-checks it: an earlier lmdata's plan (its inputs' sha256) is compared by
+    hashing the inputs with sha256 again."""
+    old = _as_written_before(new_store, tmp_path / "old")
+    before = (old / "manifest.json").read_bytes()
+    ingest({"train": SourceSpec((str(SAMPLE),))}, tokenizer_dir, old, formats=FORMATS, workers=1,
+           shard_tokens=SAMPLE_SHARD_TOKENS, progress=False, log=None, resume=True)
+    assert verify_store(old).ok and json.loads((old / "manifest.json").read_bytes())["splits"]["train"]["n_tokens"] \
+        == json.loads(before)["splits"]["train"]["n_tokens"]
+
+
+def test_a_file_entry_with_two_checksums_is_one_error(new_store, tmp_path):
+    """One would be checked and the other believed: refused like an entry with none."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(new_store, broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["splits"]["train"]["formats"]["memmap"]["shards"][0]["files"][0]["sha256"] = "0" * 64
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LmdataError, match=r"a shard file records two checksums \(xxh128 and sha256\); the manifest "
+                                          r"is corrupt"):
+        open_store(broken).dataset("train", 64, format="memmap")[0]
+
+
+def test_the_sha256_names_of_earlier_plug_in_formats_still_work_with_a_warning(tmp_path):
+    from lmdata.store.checksum import file_info, sha256_file
+    from lmdata.store.protocol import FileInfo
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"token bytes")
+    with pytest.warns(DeprecationWarning, match="digest_file"):
+        sha = sha256_file(path)
+    with pytest.warns(DeprecationWarning, match=r"pass digest=HEX, algo='sha256'"):
+        info = FileInfo("f.bin", 11, sha256=sha)
+    assert (info.digest, info.algo) == (hashlib.sha256(b"token bytes").hexdigest(), "sha256") and info.matches(b"token bytes")
+    with pytest.warns(DeprecationWarning):
+        assert info.sha256 == sha
+    with pytest.raises(AttributeError, match="records an xxh128 checksum, not a sha256"):
+        file_info(tmp_path, "f.bin").sha256

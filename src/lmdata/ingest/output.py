@@ -47,6 +47,7 @@ from lmdata.io.atomic import fsync_dir
 from lmdata._ownership import describe_foreign, foreign_entries, refuse_foreign
 from lmdata.errors import LmdataError
 from lmdata.sources import describe, expand
+from lmdata.ingest.plan_hashes import hashed_as_before, pending
 from lmdata.io import digests
 from lmdata.store.layout import LOCK_NAME, MANIFEST_NAME, PLAN_NAME, PROVENANCE_DIR, TOKENIZER_DIR
 from lmdata.store.manifest import read_manifest
@@ -409,6 +410,7 @@ def same_plan(old: Any, plan: dict[str, Any], where: str) -> None:
             f"{where} was interrupted before its inputs were hashed ({PLAN_NAME} has no checksum of them), so "
             "nothing tells that its shards came from these inputs; start over with --overwrite"
         )
+    plan = hashed_as_before(old, plan)
     if old != plan:
         raise LmdataError(
             f"{where} was started with different settings ({_plan_difference(old, plan)}); rerun with the "
@@ -439,9 +441,6 @@ def _plan_difference(old: Any, new: dict[str, Any]) -> str:
             if paths[0] != paths[1]:
                 return f"split {name!r}: its inputs were {_short(paths[0])}, now {_short(paths[1])}"
             for was, now in zip(before["sources"], split["sources"]):
-                if digests.WRITE_ALGO not in was:
-                    return (f"input {now['path']} was hashed with {digests.recorded(was)[0]} by the lmdata that "
-                            "started the ingest: finish it with that version")
                 if was != now:
                     return (f"input {now['path']} changed since the ingest started ({was.get('bytes')} bytes then, "
                             f"{now.get('bytes')} now, or another checksum)")
@@ -461,14 +460,6 @@ def _span(documents: Any) -> str:
 def write_plan(out: Path, plan: dict[str, Any]) -> None:
     """``<out>/ingest-plan.json``, durably (a pending plan is replaced whole)."""
     atomic.write_bytes(Path(out) / PLAN_NAME, json.dumps(plan, indent=1).encode() + b"\n")
-
-
-def pending(plan: Any) -> bool:
-    """Whether a plan read back was written before its inputs were hashed (a checksum is null)."""
-    try:
-        return any(digests.recorded(src)[1] is None for split in plan["splits"].values() for src in split["sources"])
-    except (AttributeError, KeyError, TypeError):
-        return False
 
 
 def _first_difference(a: Any, b: Any, where: str = "") -> str:

@@ -4,7 +4,7 @@ A store written now records ``xxh128`` (XXH3-128, the ``xxhash`` package): ~20 G
 core of this box against sha256's ~1.7 (SHA-NI). The manifest is not signed, so anyone who
 could swap a shard could rewrite its recorded sha256 too: a cryptographic hash bought no
 protection a 128-bit checksum lacks, and it was the largest cost an ingest added to encoding
-(2 GB of text to memmap: 2.0 of the ~4 CPU s over encode-only, 1.3 s of it the input's pass).
+(2 GB of text to memmap: 2.0 of the 5-7 CPU s it added to encode-only, 1.3 s of it the input's pass).
 HF ``datasets`` fingerprints and Mosaic MDS hashes use the same family; ``xxh128sum`` (the
 ``xxhash`` command-line tools) prints the same hex for a file. Stores and plans written with
 sha256 keep it: every check takes the algorithm the entry records.
@@ -20,7 +20,6 @@ import xxhash
 
 WRITE_ALGO = "xxh128"  # what new stores record
 ALGOS = ("xxh128", "sha256")  # what a manifest entry may record (its key), newest first
-HEX_LENGTH = {"xxh128": 32, "sha256": 64}
 _CHUNK = 1 << 20
 
 
@@ -46,8 +45,9 @@ def of_file(path: Path | str, algo: str = WRITE_ALGO) -> str:
 
 
 def recorded(entry: dict[str, Any]) -> tuple[str, str | None]:
-    """(algorithm, hex digest or None) of a manifest or plan entry; KeyError when it records none."""
-    for algo in ALGOS:
-        if algo in entry:
-            return algo, entry[algo]
-    raise KeyError("no checksum (" + " or ".join(ALGOS) + ")")
+    """(algorithm, hex digest or None) of a manifest or plan entry; KeyError when it records none, or two
+    (one of them would be checked and the other believed)."""
+    found = [algo for algo in ALGOS if algo in entry]
+    if len(found) != 1:
+        raise KeyError(f"two checksums ({' and '.join(found)})" if found else f"no checksum ({' or '.join(ALGOS)})")
+    return found[0], entry[found[0]]

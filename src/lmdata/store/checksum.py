@@ -48,6 +48,15 @@ def digest_file(path: Path, algo: str = digests.WRITE_ALGO) -> str:
     return digests.of_file(path, algo)
 
 
+def sha256_file(path: Path) -> str:
+    """Deprecated (the manifest's checksum before store format 3): the file's sha256."""
+    import warnings
+
+    warnings.warn("sha256_file is deprecated: digest_file(path, algo) hashes by the entry's algorithm",
+                  DeprecationWarning, stacklevel=2)
+    return digests.of_file(path, "sha256")
+
+
 def file_info(format_dir: Path, relpath: str) -> FileInfo:
     """``FileInfo`` of ``format_dir / relpath`` (size and checksum read from disk)."""
     full = Path(format_dir) / relpath

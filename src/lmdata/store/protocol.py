@@ -69,6 +69,7 @@ Conventions of the built-in formats (compatible extensions of the above):
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -77,7 +78,7 @@ import numpy as np
 from lmdata.io import digests
 
 
-@dataclass
+@dataclass(init=False)
 class FileInfo:
     """One file of a shard, relative to the format directory, with its checksum (``io/digests.py``)."""
 
@@ -85,6 +86,25 @@ class FileInfo:
     bytes: int
     digest: str  # hex
     algo: str = "xxh128"  # stores written before 2026-12-07: sha256
+
+    def __init__(self, path: str, bytes: int, digest: str | None = None, algo: str = "xxh128", *,
+                 sha256: str | None = None) -> None:
+        if sha256 is not None:  # the keyword before store format 3, kept for plug-in formats' writers
+            warnings.warn("FileInfo(sha256=HEX) is deprecated: pass digest=HEX, algo='sha256' (or let "
+                          "lmdata.store.checksum.file_info hash the file)", DeprecationWarning, stacklevel=2)
+            digest, algo = sha256, "sha256"
+        if digest is None:
+            raise TypeError(f"FileInfo({path!r}) needs its checksum (digest=HEX)")
+        self.path, self.bytes, self.digest, self.algo = path, bytes, digest, algo
+
+    @property
+    def sha256(self) -> str:
+        """Deprecated (before store format 3 every file recorded one): the digest, where it is a sha256."""
+        if self.algo != "sha256":
+            raise AttributeError(f"{self.path} records an {self.algo} checksum, not a sha256: read .digest and "
+                                 ".algo, or call .matches(data)")
+        warnings.warn("FileInfo.sha256 is deprecated: read .digest and .algo", DeprecationWarning, stacklevel=2)
+        return self.digest
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "bytes": self.bytes, self.algo: self.digest}
