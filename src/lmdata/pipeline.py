@@ -101,6 +101,8 @@ def toml_keys(section: str, *classes: type) -> dict[str, str]:
 INGEST_KEYS = {**{k: v for k, v in toml_keys("ingest", IngestConfig).items() if k != "--splits"},
                **{k: v for k, v in toml_keys("ingest.splits.NAME", SplitConfig).items() if k != "--sources"},
                "--input": "[ingest.splits.NAME] sources", "--holdout": "[ingest.holdout]"}
+TRAIN_KEYS, BENCH_KEYS, SAMPLE_KEYS = (toml_keys("train", TrainConfig), toml_keys("bench", BenchConfig),
+                                     toml_keys("sample", SampleConfig))
 TOKENIZER_KEYS = {"--out": "[tokenizer] dir", "--input": "[tokenizer] train_files",
                   "--vocab-size": "[tokenizer] vocab_size", "--special-token": "[tokenizer] special_tokens"}
 _VALUE_KEYS = {"--holdout": "[ingest.holdout] documents"}  # "--holdout N": N is this key's
@@ -314,10 +316,10 @@ def _checked_sections(path: str | Path, steps: int | None, progress: bool,
             raise LmdataError(f"--steps must be >= 1, got {steps}")
         train_cfg = dataclasses.replace(train_cfg, steps=steps, tokens=0)
     train_cfg = dataclasses.replace(train_cfg, progress=progress)
-    with in_toml_terms(path, toml_keys("train", TrainConfig)):
+    with in_toml_terms(path, TRAIN_KEYS):
         train_cfg.check()
     if not skip_bench:
-        with in_toml_terms(path, toml_keys("bench", BenchConfig)):
+        with in_toml_terms(path, BENCH_KEYS):
             dataclasses.replace(bench_cfg).check()
     return pipe, train_cfg, bench_cfg, sample_cfg
 
@@ -338,7 +340,6 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
             f"build the store once (`lmdata run {path}` without torchrun, or `lmdata ingest {path}`), "
             f"then `torchrun ... -m lmdata train {path}`")
     pipe, train_cfg, bench_cfg, sample_cfg = _checked_sections(path, steps, progress, skip_bench)
-    train_keys, bench_keys = toml_keys("train", TrainConfig), toml_keys("bench", BenchConfig)
     reused: list[str] = []
     if fresh:
         clear_outputs(pipe, train_cfg, bench_cfg, log)
@@ -357,19 +358,19 @@ def run_pipeline(path: str | Path, *, steps: int | None = None, skip_bench: bool
     report.raise_if_bad()
     log(f"verify: ok ({report.files:,} files, {report.bytes:,} bytes; every format holds the same tokens)")
     log(f"== 4/6 train {train_cfg.model} for {target_steps(train_cfg)} steps -> {train_cfg.out}")
-    with in_toml_terms(path, train_keys):
+    with in_toml_terms(path, TRAIN_KEYS):
         ckpt, was_reused = ensure_trained(train_cfg, log=log)
     reused += ["checkpoint"] if was_reused else []
     log("== 5/6 sample")
     device = str(resolve_device(train_cfg.device))
-    with in_toml_terms(path, toml_keys("sample", SampleConfig)):
+    with in_toml_terms(path, SAMPLE_KEYS):
         sample_path = write_sample(ckpt, sample_cfg, Path(train_cfg.out) / "sample.txt", device, log)
     bench_path = None
     if skip_bench:
         log("== 6/6 bench: skipped (--skip-bench)")
     else:
         log(f"== 6/6 bench every format -> {bench_cfg.out}")
-        with in_toml_terms(path, bench_keys):
+        with in_toml_terms(path, BENCH_KEYS):
             bench_path, was_reused = ensure_bench(bench_cfg, log=log)
         reused += ["bench"] if was_reused else []
     out = Path(train_cfg.out)

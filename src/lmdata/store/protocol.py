@@ -85,9 +85,9 @@ class FileInfo:
     path: str
     bytes: int
     digest: str  # hex
-    algo: str = "xxh128"  # stores written before 2026-12-07: sha256
+    algo: str = digests.WRITE_ALGO  # stores written before 2026-12-07: sha256
 
-    def __init__(self, path: str, bytes: int, digest: str | None = None, algo: str = "xxh128", *,
+    def __init__(self, path: str, bytes: int, digest: str | None = None, algo: str = digests.WRITE_ALGO, *,
                  sha256: str | None = None) -> None:
         if sha256 is not None:  # the keyword before store format 3, kept for plug-in formats' writers
             warnings.warn("FileInfo(sha256=HEX) is deprecated: pass digest=HEX, algo='sha256' (or let "
@@ -141,7 +141,7 @@ class ShardInfo:
     def from_json(cls, obj: dict[str, Any]) -> "ShardInfo":
         """A shard entry from JSON nothing has checked (a completion record): a count that is no
         integer is a ValueError or TypeError."""
-        files = [FileInfo(f["path"], int(f["bytes"]), *reversed(digests.recorded(f))) for f in obj.get("files", [])]
+        files = [FileInfo.from_json({**f, "bytes": int(f["bytes"])}) for f in obj.get("files", [])]
         return cls(
             name=obj["name"],
             n_docs=int(obj["n_docs"]),
