@@ -65,3 +65,24 @@ def test_an_error_without_the_step_s_flags_is_left_as_it_was():
         with pytest.raises(LmdataError) as raised, in_toml_terms("p.toml", INGEST_KEYS):
             raise error
         assert raised.value is error
+
+
+def test_ingest_of_a_pipeline_file_names_its_keys_and_the_flags_typed_beside_it(tmp_path, tokenizer_dir, capsys):
+    """`lmdata ingest PIPELINE.toml` may mix the file's keys and flags: a deep error names whichever the
+    user wrote (the file's key, or the flag typed beside it)."""
+    toml = _pipeline(tmp_path, tokenizer_dir, "[ingest.holdout]\nfrom = \"train\"\nto = \"validation\"\n"
+                                              "documents = 1000000\n")
+    code, _, err = run_cli(["ingest", str(toml)], capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and line.startswith(f"error: {toml}: [ingest.holdout] documents = 1000000: split 'train' has ")
+    toml = _pipeline(tmp_path, tokenizer_dir, "")
+    code, _, err = run_cli(["ingest", str(toml), "--holdout", "1000000"], capsys)
+    assert code == 1 and err.strip().splitlines()[-1].startswith("error: --holdout 1000000: split 'train' has ")
+    toml.write_text(toml.read_text().replace('formats = ["memmap"]', 'formats = ["memmap"]\nshard_tokens = 0'))
+    code, _, err = run_cli(["ingest", str(toml)], capsys)
+    assert code == 1 and err.strip().splitlines() == [
+        f"error: {toml}: [ingest]: shard_tokens must be positive, got 0"]
+    toml = _pipeline(tmp_path, tokenizer_dir, "")
+    code, _, err = run_cli(["ingest", str(toml), "--shard-tokens", "-3"], capsys)
+    assert code == 1 and err.strip().splitlines()[-1] == "error: ingest: --shard-tokens must be positive, got -3"
+    assert not (tmp_path / "store" / "manifest.json").exists()

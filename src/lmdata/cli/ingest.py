@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from lmdata.cli.options import config_options, echo_unless, given, progress_options
+from lmdata.cli.options import config_options, echo_unless, given, progress_options, untyped
 from lmdata.config import IngestConfig, SplitConfig, TokenizerConfig, check_ingest, load_pipeline
 from lmdata.errors import LmdataError
 
@@ -53,9 +53,6 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
                    tokenizer_dir: str | None, holdout: int | None, resume: bool, overwrite: bool, progress: bool,
                    quiet: bool, **flags) -> None:
     """Tokenize raw text into a store (memmap, Parquet, Lance): a PIPELINE.toml, or flags."""
-    from lmdata.ingest import ingest
-    from lmdata.sources import SourceSpec
-
     progress = progress and not quiet
     cfg = IngestConfig()
     tok = Path(tokenizer_dir) if tokenizer_dir else None
@@ -81,6 +78,20 @@ def ingest_command(ctx: click.Context, pipeline: str | None, inputs: tuple[str, 
         raise LmdataError("no tokenizer given; pass --tokenizer DIR (or a [tokenizer] section in the pipeline)")
     if not cfg.out:
         raise LmdataError("no output given; pass --out STORE")
+    if pipeline:  # errors name the file's keys for what the file gave, flags for what was typed
+        from lmdata.pipeline import INGEST_KEYS, in_toml_terms
+
+        with in_toml_terms(pipeline, untyped(ctx, INGEST_KEYS)):
+            _run(cfg, tok, holdout, resume, overwrite, progress)
+    else:
+        _run(cfg, tok, holdout, resume, overwrite, progress)
+
+
+def _run(cfg: IngestConfig, tok: Path, holdout: int | None, resume: bool, overwrite: bool, progress: bool) -> None:
+    """The ingest the command's arguments and pipeline file add up to."""
+    from lmdata.ingest import ingest
+    from lmdata.sources import SourceSpec
+
     check_ingest(cfg, "ingest")
     hold = (cfg.holdout.from_split, cfg.holdout.to, cfg.holdout.documents) if cfg.holdout else None
     if holdout is not None:

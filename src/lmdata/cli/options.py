@@ -116,6 +116,16 @@ def config_options(cls: type, skip: tuple[str, ...] = ()) -> Callable:
     return decorate
 
 
+def untyped(ctx: click.Context, keys: dict[str, str]) -> dict[str, str]:
+    """``keys`` (flag -> the pipeline file's key) less the flags typed on this command line: with a
+    PIPELINE.toml and flags mixed, an error about a typed flag names the flag, one about a value the
+    file gave names its key (``pipeline.in_toml_terms``)."""
+    typed_opts = {opt for p in ctx.command.params
+                  if p.name and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+                  for opt in (*p.opts, *p.secondary_opts)}
+    return {k: v for k, v in keys.items() if k not in typed_opts}
+
+
 def given(ctx: click.Context, cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """The flags of ``cls`` typed on the command line, converted to the fields' types."""
     from lmdata.config import resolve
