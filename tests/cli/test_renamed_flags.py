@@ -41,3 +41,16 @@ def test_sql_format_is_output_with_one_warning(sample_store):
     both = subprocess.run([*run, "--output", "json", "--format", "csv"], capture_output=True, text=True)
     assert both.returncode == 1 and both.stdout == ""
     assert both.stderr.splitlines()[-1] == "error: --output and its old name --format both given; keep --output"
+
+
+def test_a_flag_typed_by_its_old_name_keeps_its_flag_in_errors(capsys):
+    """``untyped``: a value typed under the old name is the new flag's, so an error about it names the flag,
+    not the pipeline file's key (and one not typed is still named by the key)."""
+    from lmdata.cli.options import untyped
+    from lmdata.pipeline import TRAIN_KEYS
+
+    for args in (["--workers", "3"], ["--loader-workers", "3"]):
+        left = untyped(train.make_context(train.name, args), TRAIN_KEYS)
+        assert "--loader-workers" not in left and "--steps" in left
+    assert "--loader-workers" in untyped(train.make_context(train.name, []), TRAIN_KEYS)
+    capsys.readouterr()

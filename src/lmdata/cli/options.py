@@ -120,9 +120,11 @@ def untyped(ctx: click.Context, keys: dict[str, str]) -> dict[str, str]:
     """``keys`` (flag -> the pipeline file's key) less the flags typed on this command line: with a
     PIPELINE.toml and flags mixed, an error about a typed flag names the flag, one about a value the
     file gave names its key (``pipeline.in_toml_terms``)."""
-    typed_opts = {opt for p in ctx.command.params
-                  if p.name and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
-                  for opt in (*p.opts, *p.secondary_opts)}
+    params = {p.name: p for p in ctx.command.params if p.name}
+    given_names = {name for name in params if typed(ctx, name)}
+    given_names |= {name[:-len(WAS)] for name in given_names if name.endswith(WAS)}  # an old name: the new flag's value
+    typed_opts = {opt for name in given_names if name in params
+                  for opt in (*params[name].opts, *params[name].secondary_opts)}
     return {k: v for k, v in keys.items() if k not in typed_opts}
 
 

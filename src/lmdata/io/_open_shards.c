@@ -25,16 +25,21 @@ static const char SIDECAR_MAGIC[8] = {'L', 'M', 'D', 'C', 'R', 'C', '1', '\0'};
 
 /* O_NOATIME: reads skip the kernel's access-time check (touch_atime: 8-15% of a 2 KB pread of a
  * cached page, bench/README.md "Shard count"). Only a file's owner may ask for it; the first EPERM
- * drops it for the rest of the process. */
+ * drops it for the rest of the process. Each attempt decides from what it read, so a thread that
+ * sees another's EPERM between its open and its check still retries without the flag. */
+#ifndef O_NOATIME
+#define O_NOATIME 0
+#endif
 static int noatime_refused = 0;
 
 static int open_shard_file(const char *path, int flags) {
     for (;;) {
-        int fd = open(path, flags | (noatime_refused ? 0 : O_NOATIME));
+        int ask = O_NOATIME && !__atomic_load_n(&noatime_refused, __ATOMIC_RELAXED);
+        int fd = open(path, flags | (ask ? O_NOATIME : 0));
         if (fd >= 0) return fd;
         if (errno == EINTR) continue;
-        if (errno != EPERM || noatime_refused) return -1;
-        noatime_refused = 1;
+        if (errno != EPERM || !ask) return -1;
+        __atomic_store_n(&noatime_refused, 1, __ATOMIC_RELAXED);
     }
 }
 
