@@ -169,8 +169,9 @@ if args["after_pass"] and args["workers"] == 0:  # the same process once it has 
     import numpy as np
     for k in range(0, len(ds), 4096):
         ds.read(np.arange(k, min(len(ds), k + 4096)) * args["L"])
+    import itertools
     def epochs(seed):  # epoch after epoch, each in another order, as a run reads a small store
-        for e in range(10 ** 6):
+        for e in itertools.count():
             yield from make_loader(ds, args["B"], num_workers=0, seed=seed + e)
     rates = []
     for r in range(AFTER_ROUNDS):  # the same number of batches whatever the store's size; the best round

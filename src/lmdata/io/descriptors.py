@@ -88,7 +88,6 @@ def _raise_soft_limit() -> int:
     return RAISE_SOFT_TO if soft == resource.RLIM_INFINITY else soft
 
 
-
 _NOATIME = getattr(os, "O_NOATIME", 0)
 _noatime_refused: list[bool] = []  # the first EPERM: this process does not own the store's files
 
